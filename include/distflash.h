@@ -1,0 +1,179 @@
+/*
+ * distflash: exact, memory-efficient attention for long-context training.
+ *
+ * Public C API (contract v0). CPU entry points, status codes, the attention
+ * descriptor and the backend-neutral distributed calls. Backend headers
+ * (distflash_cuda.h, distflash_mpi.h, distflash_nccl.h) add device entry
+ * points and communicator constructors on top of this one.
+ *
+ * Conventions shared by every call:
+ *  - Every entry point returns a dfa_status. On any status other than DFA_OK
+ *    the outputs are untouched, and dfa_last_error() names the argument and
+ *    says why. The library never prints, exits or aborts.
+ *  - The caller owns every buffer. The library may allocate scratch memory for
+ *    the duration of a call (linear in sequence length, never seqlen_q x
+ *    seqlen_k) and frees it before returning.
+ *  - Thread safety: calls are reentrant; distinct calls may run concurrently
+ *    from different threads on distinct outputs. Each CPU call parallelises
+ *    itself with OpenMP (see dfa_set_num_threads).
+ *  - Results are deterministic: same inputs, same machine, same bits, for any
+ *    thread count.
+ */
+#ifndef DISTFLASH_H
+#define DISTFLASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DFA_VERSION_MAJOR 0
+#define DFA_VERSION_MINOR 1
+#define DFA_VERSION_PATCH 0
+
+typedef enum {
+    DFA_OK = 0,
+    DFA_ERR_INVALID_ARGUMENT, /* a NULL pointer, a bad size, mismatched shapes */
+    DFA_ERR_UNSUPPORTED,      /* valid but not implemented (head_dim, dtype on a backend) */
+    DFA_ERR_OUT_OF_MEMORY,    /* scratch allocation failed; outputs untouched */
+    DFA_ERR_BACKEND,          /* CUDA / NCCL / MPI reported an error; message has its text */
+    DFA_ERR_INTERNAL          /* a bug in distflash; please report it */
+} dfa_status;
+
+typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
+
+/* Flags for dfa_attn_desc.flags. */
+#define DFA_FLAG_DETERMINISTIC 1u /* device backward: bitwise reproducible dq (CPU always is) */
+
+/*
+ * Shapes and options of one attention call.
+ *
+ * Layouts (row-major, contiguous, element type `dtype`):
+ *   q, o, dout, dq : [batch, seqlen_q, num_heads,    head_dim]
+ *   k, v, dk, dv   : [batch, seqlen_k, num_kv_heads, head_dim]
+ *   lse            : [batch, num_heads, seqlen_q] float32, natural log of
+ *                    sum_j exp(scale * q_i . k_j) over the visible keys.
+ * GQA/MQA: query head h reads kv head h / (num_heads / num_kv_heads).
+ * Causal: key j is visible to query i iff k_start + j <= q_start + i, so two
+ * chunks of one long sequence can be paired by their global offsets. A query
+ * row that sees no key gets o = 0 and lse = -inf (merging it is exact).
+ *
+ * Limits: all sizes >= 1; num_heads a multiple of num_kv_heads; head_dim a
+ * multiple of 8, at most 256; |q_start|, |k_start| < 2^62; element counts
+ * and byte sizes must fit in int64/size_t.
+ *
+ * Zero-initialise the struct (or use dfa_attn_desc_init) so that fields added
+ * in later versions take their defaults.
+ */
+typedef struct {
+    int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim;
+    dfa_dtype dtype;          /* of q, k, v, o, dout, dq, dk, dv */
+    int causal;               /* 0 or 1; key j visible to query i iff k_start + j <= q_start + i */
+    int64_t q_start, k_start; /* global position of row 0 of q / of k (used when causal) */
+    float softmax_scale;      /* 0 means 1/sqrt(head_dim); otherwise finite and > 0 */
+    unsigned flags;           /* DFA_FLAG_*; 0 is the default */
+} dfa_attn_desc;
+
+/* A descriptor with the given shape, dtype f32, non-causal, offsets 0, default scale. */
+dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
+                                 int num_kv_heads, int head_dim);
+
+/* Static name of a status ("DFA_OK", "DFA_ERR_INVALID_ARGUMENT", ...). Never NULL. */
+const char *dfa_status_string(dfa_status s);
+
+/* Message describing the last failure on the calling thread ("" if none yet).
+   The pointer stays valid until the next distflash call on this thread. */
+const char *dfa_last_error(void);
+
+/* "major.minor.patch" and the compiled-in parts, e.g. "0.1.0 (cpu: avx512 avx2 scalar; cuda; mpi)". */
+const char *dfa_version_string(void);
+
+/* Threads used by each CPU call: n >= 1, or 0 for the OpenMP default
+   (OMP_NUM_THREADS or the core count). Process-wide; not thread safe against
+   calls running at the same moment. */
+dfa_status dfa_set_num_threads(int n);
+
+/* The SIMD path the CPU kernels use on this processor: "avx512", "avx2" or "scalar".
+   DFA_CPU_ISA=avx512|avx2|scalar in the environment caps it (for testing). */
+const char *dfa_cpu_isa(void);
+
+/*
+ * Forward: o = softmax(scale * q k^T + mask) v, and its per-row log-sum-exp.
+ * q, k, v: inputs (layouts above). o: output, overwritten. lse: output,
+ * overwritten; may be NULL when not needed (inference). Outputs must not
+ * overlap inputs or each other. Memory is linear in sequence length.
+ */
+dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                        void *o, float *lse);
+
+/*
+ * Backward: gradients of sum(dout * o) with respect to q, k and v, given the
+ * o and lse that dfa_attn_fwd produced for the same inputs (or that a merge of
+ * partial results produced: the backward of each chunk with the merged o and
+ * lse gives exact partial gradients). dq, dk, dv are overwritten (not
+ * accumulated) and must not overlap inputs or each other.
+ */
+dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                        const void *o, const float *lse, const void *dout,
+                        void *dq, void *dk, void *dv);
+
+/*
+ * Fold a partial result computed over other keys into an accumulated one, in
+ * place: lse = logaddexp(lse_acc, lse_part),
+ * o = exp(lse_acc - lse) o_acc + exp(lse_part - lse) o_part.
+ * Uses batch, seqlen_q, num_heads, head_dim and dtype of d (the key-side
+ * fields are not read). Rows whose lse is -inf on both sides stay o = 0,
+ * lse = -inf. o_part/lse_part must not overlap o_acc/lse_acc.
+ */
+dfa_status dfa_attn_merge(const dfa_attn_desc *d, void *o_acc, float *lse_acc,
+                          const void *o_part, const float *lse_part);
+
+/* ------------------------------------------------------------------------ */
+/* Sequence parallelism (DistFlashAttn). Communicators come from a backend  */
+/* header: dfa_comm_create_mpi (distflash_mpi.h), dfa_comm_create_nccl.     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dfa_comm dfa_comm; /* opaque, one per rank */
+
+/* Frees a communicator; the underlying MPI_Comm / ncclComm_t stays the caller's. NULL is a no-op. */
+void dfa_comm_destroy(dfa_comm *c);
+
+typedef enum {
+    DFA_SCHEDULE_BALANCED = 0, /* DistFlashAttn token-level balancing, zero idle for every P (default) */
+    DFA_SCHEDULE_RING = 1      /* each rank fetches every earlier key/value chunk in turn */
+} dfa_schedule;
+
+typedef struct {
+    dfa_attn_desc attn;    /* per-rank shape: seqlen_q == seqlen_k == local rows */
+    dfa_schedule schedule;
+    int overlap;           /* 1: post the next step's messages before computing the current one */
+} dfa_dist_desc;
+
+/*
+ * Distributed forward/backward: every rank of the communicator calls with its
+ * own local rows (same descriptor on every rank; checked collectively, so a
+ * mismatch fails on every rank instead of hanging). attn.q_start/k_start are
+ * ignored: the schedule's layout decides global positions (dfa_dist_position).
+ * Buffers and layouts as in dfa_attn_fwd/bwd, with seqlen = local rows.
+ */
+dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
+                             const void *v, void *o, float *lse);
+dfa_status dfa_dist_attn_bwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
+                             const void *v, const void *o, const float *lse, const void *dout,
+                             void *dq, void *dk, void *dv);
+
+/* Global sequence position of local row i on this rank under a schedule's
+   layout (-1 if an argument is out of range). */
+int64_t dfa_dist_position(dfa_schedule s, int rank, int nranks, int local_rows, int i);
+
+/* Rank and size of a communicator (-1 / 0 for NULL). */
+int dfa_comm_rank(const dfa_comm *c);
+int dfa_comm_size(const dfa_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTFLASH_H */

@@ -1,0 +1,48 @@
+/* Internal: validation and sizes of attention descriptors, shared by every backend. */
+#ifndef DFA_COMMON_DESC_H
+#define DFA_COMMON_DESC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "distflash.h"
+
+#define DFA__MAX_HEAD_DIM 256
+#define DFA__MAX_OFFSET ((int64_t)1 << 62)
+
+/* Which fields a call reads: merge ignores the key side. */
+typedef enum { DFA__DESC_FULL, DFA__DESC_QUERY_SIDE } dfa__desc_use;
+
+/* Validates d for a call named fn; on failure records the message and returns the status. */
+dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char *fn);
+
+/* Fails with "fn: <name> is NULL" when p is NULL. */
+dfa_status dfa__check_ptr(const void *p, const char *name, const char *fn);
+
+/* True when byte ranges [a, a+na) and [b, b+nb) share a byte. */
+bool dfa__overlap(const void *a, size_t na, const void *b, size_t nb);
+
+/* A named buffer for dfa__check_no_overlap. */
+typedef struct {
+    const void *ptr;
+    size_t bytes;
+    const char *name;
+} dfa__buffer;
+
+/* Fails when any of the nout outputs overlaps another output or any input. NULL entries are skipped. */
+dfa_status dfa__check_no_overlap(const dfa__buffer *outs, int nout, const dfa__buffer *ins, int nin,
+                                 const char *fn);
+
+/* Element counts of each tensor (descriptor must have passed dfa__check_desc). */
+int64_t dfa__q_elems(const dfa_attn_desc *d);   /* batch * seqlen_q * num_heads * head_dim */
+int64_t dfa__kv_elems(const dfa_attn_desc *d);  /* batch * seqlen_k * num_kv_heads * head_dim */
+int64_t dfa__lse_elems(const dfa_attn_desc *d); /* batch * num_heads * seqlen_q */
+
+/* The scale actually applied to q.k (resolves 0 to 1/sqrt(head_dim)). */
+float dfa__softmax_scale(const dfa_attn_desc *d);
+
+/* Number of keys visible to query row i: keys [0, n) (causal: k_start + j <= q_start + i),
+   clamped to [0, seqlen_k]. */
+int dfa__visible_keys(const dfa_attn_desc *d, int64_t i);
+
+#endif

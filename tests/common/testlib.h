@@ -1,0 +1,51 @@
+/* A small test harness shared by every test program: checks, random inputs,
+ * poisoned outputs, and comparison against the float64 oracle. */
+#ifndef DFA_TESTLIB_H
+#define DFA_TESTLIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distflash.h"
+
+/* ---- checks ---- */
+extern int tl_checks, tl_failures;
+void tl_fail_at(const char *file, int line, const char *fmt, ...);
+#define CHECK(cond, ...)                                                                                   \
+    do {                                                                                                   \
+        tl_checks++;                                                                                       \
+        if (!(cond)) tl_fail_at(__FILE__, __LINE__, __VA_ARGS__);                                          \
+    } while (0)
+/* Prints "<name>: N checks, M failures" and returns the process exit code. */
+int tl_finish(const char *name);
+/* Sets the seed from DFA_TEST_SEED or the clock, and prints it. */
+void tl_init(const char *name);
+
+/* ---- random numbers (splitmix64; seeded by tl_init) ---- */
+uint64_t tl_rand_u64(void);
+double tl_rand_uniform(void); /* [0, 1) */
+double tl_rand_normal(void);
+int tl_rand_int(int lo, int hi); /* inclusive */
+
+/* ---- tensors in a storage dtype ---- */
+size_t tl_dtype_size(dfa_dtype t);
+void *tl_alloc(dfa_dtype t, int64_t n); /* aborts on failure (tests may) */
+void tl_fill_normal(dfa_dtype t, void *p, int64_t n, double stddev);
+void tl_poison(void *p, size_t bytes);            /* every byte 0xFF: NaN in f32, bf16 and f16 */
+int64_t tl_count_nan(dfa_dtype t, const void *p, int64_t n);
+double tl_get(dfa_dtype t, const void *p, int64_t i);
+void tl_set(dfa_dtype t, void *p, int64_t i, double x); /* rounds to nearest even */
+double *tl_to_f64(dfa_dtype t, const void *p, int64_t n); /* malloc'd copy */
+
+/* ---- comparison ---- */
+/* max |a - ref| over n elements; NaN anywhere gives +inf. */
+double tl_max_err(dfa_dtype t, const void *a, const double *ref, int64_t n);
+double tl_max_abs(const double *ref, int64_t n);
+
+/* ---- descriptors ---- */
+dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t, int causal, int64_t q_start,
+                      int64_t k_start);
+const char *tl_desc_str(const dfa_attn_desc *d); /* static buffer */
+
+#endif

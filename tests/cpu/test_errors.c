@@ -1,0 +1,155 @@
+/* Every bad input to the CPU entry points: the call fails with the right
+ * status, the message names the argument, and no output is touched. */
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/testlib.h"
+
+enum { B = 2, SQ = 5, SK = 7, H = 4, HKV = 2, D = 16 };
+enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
+
+/* Inputs, outputs and untouched-copies of the outputs. */
+static float q[NQ], k[NK], v[NK], o[NQ], dout[NQ], dq[NQ], dk[NK], dv[NK], lse[NL], lse2[NL], o2[NQ];
+static float snap_o[NQ], snap_dq[NQ], snap_dk[NK], snap_dv[NK], snap_lse[NL];
+
+static dfa_attn_desc good(void) { return tl_desc(B, SQ, SK, H, HKV, D, DFA_F32, 1, 2, 0); }
+
+static void snapshot(void) {
+    for (int i = 0; i < NQ; i++) o[i] = dq[i] = (float)tl_rand_normal();
+    for (int i = 0; i < NK; i++) dk[i] = dv[i] = (float)tl_rand_normal();
+    for (int i = 0; i < NL; i++) lse[i] = (float)tl_rand_normal();
+    memcpy(snap_o, o, sizeof o);
+    memcpy(snap_dq, dq, sizeof dq);
+    memcpy(snap_dk, dk, sizeof dk);
+    memcpy(snap_dv, dv, sizeof dv);
+    memcpy(snap_lse, lse, sizeof lse);
+}
+
+static int untouched(void) {
+    return !memcmp(o, snap_o, sizeof o) && !memcmp(dq, snap_dq, sizeof dq) && !memcmp(dk, snap_dk, sizeof dk) &&
+           !memcmp(dv, snap_dv, sizeof dv) && !memcmp(lse, snap_lse, sizeof lse);
+}
+
+#define EXPECT(call, status, word)                                                                         \
+    do {                                                                                                   \
+        snapshot();                                                                                        \
+        dfa_status s_ = (call);                                                                            \
+        CHECK(s_ == (status), "%s returned %s, expected %s (%s)", #call, dfa_status_string(s_),             \
+              dfa_status_string(status), dfa_last_error());                                                \
+        CHECK(strstr(dfa_last_error(), (word)) != NULL, "%s: message '%s' does not name '%s'", #call,      \
+              dfa_last_error(), (word));                                                                   \
+        CHECK(untouched(), "%s touched an output on error", #call);                                       \
+    } while (0)
+
+/* Applies one bad descriptor to all three entry points (merge only when it reads the field). */
+static void bad_desc(dfa_attn_desc d, dfa_status want, const char *word, int merge_reads_it) {
+    EXPECT(dfa_attn_fwd(&d, q, k, v, o, lse), want, word);
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, dv), want, word);
+    if (merge_reads_it) EXPECT(dfa_attn_merge(&d, o, lse, o2, lse2), want, word);
+}
+
+static void test_descriptors(void) {
+    dfa_attn_desc d;
+    EXPECT(dfa_attn_fwd(NULL, q, k, v, o, lse), DFA_ERR_INVALID_ARGUMENT, "descriptor");
+    EXPECT(dfa_attn_bwd(NULL, q, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "descriptor");
+    EXPECT(dfa_attn_merge(NULL, o, lse, o2, lse2), DFA_ERR_INVALID_ARGUMENT, "descriptor");
+
+    const int bad_sizes[] = {0, -1, INT_MIN};
+    for (int i = 0; i < 3; i++) {
+        d = good(); d.batch = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "batch", 1);
+        d = good(); d.seqlen_q = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "seqlen_q", 1);
+        d = good(); d.seqlen_k = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "seqlen_k", 0);
+        d = good(); d.num_heads = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_heads", 1);
+        d = good(); d.num_kv_heads = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_kv_heads", 0);
+        d = good(); d.head_dim = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "head_dim", 1);
+    }
+    d = good(); d.num_kv_heads = 3; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_kv_heads", 0);
+    d = good(); d.num_heads = 4; d.num_kv_heads = 8; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_heads", 0);
+    const int bad_dims[] = {4, 12, 33, 264, 512};
+    for (int i = 0; i < 5; i++) {
+        d = good(); d.head_dim = bad_dims[i]; bad_desc(d, DFA_ERR_UNSUPPORTED, "head_dim", 1);
+    }
+    d = good(); d.dtype = (dfa_dtype)7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "dtype", 1);
+    d = good(); d.dtype = (dfa_dtype)-1; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "dtype", 1);
+    d = good(); d.causal = 2; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "causal", 0);
+    d = good(); d.causal = -1; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "causal", 0);
+    const float bad_scales[] = {NAN, -1.0f, -0.0f * 0 - 1e-30f, INFINITY, -INFINITY};
+    for (int i = 0; i < 5; i++) {
+        d = good(); d.softmax_scale = bad_scales[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "softmax_scale", 0);
+    }
+    d = good(); d.q_start = INT64_MAX; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "q_start", 0);
+    d = good(); d.k_start = INT64_MIN; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "k_start", 0);
+    d = good(); d.flags = 0x80; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "flags", 1);
+    /* size products that overflow */
+    d = good(); d.batch = INT_MAX; d.seqlen_q = INT_MAX; d.num_heads = INT_MAX / 256; d.num_kv_heads = 1; d.head_dim = 256;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "overflow", 1);
+    d = good(); d.batch = 1 << 23; d.seqlen_q = 1 << 20; d.seqlen_k = 1 << 20; d.num_heads = 1 << 10; d.num_kv_heads = 1; d.head_dim = 256;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "overflow", 1);
+    d = good(); d.seqlen_k = INT_MAX; d.num_kv_heads = H; d.batch = INT_MAX;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "overflow", 0);
+    d = good(); d.num_heads = INT_MAX / 8 + 1; d.num_kv_heads = 1; d.head_dim = 256; d.batch = 1; d.seqlen_q = 1;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_heads", 1);
+}
+
+static void test_pointers(void) {
+    dfa_attn_desc d = good();
+    EXPECT(dfa_attn_fwd(&d, NULL, k, v, o, lse), DFA_ERR_INVALID_ARGUMENT, "q");
+    EXPECT(dfa_attn_fwd(&d, q, NULL, v, o, lse), DFA_ERR_INVALID_ARGUMENT, "k");
+    EXPECT(dfa_attn_fwd(&d, q, k, NULL, o, lse), DFA_ERR_INVALID_ARGUMENT, "v");
+    EXPECT(dfa_attn_fwd(&d, q, k, v, NULL, lse), DFA_ERR_INVALID_ARGUMENT, "o");
+    EXPECT(dfa_attn_bwd(&d, NULL, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "q");
+    EXPECT(dfa_attn_bwd(&d, q, NULL, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "k");
+    EXPECT(dfa_attn_bwd(&d, q, k, NULL, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "v");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, NULL, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "o");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, NULL, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "lse");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, NULL, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "dout");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, NULL, dk, dv), DFA_ERR_INVALID_ARGUMENT, "dq");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, NULL, dv), DFA_ERR_INVALID_ARGUMENT, "dk");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, NULL), DFA_ERR_INVALID_ARGUMENT, "dv");
+    EXPECT(dfa_attn_merge(&d, NULL, lse, o2, lse2), DFA_ERR_INVALID_ARGUMENT, "o_acc");
+    EXPECT(dfa_attn_merge(&d, o, NULL, o2, lse2), DFA_ERR_INVALID_ARGUMENT, "lse_acc");
+    EXPECT(dfa_attn_merge(&d, o, lse, NULL, lse2), DFA_ERR_INVALID_ARGUMENT, "o_part");
+    EXPECT(dfa_attn_merge(&d, o, lse, o2, NULL), DFA_ERR_INVALID_ARGUMENT, "lse_part");
+}
+
+static void test_overlap(void) {
+    dfa_attn_desc d = good();
+    /* o written over q: refused. The "input" is a copy of o so that untouched() can still check o. */
+    EXPECT(dfa_attn_fwd(&d, o, k, v, o, lse), DFA_ERR_INVALID_ARGUMENT, "overlaps input q");
+    EXPECT(dfa_attn_fwd(&d, q, k, v, o, (float *)o + 3), DFA_ERR_INVALID_ARGUMENT, "overlap");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dq, dv), DFA_ERR_INVALID_ARGUMENT, "dq and dk");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, (float *)dk + 1), DFA_ERR_INVALID_ARGUMENT, "and dv");
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dout, dk, dv), DFA_ERR_INVALID_ARGUMENT, "input dout");
+    EXPECT(dfa_attn_merge(&d, o, lse, o, lse2), DFA_ERR_INVALID_ARGUMENT, "o_part");
+}
+
+static void test_misc(void) {
+    CHECK(dfa_set_num_threads(-1) == DFA_ERR_INVALID_ARGUMENT, "dfa_set_num_threads(-1) accepted");
+    CHECK(strstr(dfa_last_error(), "n = -1") != NULL, "dfa_set_num_threads message: %s", dfa_last_error());
+    CHECK(dfa_set_num_threads(0) == DFA_OK, "dfa_set_num_threads(0) refused");
+    CHECK(!strcmp(dfa_status_string(DFA_OK), "DFA_OK"), "status string");
+    CHECK(!strcmp(dfa_status_string(DFA_ERR_BACKEND), "DFA_ERR_BACKEND"), "status string");
+    CHECK(dfa_status_string((dfa_status)99) != NULL, "unknown status string is NULL");
+    /* a good call clears the previous message */
+    dfa_attn_desc d = good();
+    CHECK(dfa_attn_fwd(&d, q, k, v, o, lse) == DFA_OK && dfa_last_error()[0] == '\0',
+          "a successful call left the error message '%s'", dfa_last_error());
+    /* lse is optional in the forward */
+    CHECK(dfa_attn_fwd(&d, q, k, v, o, NULL) == DFA_OK, "fwd with lse = NULL failed: %s", dfa_last_error());
+}
+
+int main(void) {
+    tl_init("test_errors");
+    for (int i = 0; i < NQ; i++) q[i] = (float)tl_rand_normal(), dout[i] = (float)tl_rand_normal(), o2[i] = (float)tl_rand_normal();
+    for (int i = 0; i < NK; i++) k[i] = (float)tl_rand_normal(), v[i] = (float)tl_rand_normal();
+    for (int i = 0; i < NL; i++) lse2[i] = (float)tl_rand_normal();
+    test_descriptors();
+    test_pointers();
+    test_overlap();
+    test_misc();
+    return tl_finish("test_errors");
+}

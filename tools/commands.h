@@ -9,4 +9,8 @@ int cmd_simulate(int argc, char **argv);   /* distributed schedules: table and p
 int cmd_dist_bench(int argc, char **argv); /* distributed attention under mpirun: per-rank, per-step times */
 int cmd_train(int argc, char **argv);      /* the small LLaMA trainer with sequence parallelism */
 
+/* `distflash bench --device cuda ...`: cmd_bench hands its whole argument list here
+   (tools/cmd_bench_cuda.c; prints a clear message when built without CUDA). */
+int cmd_bench_cuda(int argc, char **argv);
+
 #endif

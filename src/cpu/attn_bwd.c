@@ -5,12 +5,14 @@
  *    segment (transposed once: K^T, V^T) it walks every query tile of every
  *    query head of its group, recomputes P = exp(scale q.k - lse) from the
  *    saved lse, and accumulates dV += P^T dO and dK += dS^T Q in per-task
- *    scratch, where dS = P * (dO V^T - D). q, dout and k are read in place.
- *    The task owns its key tile, so dk/dv need no synchronisation.
+ *    scratch, where dS = P * (dO V^T - D). The task owns its key tile, so
+ *    dk/dv need no synchronisation.
  * 3. dQ += dS K goes to a float32 partial per key segment; the partials are
  *    summed in segment order at the end. The segment count depends only on
  *    the shapes, so the result has the same bits for any thread count.
- * 16-bit storage is converted to float32 copies first (linear in length).
+ * q, dout, k and v are first copied head-major in float32 (each head's rows
+ * contiguous, so the prefetchers stream them); the dq partials are head-major
+ * too. All of it is linear in sequence length.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -60,10 +62,10 @@ static bwd_scratch bwd_scratch_at(float *base, int D) {
 typedef struct {
     const dfa_attn_desc *d;
     const dfa__cpu_kernels *kr;
-    const float *q, *k, *v, *dout; /* float32 views */
+    const float *q, *k, *v, *dout; /* head-major float32 copies [batch][heads][seqlen][head_dim] */
     const float *lse;
     const float *dsum;    /* D_i, [batch, num_heads, seqlen_q] */
-    float *dq_part;       /* [segments][batch, seqlen_q, num_heads, head_dim] */
+    float *dq_part;       /* [segments][batch][num_heads][seqlen_q][head_dim] */
     void *dk, *dv;
     float scale;
 } bwd_args;
@@ -75,9 +77,7 @@ static void bwd_pair(const bwd_args *a, bwd_scratch w, int b, int h, int i0, int
     const dfa__cpu_kernels *kr = a->kr;
     const int D = d->head_dim, H = d->num_heads;
     const float scale_log2 = a->scale * LOG2E;
-    const int64_t q_stride = (int64_t)H * D, k_stride = (int64_t)d->num_kv_heads * D;
-    const int64_t q_first = ((int64_t)b * d->seqlen_q + i0) * q_stride + (int64_t)h * D;
-    const int64_t row0 = ((int64_t)b * H + h) * d->seqlen_q + i0;
+    const int64_t row0 = ((int64_t)b * H + h) * d->seqlen_q + i0, q_first = row0 * D;
     const float *qt = a->q + q_first, *dot = a->dout + q_first;
 
     for (int r = 0; r < rows; r++) { /* a row that saw no key at all gets no gradient: P = exp2(-inf) = 0 */
@@ -85,13 +85,13 @@ static void bwd_pair(const bwd_args *a, bwd_scratch w, int b, int h, int i0, int
         w.bias[r] = lse == -INFINITY ? INFINITY : lse * LOG2E;
     }
     const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
-    kr->gemm_nn(rows, cols, D, qt, (int)q_stride, w.kt, BC, w.p, BC);
+    kr->gemm_nn(rows, cols, D, qt, D, w.kt, BC, w.p, BC);
     kr->exp2_rows(w.p, BC, rows, cols, scale_log2, w.bias, delta);
-    kr->gemm_nn(rows, cols, D, dot, (int)q_stride, w.vt, BC, w.ds, BC);
-    kr->gemm_tn_acc(cols, D, rows, w.p, BC, dot, (int)q_stride, w.dv, D);
+    kr->gemm_nn(rows, cols, D, dot, D, w.vt, BC, w.ds, BC);
+    kr->gemm_tn_acc(cols, D, rows, w.p, BC, dot, D, w.dv, D);
     kr->dsoftmax_rows(w.ds, w.p, BC, rows, cols, a->dsum + row0);
-    kr->gemm_tn_acc(cols, D, rows, w.ds, BC, qt, (int)q_stride, w.dk, D);
-    kr->gemm_nn_acc(rows, D, cols, w.ds, BC, kh, (int)k_stride, dq_part + q_first, (int)q_stride);
+    kr->gemm_tn_acc(cols, D, rows, w.ds, BC, qt, D, w.dk, D);
+    kr->gemm_nn_acc(rows, D, cols, w.ds, BC, kh, D, dq_part + q_first, D);
 }
 
 static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg, int nseg) {
@@ -106,9 +106,10 @@ static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg,
     for (int kb = seg * per_seg; kb < kb_end; kb++) {
         const int j0 = kb * BC, cols = d->seqlen_k - j0 < BC ? d->seqlen_k - j0 : BC;
         const int64_t k_first = ((int64_t)b * d->seqlen_k + j0) * k_stride + (int64_t)g * D;
-        const float *kh = a->k + k_first;
-        a->kr->transpose(cols, D, kh, (int)k_stride, w.kt, BC);
-        a->kr->transpose(cols, D, a->v + k_first, (int)k_stride, w.vt, BC);
+        const int64_t kh_first = (((int64_t)b * Hkv + g) * d->seqlen_k + j0) * D;
+        const float *kh = a->k + kh_first;
+        a->kr->transpose(cols, D, kh, D, w.kt, BC);
+        a->kr->transpose(cols, D, a->v + kh_first, D, w.vt, BC);
         memset(w.dk, 0, sizeof(float) * (size_t)cols * D);
         memset(w.dv, 0, sizeof(float) * (size_t)cols * D);
 
@@ -152,8 +153,8 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
     size_t per_thread = bwd_scratch_floats(D);
     if (per_thread < (size_t)2 * H * D + H) per_thread = (size_t)2 * H * D + H;
     per_thread = (per_thread + 15) / 16 * 16;
-    /* 16-bit storage: float32 copies of q, dout, k, v */
-    const size_t nk = (size_t)dfa__kv_elems(d), conv = d->dtype == DFA_F32 ? 0 : 2 * (size_t)nq + 2 * nk;
+    /* head-major float32 copies of q, dout, k, v */
+    const size_t nk = (size_t)dfa__kv_elems(d), conv = 2 * (size_t)nq + 2 * nk;
     const size_t floats = (size_t)nseg * (size_t)nq + per_thread * (size_t)nthreads + conv + (size_t)nlse;
     float *mem = dfa__alloc_floats(floats);
     if (!mem) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch", sizeof(float) * floats);
@@ -175,19 +176,12 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
         for (int h = 0; h < H; h++) dsum[(b * H + h) * d->seqlen_q + i] = dots[h];
     }
 
-    bwd_args args = {d, kr, q, k, v, dout, lse, dsum, dq_part, dk, dv,
-                     dfa__softmax_scale(d)};
-    if (conv) {
-        float *qf = conv_buf, *dof = qf + nq, *kf = dof + nq, *vf = kf + nk;
-        dfa__to_f32_parallel(d->dtype, q, qf, nq, nthreads);
-        dfa__to_f32_parallel(d->dtype, dout, dof, nq, nthreads);
-        dfa__to_f32_parallel(d->dtype, k, kf, (int64_t)nk, nthreads);
-        dfa__to_f32_parallel(d->dtype, v, vf, (int64_t)nk, nthreads);
-        args.q = qf;
-        args.dout = dof;
-        args.k = kf;
-        args.v = vf;
-    }
+    float *qf = conv_buf, *dof = qf + nq, *kf = dof + nq, *vf = kf + nk;
+    dfa__gather_heads(d->dtype, q, d->batch, d->seqlen_q, H, D, qf, nthreads);
+    dfa__gather_heads(d->dtype, dout, d->batch, d->seqlen_q, H, D, dof, nthreads);
+    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, D, kf, nthreads);
+    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, D, vf, nthreads);
+    const bwd_args args = {d, kr, qf, kf, vf, dof, lse, dsum, dq_part, dk, dv, dfa__softmax_scale(d)};
     const int64_t ntasks = (int64_t)d->batch * d->num_kv_heads * nseg;
     /* Segment 0 first: under a causal mask the earliest keys have the most queries. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
@@ -203,14 +197,18 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t row = 0; row < qrows; row++) {
         float *buf = scratch + per_thread * (size_t)dfa__cpu_thread_id();
-        const int64_t n = (int64_t)H * D, first = row * n;
-        memcpy(buf, dq_part + first, sizeof(float) * (size_t)n);
-        for (int s = 1; s < nseg; s++) {
-            const float *part = dq_part + (size_t)s * (size_t)nq + first;
-            for (int64_t c = 0; c < n; c++) buf[c] += part[c];
+        const int64_t n = (int64_t)H * D, b = row / d->seqlen_q, i = row % d->seqlen_q;
+        for (int h = 0; h < H; h++) {
+            const int64_t first = ((b * H + h) * d->seqlen_q + i) * D; /* head-major partials */
+            float *out = buf + (size_t)h * D;
+            memcpy(out, dq_part + first, sizeof(float) * (size_t)D);
+            for (int s = 1; s < nseg; s++) {
+                const float *part = dq_part + (size_t)s * (size_t)nq + first;
+                for (int c = 0; c < D; c++) out[c] += part[c];
+            }
+            for (int c = 0; c < D; c++) out[c] *= scale;
         }
-        for (int64_t c = 0; c < n; c++) buf[c] *= scale;
-        dfa__store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, first), n);
+        dfa__store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, row * n), n);
     }
     free(mem);
     return DFA_OK;

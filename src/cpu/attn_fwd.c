@@ -5,9 +5,9 @@
  * columns): the query tile is transposed once per task, K and V are read in
  * place by broadcasts, and the softmax statistics of each query become
  * vertical (lane-wise) operations with no horizontal reductions. Then
- * acc += P^T^T V, again with V in place. Memory beyond the caller's buffers is
- * a few tiles per thread (plus, for 16-bit storage, float32 copies of k and v:
- * linear in sequence length).
+ * acc += P^T^T V. K and V are first copied head-major in float32 (each head's
+ * rows contiguous; linear in sequence length), which keeps the hardware
+ * prefetchers streaming; beyond that, memory is a few tiles per thread.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ typedef struct {
     float *m, *l, *alpha; /* running max (base-2 units), sum, rescale factor per query [BR] */
 } fwd_scratch;
 
-static size_t fwd_scratch_floats(int D) { return (size_t)BR * D * 3 + (size_t)BC * BR + 3 * BR + 16; }
+static size_t fwd_scratch_floats(int D) { return ((size_t)BR * D * 3 + (size_t)BC * BR + 3 * BR + 15) / 16 * 16; }
 
 static fwd_scratch fwd_scratch_at(float *base, int D) {
     fwd_scratch w;
@@ -51,7 +51,7 @@ typedef struct {
     const dfa_attn_desc *d;
     const dfa__cpu_kernels *kr;
     const void *q;
-    const float *k, *v; /* float32 views of k and v */
+    const float *k, *v; /* head-major float32 copies [batch][num_kv_heads][seqlen_k][head_dim] */
     void *o;
     float *lse;
 } fwd_args;
@@ -63,10 +63,10 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     const int g = h / (H / Hkv);
     const int i0 = qb * BR, rows = d->seqlen_q - i0 < BR ? d->seqlen_q - i0 : BR;
     const float scale_log2 = dfa__softmax_scale(d) * LOG2E;
-    const int64_t q_stride = (int64_t)H * D, k_stride = (int64_t)Hkv * D;
+    const int64_t q_stride = (int64_t)H * D;
     const int64_t q_first = ((int64_t)b * d->seqlen_q + i0) * q_stride + (int64_t)h * D;
-    const float *kh = a->k + (int64_t)b * d->seqlen_k * k_stride + (int64_t)g * D;
-    const float *vh = a->v + (int64_t)b * d->seqlen_k * k_stride + (int64_t)g * D;
+    const int64_t head_first = ((int64_t)b * Hkv + g) * d->seqlen_k * D;
+    const float *kh = a->k + head_first, *vh = a->v + head_first;
 
     int ldq;
     const float *qrows = dfa__tile_in(d->dtype, a->q, q_first, q_stride, rows, D, w.qbuf, &ldq);
@@ -82,11 +82,11 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     const int kend = dfa__visible_keys(d, i0 + rows - 1); /* the last row sees the most keys */
     for (int j0 = 0; j0 < kend; j0 += BC) {
         const int cols = kend - j0 < BC ? kend - j0 : BC;
-        kr->gemm_nn(cols, BR, D, kh + j0 * k_stride, (int)k_stride, w.qt, BR, w.st, BR);
+        kr->gemm_nn(cols, BR, D, kh + (int64_t)j0 * D, D, w.qt, BR, w.st, BR);
         const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
         kr->softmax_cols(w.st, BR, cols, rows, scale_log2, delta, w.m, w.l, w.alpha);
         if (j0 > 0) kr->scale_rows(w.acc, D, rows, D, w.alpha);
-        kr->gemm_tn_acc(rows, D, cols, w.st, BR, vh + j0 * k_stride, (int)k_stride, w.acc, D);
+        kr->gemm_tn_acc(rows, D, cols, w.st, BR, vh + (int64_t)j0 * D, D, w.acc, D);
     }
 
     for (int r = 0; r < rows; r++) {
@@ -115,20 +115,16 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, co
 
     const int nthreads = dfa__cpu_threads();
     const size_t per_thread = fwd_scratch_floats(d->head_dim);
-    const size_t kv_f32 = d->dtype == DFA_F32 ? 0 : (size_t)dfa__kv_elems(d); /* float32 copies of k, v */
+    const size_t kv_f32 = (size_t)dfa__kv_elems(d); /* head-major float32 copies of k, v */
     const size_t floats = per_thread * (size_t)nthreads + 2 * kv_f32;
     float *mem = dfa__alloc_floats(floats);
     if (!mem) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch", sizeof(float) * floats);
     float *scratch = mem;
 
-    fwd_args args = {d, dfa__cpu_kernels_get(), q, (const float *)k, (const float *)v, o, lse};
-    if (kv_f32) {
-        float *kf = mem + per_thread * (size_t)nthreads, *vf = kf + kv_f32;
-        dfa__to_f32_parallel(d->dtype, k, kf, (int64_t)kv_f32, nthreads);
-        dfa__to_f32_parallel(d->dtype, v, vf, (int64_t)kv_f32, nthreads);
-        args.k = kf;
-        args.v = vf;
-    }
+    float *kf = mem + per_thread * (size_t)nthreads, *vf = kf + kv_f32;
+    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, kf, nthreads);
+    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, vf, nthreads);
+    const fwd_args args = {d, dfa__cpu_kernels_get(), q, kf, vf, o, lse};
 
     const int nqb = (d->seqlen_q + BR - 1) / BR;
     const int64_t heads = (int64_t)d->batch * d->num_heads, ntasks = heads * nqb;

@@ -30,7 +30,11 @@ static inline int dfa__tile_delta(int64_t qpos, int64_t kpos, int cols) {
 /* 64-byte aligned float scratch (free with free()); NULL on failure or n == 0 overflow. */
 float *dfa__alloc_floats(size_t n);
 
-/* dst[i] = (float) src[i] for i < n, src of storage type t, in parallel. */
-void dfa__to_f32_parallel(dfa_dtype t, const void *src, float *dst, int64_t n, int nthreads);
+/* Head-major float32 copy of a [batch, seqlen, heads, head_dim] tensor of storage
+   type t: dst[b][h][s][:] = src[b][s][h][:], in parallel. Each head's rows are then
+   contiguous, which the hardware prefetchers follow (rows of one head in the
+   caller's layout are often exactly 4 KiB apart: one page per row). */
+void dfa__gather_heads(dfa_dtype t, const void *src, int batch, int seqlen, int heads, int head_dim, float *dst,
+                       int nthreads);
 
 #endif

@@ -185,7 +185,7 @@ static dfa_status allocate(exec *e, const char *fn) {
     e->work_results = window;
     e->work = e->ops->alloc(e->ctx, window + results);
     if (!e->work) goto oom;
-    const size_t acc[3] = {e->bwd ? nq : nq, e->bwd ? nk : nl, e->bwd ? nk : 0};
+    const size_t acc[3] = {nq, e->bwd ? nk : nl, e->bwd ? nk : 0}; /* bwd: dq, dk, dv; fwd: o, lse */
     for (int i = 0; i < 3; i++) {
         if (!acc[i]) continue;
         e->acc[i] = e->ops->alloc(e->ctx, sizeof(float) * acc[i]);

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "../common/testlib.h"
+#include "common/error.h"
+#include "dist/comm.h"
 #include "distflash_mpi.h"
 
 static int rank, nranks;
@@ -236,6 +238,41 @@ static void test_create(void) {
     MPI_Comm_free(&half);
 }
 
+/* A block that fails in the middle of the protocol (injected through the communicator's
+   compute table on the last rank): that rank stops computing but keeps exchanging messages,
+   and every rank returns its status after the closing agreement, outputs untouched. */
+static dfa__compute_ops failing_ops;
+static int blocks_before_failure;
+
+static dfa_status failing_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                              float *o, float *lse) {
+    if (blocks_before_failure-- <= 0) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "test", "injected failure");
+    return dfa__compute_cpu()->fwd(ctx, d, q, k, v, o, lse);
+}
+
+static dfa_status failing_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                              const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+    if (blocks_before_failure-- <= 0) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "test", "injected failure");
+    return dfa__compute_cpu()->bwd(ctx, d, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+static void test_failure_midway(dfa_comm *c, bufs *b) {
+    const int bad = nranks - 1;
+    failing_ops = *dfa__compute_cpu();
+    failing_ops.fwd = failing_fwd;
+    failing_ops.bwd = failing_bwd;
+    const dfa__compute_ops *keep = c->compute;
+    for (int bwd = 0; bwd <= 1; bwd++)
+        for (int sched = 0; sched <= 1; sched++) {
+            if (rank == bad) c->compute = &failing_ops;
+            blocks_before_failure = nranks > 1 ? 1 : 0; /* fail the second block (the first with one rank) */
+            dfa_dist_desc d = good_desc();
+            d.schedule = sched ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
+            expect_fail(c, "failure midway", bwd, &d, b, DFA_ERR_OUT_OF_MEMORY, "injected failure");
+            c->compute = keep;
+        }
+}
+
 /* After all the failures, a valid call works; the same bits twice and with overlap off. */
 static void test_recovers(dfa_comm *c, bufs *b) {
     for (int bwd = 0; bwd <= 1; bwd++) {
@@ -273,6 +310,7 @@ int main(int argc, char **argv) {
     test_mismatch(c, &b);
     test_one_rank_bad(c, &b);
     test_bad_everywhere(c, &b);
+    test_failure_midway(c, &b);
     test_recovers(c, &b);
     release(&b);
     dfa_comm_destroy(c);

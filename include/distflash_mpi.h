@@ -32,6 +32,11 @@ extern "C" {
  * thread at a time uses a given dfa_comm. Rank order of comm is the sequence
  * order: rank r holds chunk r (dfa_dist_position).
  *
+ * Memory: a distributed call needs a few chunks' worth of scratch (three
+ * message slots, float32 accumulators); the communicator keeps it between
+ * calls, so that a training step calling layer after layer with the same
+ * shapes does not allocate and fault it in every time. dfa_comm_destroy frees it.
+ *
  * Errors: out NULL, comm MPI_COMM_NULL or an intercommunicator, MPI not
  * initialised (DFA_ERR_INVALID_ARGUMENT; these are checked on each rank before
  * anything collective, so pass the same arguments everywhere); memory

@@ -160,7 +160,7 @@ static void loadavg(char *buf, size_t len) {
 /* Per-rank record of one call, gathered to rank 0. */
 #define MAXS 64
 typedef struct {
-    double wall, compute_total, steps;
+    double wall, compute_total, steps, setup, finish, post;
     double compute[MAXS], wait[MAXS];
 } call_rec;
 
@@ -169,12 +169,15 @@ static call_rec record_of(const dfa__dist_stats *s, double wall) {
     memset(&r, 0, sizeof r);
     r.wall = wall;
     r.steps = s->steps;
+    r.setup = s->setup_s;
+    r.finish = s->finish_s;
     for (int t = 0; t < s->steps && t < DFA__STATS_MAX_STEPS; t++) {
         if (t < MAXS) {
             r.compute[t] = s->compute_s[t];
             r.wait[t] = s->wait_s[t];
         }
         r.compute_total += s->compute_s[t];
+        r.post += s->post_s[t];
     }
     return r;
 }
@@ -183,6 +186,7 @@ typedef struct {
     dfa__sched_kind kind;
     int overlap;
     double makespan; /* median fwd+bwd */
+    double best;     /* fastest repetition */
     call_rec *fwd, *bwd; /* [nranks] on rank 0: the median repetition */
 } result;
 
@@ -201,11 +205,12 @@ static void print_steps(const char *pass, const call_rec *rec, int P) {
     const int T = (int)rec[0].steps < MAXS ? (int)rec[0].steps : MAXS;
     printf("    %-4s rank |", pass);
     for (int t = 0; t < T; t++) printf(" step %-2d c/w ms  |", t);
-    printf("  compute   wait+other\n");
+    printf("  compute   wait+other (setup post finish)\n");
     for (int p = 0; p < P; p++) {
         printf("         R%-3d |", p);
         for (int t = 0; t < T; t++) printf(" %7.1f/%-7.1f |", 1e3 * rec[p].compute[t], 1e3 * rec[p].wait[t]);
-        printf(" %8.1f   %8.1f\n", 1e3 * rec[p].compute_total, 1e3 * (rec[p].wall - rec[p].compute_total));
+        printf(" %8.1f   %8.1f   (%.1f %.1f %.1f)\n", 1e3 * rec[p].compute_total, 1e3 * (rec[p].wall - rec[p].compute_total),
+               1e3 * rec[p].setup, 1e3 * rec[p].post, 1e3 * rec[p].finish);
     }
 }
 
@@ -290,69 +295,72 @@ int cmd_dist_bench(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
     }
 
+    /* Repetitions outermost, configurations inside, so that a slow spell on the shared
+       machine falls on every configuration alike. */
     static const dfa__sched_kind kinds[3] = {DFA__SCHED_RING, DFA__SCHED_PAPER, DFA__SCHED_BALANCED};
-    result res[6];
+    enum { NCFG = 6 };
+    result res[NCFG];
     dfa__dist_stats sf, sb;
-    double *ms = malloc(sizeof(double) * (size_t)o.reps);
-    call_rec *recs = malloc(sizeof(call_rec) * (size_t)(o.warmup + o.reps) * 2);
-    if (!ms || !recs) MPI_Abort(MPI_COMM_WORLD, 1);
-    for (int ci = 0; ci < 6; ci++) {
-        result *R = &res[ci];
-        R->kind = kinds[ci / 2];
-        R->overlap = ci % 2 == 0;
-        d.overlap = R->overlap;
-        double *span = malloc(sizeof(double) * (size_t)(o.warmup + o.reps));
-        for (int r = 0; r < o.warmup + o.reps; r++) {
+    const int nrep = o.warmup + o.reps;
+    double *span = malloc(sizeof(double) * NCFG * (size_t)nrep), *ms = malloc(sizeof(double) * (size_t)o.reps);
+    call_rec *recs = malloc(sizeof(call_rec) * NCFG * (size_t)nrep * 2);
+    if (!span || !ms || !recs) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (int ci = 0; ci < NCFG; ci++) {
+        res[ci].kind = kinds[ci / 2];
+        res[ci].overlap = ci % 2 == 0;
+    }
+    for (int r = 0; r < nrep; r++)
+        for (int ci = 0; ci < NCFG; ci++) {
+            d.overlap = res[ci].overlap;
             MPI_Barrier(MPI_COMM_WORLD);
             const double t0 = now();
             dfa__dist_set_stats(c, &sf);
-            dfa_status st = dfa__dist_fwd(c, &d, R->kind, q, k, v, out, lse);
+            dfa_status st = dfa__dist_fwd(c, &d, res[ci].kind, q, k, v, out, lse);
             const double t1 = now();
             dfa__dist_set_stats(c, &sb);
-            if (!st) st = dfa__dist_bwd(c, &d, R->kind, q, k, v, out, lse, dout, dq, dk, dv);
+            if (!st) st = dfa__dist_bwd(c, &d, res[ci].kind, q, k, v, out, lse, dout, dq, dk, dv);
             const double t2 = now();
             dfa__dist_set_stats(c, NULL);
             if (st) {
                 fprintf(stderr, "rank %d: %s\n", rank, dfa_last_error());
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
-            recs[2 * r] = record_of(&sf, t1 - t0);
-            recs[2 * r + 1] = record_of(&sb, t2 - t1);
+            call_rec *rc = &recs[((size_t)ci * nrep + r) * 2];
+            rc[0] = record_of(&sf, t1 - t0);
+            rc[1] = record_of(&sb, t2 - t1);
             double local = t2 - t0;
-            MPI_Allreduce(&local, &span[r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(&local, &span[ci * nrep + r], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         }
+    for (int ci = 0; ci < NCFG; ci++) {
+        result *R = &res[ci];
         /* the median repetition (every rank sees the same spans) */
-        int med = o.warmup;
-        for (int r = o.warmup; r < o.warmup + o.reps; r++) ms[r - o.warmup] = span[r];
+        for (int r = o.warmup; r < nrep; r++) ms[r - o.warmup] = span[ci * nrep + r];
         qsort(ms, (size_t)o.reps, sizeof(double), cmp_double);
         R->makespan = ms[o.reps / 2];
-        for (int r = o.warmup; r < o.warmup + o.reps; r++)
-            if (span[r] == R->makespan) med = r;
-        free(span);
+        R->best = ms[0];
+        int med = o.warmup;
+        for (int r = o.warmup; r < nrep; r++)
+            if (span[ci * nrep + r] == R->makespan) med = r;
         R->fwd = rank == 0 ? malloc(sizeof(call_rec) * (size_t)P) : NULL;
         R->bwd = rank == 0 ? malloc(sizeof(call_rec) * (size_t)P) : NULL;
-        MPI_Gather(&recs[2 * med], (int)sizeof(call_rec), MPI_BYTE, R->fwd, (int)sizeof(call_rec), MPI_BYTE, 0,
-                   MPI_COMM_WORLD);
-        MPI_Gather(&recs[2 * med + 1], (int)sizeof(call_rec), MPI_BYTE, R->bwd, (int)sizeof(call_rec), MPI_BYTE, 0,
-                   MPI_COMM_WORLD);
-        if (rank == 0) {
-            printf("  measured %-8s overlap %-3s: %.3f s\n", dfa__sched_name(R->kind), R->overlap ? "on" : "off",
-                   R->makespan);
-            fflush(stdout);
-        }
+        const call_rec *rc = &recs[((size_t)ci * nrep + med) * 2];
+        MPI_Gather(&rc[0], (int)sizeof(call_rec), MPI_BYTE, R->fwd, (int)sizeof(call_rec), MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Gather(&rc[1], (int)sizeof(call_rec), MPI_BYTE, R->bwd, (int)sizeof(call_rec), MPI_BYTE, 0, MPI_COMM_WORLD);
     }
+    free(span);
 
     if (rank == 0) {
         loadavg(load, sizeof load);
         printf("loadavg after: %s\n", load);
-        printf("\n%-9s %-7s %10s %9s %9s %10s\n", "schedule", "overlap", "f+b s", "vs ring", "vs paper",
-               o.single ? "vs 1 proc" : "");
+        printf("\n%-9s %-7s %10s %9s %9s %10s %9s\n", "schedule", "overlap", "f+b s", "vs ring", "vs paper",
+               o.single ? "vs 1 proc" : "", "(min s)");
         for (int ci = 0; ci < 6; ci++) {
             const result *R = &res[ci];
             printf("%-9s %-7s %10.3f %8.3fx %8.3fx", dfa__sched_name(R->kind), R->overlap ? "on" : "off", R->makespan,
                    res[ci % 2].makespan / R->makespan, res[2 + ci % 2].makespan / R->makespan);
             if (o.single) printf(" %9.3fx", single / R->makespan);
-            printf("\n");
+            else printf(" %10s", "");
+            printf(" %9.3f\n", R->best);
         }
         for (int ci = 0; ci < 6; ci++) {
             const result *R = &res[ci];

@@ -49,6 +49,16 @@ struct dfa_comm {
     int rank, size;
     void *impl;                    /* the backend's own state */
     struct dfa__dist_stats *stats; /* optional timing of the next calls (executor.h) */
+    /* Scratch kept between calls (a training step calls with the same shapes layer after
+       layer; fresh buffers would be page-faulted in every time): the compute context for
+       the shapes of ctx_key, and the executor's workspace. Freed by dfa__comm_drop_cache. */
+    void *ctx;
+    dfa_attn_desc ctx_key;
+    void *ws;
+    size_t ws_bytes;
 };
+
+/* Frees the cached scratch (dfa_comm_destroy calls it before the backend's destroy). */
+void dfa__comm_drop_cache(dfa_comm *c);
 
 #endif

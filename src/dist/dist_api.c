@@ -10,7 +10,9 @@
 #include "executor.h"
 
 void dfa_comm_destroy(dfa_comm *c) {
-    if (c) c->ops->destroy(c);
+    if (!c) return;
+    dfa__comm_drop_cache(c);
+    c->ops->destroy(c);
 }
 
 int dfa_comm_rank(const dfa_comm *c) { return c ? c->rank : -1; }

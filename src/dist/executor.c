@@ -168,28 +168,64 @@ static void free_plan(exec *e) {
     e->steps = NULL;
 }
 
+void dfa__comm_drop_cache(dfa_comm *c) {
+    if (!c) return;
+    if (c->ws) c->compute->release(c->ctx, c->ws);
+    if (c->ctx) c->compute->ctx_destroy(c->ctx);
+    c->ws = NULL;
+    c->ws_bytes = 0;
+    c->ctx = NULL;
+}
+
+/* The compute context depends on the storage type and the block sizes only. */
+static int same_shapes(const dfa_attn_desc *a, const dfa_attn_desc *b) {
+    return a->batch == b->batch && a->seqlen_q == b->seqlen_q && a->seqlen_k == b->seqlen_k &&
+           a->num_heads == b->num_heads && a->num_kv_heads == b->num_kv_heads && a->head_dim == b->head_dim &&
+           a->dtype == b->dtype;
+}
+
+/* Carves the pass's buffers out of the communicator's cached workspace (grown when too small). */
 static dfa_status allocate(exec *e, const char *fn) {
+    dfa_comm *c = e->c;
     const dfa_attn_desc *d = &e->d;
     const size_t nq = (size_t)d->batch * e->n * d->num_heads * d->head_dim;
     const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
-    dfa_status st = e->ops->ctx_create(d, &e->ctx);
-    if (st) return st;
-    for (int i = 0; i < 3; i++) {
-        e->arena[i] = e->ops->alloc(e->ctx, e->arena_bytes);
-        if (!e->arena[i]) goto oom;
+    if (c->ctx && !same_shapes(&c->ctx_key, d)) dfa__comm_drop_cache(c);
+    if (!c->ctx) {
+        dfa_status st = e->ops->ctx_create(d, &c->ctx);
+        if (st) {
+            c->ctx = NULL;
+            return st;
+        }
+        c->ctx_key = *d;
     }
+    e->ctx = c->ctx;
+    const size_t arena = align_up(e->arena_bytes);
     const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
     const size_t results = parts_total(msg_parts(e, DFA__MSG_QRESULT, e->n)) +
                            (e->bwd ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
-    e->work_results = window;
-    e->work = e->ops->alloc(e->ctx, window + results);
-    if (!e->work) goto oom;
     const size_t acc[3] = {nq, e->bwd ? nk : nl, e->bwd ? nk : 0}; /* bwd: dq, dk, dv; fwd: o, lse */
+    size_t total = 3 * arena + align_up(window + results);
+    for (int i = 0; i < 3; i++) total += align_up(sizeof(float) * acc[i]);
+    if (c->ws_bytes < total) {
+        if (c->ws) e->ops->release(c->ctx, c->ws);
+        c->ws = e->ops->alloc(c->ctx, total);
+        c->ws_bytes = c->ws ? total : 0;
+        if (!c->ws)
+            return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn,
+                             "cannot allocate %zu bytes for the distributed pass (3 message slots of %zu bytes, "
+                             "float32 accumulators, partial results)",
+                             total, e->arena_bytes);
+    }
+    char *p = c->ws;
+    for (int i = 0; i < 3; i++, p += arena) e->arena[i] = p;
+    e->work_results = window;
+    e->work = p;
+    p += align_up(window + results);
     for (int i = 0; i < 3; i++) {
-        if (!acc[i]) continue;
-        e->acc[i] = e->ops->alloc(e->ctx, sizeof(float) * acc[i]);
-        if (!e->acc[i]) goto oom;
+        e->acc[i] = acc[i] ? (float *)p : NULL;
+        p += align_up(sizeof(float) * acc[i]);
     }
     if (e->bwd) {
         for (int i = 0; i < 3; i++) e->ops->fill_f32(e->ctx, e->acc[i], (int64_t)acc[i], 0.0f);
@@ -198,24 +234,10 @@ static dfa_status allocate(exec *e, const char *fn) {
         e->ops->fill_f32(e->ctx, e->acc[1], (int64_t)nl, -INFINITY); /* nothing seen yet */
     }
     return DFA_OK;
-oom:
-    return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the buffers of the distributed pass "
-                     "(3 x %zu bytes of message slots, accumulators of %zu float32)",
-                     e->arena_bytes, 2 * nq + nk);
 }
 
-static void release(exec *e) {
-    if (e->ctx || e->arena[0] || e->work) {
-        for (int i = 0; i < 3; i++) {
-            e->ops->release(e->ctx, e->arena[i]);
-            e->ops->release(e->ctx, e->acc[i]);
-        }
-        e->ops->release(e->ctx, e->work);
-    }
-    if (e->ctx) e->ops->ctx_destroy(e->ctx);
-    e->ctx = NULL;
-    free_plan(e);
-}
+/* The workspace stays with the communicator; only the plan goes. */
+static void release(exec *e) { free_plan(e); }
 
 /* Copies rows [r0, r0 + rows) of this rank's query side (fwd: q; bwd: q, o, dout, lse) into
    packed parts. */

@@ -160,7 +160,7 @@ static void loadavg(char *buf, size_t len) {
 /* Per-rank record of one call, gathered to rank 0. */
 #define MAXS 64
 typedef struct {
-    double wall, compute_total, steps, setup, finish, post;
+    double wall, compute_total, steps, setup, finish, post, compute_cpu;
     double compute[MAXS], wait[MAXS];
 } call_rec;
 
@@ -171,6 +171,7 @@ static call_rec record_of(const dfa__dist_stats *s, double wall) {
     r.steps = s->steps;
     r.setup = s->setup_s;
     r.finish = s->finish_s;
+    r.compute_cpu = s->compute_cpu_s;
     for (int t = 0; t < s->steps && t < DFA__STATS_MAX_STEPS; t++) {
         if (t < MAXS) {
             r.compute[t] = s->compute_s[t];
@@ -201,16 +202,19 @@ static double schedule_flops(const dfa__sched *s, const dfa__msg_shape *sh, int 
     return f;
 }
 
-static void print_steps(const char *pass, const call_rec *rec, int P) {
+/* cpu share: process CPU time during the blocks over their wall time x threads; below 100%
+   the rank shared its cores with something else (other programs on the machine). */
+static void print_steps(const char *pass, const call_rec *rec, int P, int threads) {
     const int T = (int)rec[0].steps < MAXS ? (int)rec[0].steps : MAXS;
     printf("    %-4s rank |", pass);
     for (int t = 0; t < T; t++) printf(" step %-2d c/w ms  |", t);
-    printf("  compute   wait+other (setup post finish)\n");
+    printf("  compute   wait+other (setup post finish)  cpu share\n");
     for (int p = 0; p < P; p++) {
         printf("         R%-3d |", p);
         for (int t = 0; t < T; t++) printf(" %7.1f/%-7.1f |", 1e3 * rec[p].compute[t], 1e3 * rec[p].wait[t]);
-        printf(" %8.1f   %8.1f   (%.1f %.1f %.1f)\n", 1e3 * rec[p].compute_total, 1e3 * (rec[p].wall - rec[p].compute_total),
-               1e3 * rec[p].setup, 1e3 * rec[p].post, 1e3 * rec[p].finish);
+        printf(" %8.1f   %8.1f   (%.1f %.1f %.1f)  %5.1f%%\n", 1e3 * rec[p].compute_total,
+               1e3 * (rec[p].wall - rec[p].compute_total), 1e3 * rec[p].setup, 1e3 * rec[p].post, 1e3 * rec[p].finish,
+               rec[p].compute_total > 0 ? 100 * rec[p].compute_cpu / (rec[p].compute_total * threads) : 0.0);
     }
 }
 
@@ -381,8 +385,8 @@ int cmd_dist_bench(int argc, char **argv) {
             printf("\n%s, overlap %s: fwd+bwd %.3f s; measured rate %.1f GFLOP/s fwd, %.1f bwd per rank\n",
                    dfa__sched_name(R->kind), R->overlap ? "on" : "off", R->makespan, mf.flops / 1e9, mb.flops / 1e9);
             if (show) {
-                print_steps("fwd", R->fwd, P);
-                print_steps("bwd", R->bwd, P);
+                print_steps("fwd", R->fwd, P, o.threads);
+                print_steps("bwd", R->bwd, P, o.threads);
             }
             printf("    rank   idle measured (fwd+bwd)   idle simulated\n");
             for (int p = 0; p < P; p++) {

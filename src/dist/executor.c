@@ -21,6 +21,12 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s) {
     if (c) c->stats = s;
 }
@@ -450,9 +456,10 @@ static dfa_status run_steps(exec *e, dfa__dist_stats *stats) {
             if ((st = wait_timed(e, pending))) break;
             pending = NULL;
         }
-        const double c0 = now();
+        const double c0 = now(), u0 = stats ? cpu_now() : 0.0;
         compute(e, t);
         const double c1 = now();
+        if (stats) stats->compute_cpu_s += cpu_now() - u0;
         if (e->overlap && (st = wait_timed(e, pending))) break;
         /* after this step's own block in both modes: the same order of sums, the same bits */
         consume(e, t - 1);

@@ -32,6 +32,9 @@ typedef struct dfa__dist_stats {
     double compute_s[DFA__STATS_MAX_STEPS];   /* the step's block(s) */
     double wait_s[DFA__STATS_MAX_STEPS];      /* blocked in waits; the last step includes the tail */
     double post_s[DFA__STATS_MAX_STEPS];      /* posting (packing, starting transfers), merging results */
+    double compute_cpu_s;                     /* process CPU time during the blocks (all threads): against
+                                                 compute_s x threads it shows how much of the cores this
+                                                 rank actually got */
     double setup_s;                           /* validation, allocation, the collective check */
     double finish_s;                          /* the closing agreement and writing the outputs */
     double total_s;

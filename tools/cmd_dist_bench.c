@@ -191,13 +191,15 @@ typedef struct {
     call_rec *fwd, *bwd; /* [nranks] on rank 0: the median repetition */
 } result;
 
-/* Total FLOPs of all tasks of a schedule (for the rate that calibrates the simulator). */
-static double schedule_flops(const dfa__sched *s, const dfa__msg_shape *sh, int bwd) {
+/* FLOPs of the tasks of one rank (rank >= 0) or of all ranks (rank < 0): with the measured
+   compute times they give the rates that calibrate the simulator. */
+static double schedule_flops(const dfa__sched *s, const dfa__msg_shape *sh, int bwd, int rank_only) {
     double f = 0.0;
     for (int t = 0; t < dfa__sched_steps(s); t++)
         for (int r = 0; r < s->nranks; r++) {
             dfa__task k;
-            if (dfa__sched_task(s, r, t, &k)) f += dfa__task_flops(&k, s->rows, sh, bwd);
+            if ((rank_only < 0 || r == rank_only) && dfa__sched_task(s, r, t, &k))
+                f += dfa__task_flops(&k, s->rows, sh, bwd);
         }
     return f;
 }
@@ -376,35 +378,51 @@ int cmd_dist_bench(int argc, char **argv) {
                 cf += R->fwd[p].compute_total;
                 cb += R->bwd[p].compute_total;
             }
-            dfa__sim_model mf = {0, R->overlap, schedule_flops(&s, &sh, 0) / cf, o.bandwidth, o.latency, sh};
+            dfa__sim_model mf = {0, R->overlap, schedule_flops(&s, &sh, 0, -1) / cf, o.bandwidth, o.latency, sh, NULL};
             dfa__sim_model mb = mf;
             mb.bwd = 1;
-            mb.flops = schedule_flops(&s, &sh, 1) / cb;
-            dfa__sim_result rf, rb;
+            mb.flops = schedule_flops(&s, &sh, 1, -1) / cb;
+            dfa__sim_result rf, rb, qf, qb;
             const int simok = dfa__sim_run(&s, &mf, &rf) == 0 && dfa__sim_run(&s, &mb, &rb) == 0;
+            /* again with each rank's own measured rate (cores differ, and other programs slow some) */
+            double *rate_f = malloc(sizeof(double) * (size_t)P), *rate_b = malloc(sizeof(double) * (size_t)P);
+            for (int p = 0; p < P; p++) {
+                const double ff = schedule_flops(&s, &sh, 0, p), fb = schedule_flops(&s, &sh, 1, p);
+                rate_f[p] = ff > 0 && R->fwd[p].compute_total > 0 ? ff / R->fwd[p].compute_total : mf.flops;
+                rate_b[p] = fb > 0 && R->bwd[p].compute_total > 0 ? fb / R->bwd[p].compute_total : mb.flops;
+            }
+            dfa__sim_model pf = mf, pb = mb;
+            pf.rank_flops = rate_f;
+            pb.rank_flops = rate_b;
+            const int simok2 = simok && dfa__sim_run(&s, &pf, &qf) == 0 && dfa__sim_run(&s, &pb, &qb) == 0;
             printf("\n%s, overlap %s: fwd+bwd %.3f s; measured rate %.1f GFLOP/s fwd, %.1f bwd per rank\n",
                    dfa__sched_name(R->kind), R->overlap ? "on" : "off", R->makespan, mf.flops / 1e9, mb.flops / 1e9);
             if (show) {
                 print_steps("fwd", R->fwd, P, o.threads);
                 print_steps("bwd", R->bwd, P, o.threads);
             }
-            printf("    rank   idle measured (fwd+bwd)   idle simulated\n");
-            for (int p = 0; p < P; p++) {
+            printf("    idle (fwd+bwd)  measured            simulated, one rate     simulated, each rank's rate\n");
+            for (int p = 0; p < P && simok2; p++) {
                 const double wall = R->fwd[p].wall + R->bwd[p].wall;
                 const double idle = wall - R->fwd[p].compute_total - R->bwd[p].compute_total;
-                if (simok) {
-                    const double sidle = rf.makespan - rf.compute[p] + rb.makespan - rb.compute[p];
-                    printf("    R%-4d %8.3f s (%5.1f%%)      %8.3f s (%5.1f%%)\n", p, idle, 100 * idle / wall, sidle,
-                           100 * sidle / (rf.makespan + rb.makespan));
-                } else {
-                    printf("    R%-4d %8.3f s (%5.1f%%)      (simulator failed)\n", p, idle, 100 * idle / wall);
-                }
+                const double s1 = rf.makespan - rf.compute[p] + rb.makespan - rb.compute[p];
+                const double s2 = qf.makespan - qf.compute[p] + qb.makespan - qb.compute[p];
+                printf("    R%-4d          %7.3f s (%5.1f%%)   %7.3f s (%5.1f%%)       %7.3f s (%5.1f%%)\n", p, idle,
+                       100 * idle / wall, s1, 100 * s1 / (rf.makespan + rb.makespan), s2,
+                       100 * s2 / (qf.makespan + qb.makespan));
             }
-            if (simok) {
-                printf("    predicted makespan %.3f s (measured %.3f s)\n", rf.makespan + rb.makespan, R->makespan);
+            if (simok2) {
+                printf("    makespan        measured %.3f s   predicted %.3f s         predicted %.3f s\n", R->makespan,
+                       rf.makespan + rb.makespan, qf.makespan + qb.makespan);
                 dfa__sim_free(&rf);
                 dfa__sim_free(&rb);
+                dfa__sim_free(&qf);
+                dfa__sim_free(&qb);
+            } else {
+                printf("    (the simulator failed)\n");
             }
+            free(rate_f);
+            free(rate_b);
         }
         for (int ci = 0; ci < 6; ci++) {
             free(res[ci].fwd);

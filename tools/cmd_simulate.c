@@ -48,7 +48,7 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, sim_opts *o) {
-    *o = (sim_opts){0, 0, 0, 0, 1, 1, DFA__SCHED_BALANCED, 4096, {0, 1, 4e14, 3e11, 1e-5, {1, 32, 8, 128, 2}}, "bf16"};
+    *o = (sim_opts){0, 0, 0, 0, 1, 1, DFA__SCHED_BALANCED, 4096, {0, 1, 4e14, 3e11, 1e-5, {1, 32, 8, 128, 2}, NULL}, "bf16"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEXT()                                                                                                     \

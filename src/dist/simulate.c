@@ -225,7 +225,8 @@ int dfa__sim_run(const dfa__sched *s, const dfa__sim_model *m, dfa__sim_result *
             double c = 0.0;
             if (dfa__sched_task(s, p, t, &tk))
                 c = unit ? (double)dfa__task_pairs(&tk, s->rows) / ((double)s->rows * s->rows)
-                         : dfa__task_flops(&tk, s->rows, &m->shape, m->bwd) / m->flops;
+                         : dfa__task_flops(&tk, s->rows, &m->shape, m->bwd) /
+                               (m->rank_flops ? m->rank_flops[p] : m->flops);
             double wait;
             if (m->overlap) {
                 const double end = post[p] + c;

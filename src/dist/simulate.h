@@ -28,6 +28,7 @@ typedef struct {
     double bandwidth;  /* bytes/s per rank per direction (ignored by the unit model) */
     double latency;    /* seconds per message (ignored by the unit model) */
     dfa__msg_shape shape;
+    const double *rank_flops; /* optional [nranks] FLOP/s of each rank (replaces flops; e.g. measured) */
 } dfa__sim_model;
 
 typedef struct {

@@ -30,10 +30,10 @@ static void bwd_rows_f(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_t
     if (nseg > nkb) nseg = nkb;
     float *mem = dfa__alloc_floats(2 * nq + 2 * nk + nl + (size_t)nseg * nq);
     float *qf = mem, *dof = qf + nq, *kf = dof + nq, *vf = kf + nk, *dsum = vf + nk, *part = dsum + nl;
-    dfa__gather_heads(DFA_F32, q, d->batch, Sq, H, D, qf, nthreads);
-    dfa__gather_heads(DFA_F32, dout, d->batch, Sq, H, D, dof, nthreads);
-    dfa__gather_heads(DFA_F32, k, d->batch, Sk, Hkv, D, kf, nthreads);
-    dfa__gather_heads(DFA_F32, v, d->batch, Sk, Hkv, D, vf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, q, d->batch, Sq, H, D, qf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, dout, d->batch, Sq, H, D, dof, nthreads);
+    dfa__gather_heads(kr, DFA_F32, k, d->batch, Sk, Hkv, D, kf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, v, d->batch, Sk, Hkv, D, vf, nthreads);
     memset(part, 0, sizeof(float) * (size_t)nseg * nq);
     for (int64_t r = 0; r < (int64_t)d->batch * Sq * H; r++) { /* (b, i, h) */
         const int64_t h = r % H, bi = r / H, b = bi / Sq, i = bi % Sq;

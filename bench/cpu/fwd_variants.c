@@ -95,8 +95,8 @@ static void fwd_transposed(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, l
     const float c = scale_log2_of(d);
     const size_t nk = (size_t)d->batch * d->seqlen_k * Hkv * D;
     float *kf = malloc(sizeof(float) * nk * 2), *vf = kf + nk;
-    dfa__gather_heads(DFA_F32, k, d->batch, d->seqlen_k, Hkv, D, kf, nthreads);
-    dfa__gather_heads(DFA_F32, v, d->batch, d->seqlen_k, Hkv, D, vf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, k, d->batch, d->seqlen_k, Hkv, D, kf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, v, d->batch, d->seqlen_k, Hkv, D, vf, nthreads);
 #pragma omp parallel num_threads(nthreads)
     {
         float *qt = dfa__alloc_floats((size_t)BR * D * 2 + (size_t)BC * BR + 3 * BR);

@@ -69,7 +69,7 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     const float *kh = a->k + head_first, *vh = a->v + head_first;
 
     int ldq;
-    const float *qrows = dfa__tile_in(d->dtype, a->q, q_first, q_stride, rows, D, w.qbuf, &ldq);
+    const float *qrows = dfa__tile_in(kr, d->dtype, a->q, q_first, q_stride, rows, D, w.qbuf, &ldq);
     kr->transpose(rows, D, qrows, ldq, w.qt, BR);
     if (rows < BR)
         for (int c = 0; c < D; c++) memset(w.qt + (size_t)c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
@@ -94,7 +94,7 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
 
     for (int r = 0; r < rows; r++) {
         const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f; /* a row that saw no key: o = 0 */
-        dfa__tile_out(d->dtype, a->o, q_first + r * q_stride, q_stride, 1, D, w.acc + (size_t)r * D, D, inv);
+        dfa__tile_out(kr, d->dtype, a->o, q_first + r * q_stride, q_stride, 1, D, w.acc + (size_t)r * D, D, inv);
         if (a->lse)
             a->lse[((int64_t)b * H + h) * d->seqlen_q + i0 + r] =
                 w.l[r] > 0.0f ? (w.m[r] + log2f(w.l[r])) * LN2 : -INFINITY;
@@ -124,10 +124,11 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, co
     if (!mem) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch", sizeof(float) * floats);
     float *scratch = mem;
 
+    const dfa__cpu_kernels *kr = dfa__cpu_kernels_get();
     float *kf = mem + per_thread * (size_t)nthreads, *vf = kf + kv_f32;
-    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, kf, nthreads);
-    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, vf, nthreads);
-    const fwd_args args = {d, dfa__cpu_kernels_get(), q, kf, vf, o, lse};
+    dfa__gather_heads(kr, d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, kf, nthreads);
+    dfa__gather_heads(kr, d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, vf, nthreads);
+    const fwd_args args = {d, kr, q, kf, vf, o, lse};
 
     const int nqb = (d->seqlen_q + BR - 1) / BR;
     const int64_t heads = (int64_t)d->batch * d->num_heads, ntasks = heads * nqb;

@@ -45,7 +45,7 @@ float *dfa__alloc_floats(size_t n);
    type t: dst[b][h][s][:] = src[b][s][h][:], in parallel. Each head's rows are then
    contiguous, which the hardware prefetchers follow (rows of one head in the
    caller's layout are often exactly 4 KiB apart: one page per row). */
-void dfa__gather_heads(dfa_dtype t, const void *src, int batch, int seqlen, int heads, int head_dim, float *dst,
-                       int nthreads);
+void dfa__gather_heads(const dfa__cpu_kernels *kr, dfa_dtype t, const void *src, int batch, int seqlen, int heads,
+                       int head_dim, float *dst, int nthreads);
 
 #endif

@@ -99,7 +99,10 @@ static __device__ __forceinline__ void dfa__mbar_arrive(uint32_t bar) {
    its phase "-1" (parity 1) as complete, so producers start waiting on parity 1. */
 static __device__ __forceinline__ void dfa__mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
+    const long long t0 = clock64();
     do {
+        /* a wait of ~10 s means a lost copy or arrival: fail the launch instead of hanging */
+        if (clock64() - t0 > 20000000000LL) __trap();
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)

@@ -4,7 +4,8 @@
  * GQA/MQA; every head-dim class; bf16 and f16; every forward kernel the device
  * has; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
- * DFA_GPU_TEST_SMALL=1 runs a few tiny cases (for compute-sanitizer). */
+ * DFA_GPU_TEST_SMALL=1 runs a few tiny cases (for compute-sanitizer);
+ * DFA_GPU_TEST_FWD=mma|wgmma checks one forward kernel only (wgmma: no backward). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "gpu_util.h"
 
 static int cc;
+static const char *only_fwd; /* DFA_GPU_TEST_FWD=mma|wgmma: check one forward kernel (wgmma: no backward) */
 
 static double atol_rel(dfa_dtype t) { return t == DFA_F16 ? 0x1p-13 : 0x1p-10; }
 
@@ -70,6 +72,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
     const int wgmma_ok = cc == 90 && (d->head_dim == 64 || d->head_dim == 128);
     const char *kernels[2] = {"mma", "wgmma"};
     for (int kern = 0; kern < 1 + wgmma_ok; kern++) {
+        if (only_fwd && strcmp(only_fwd, kernels[kern])) continue;
         setenv("DFA_CUDA_FWD_KERNEL", kernels[kern], 1);
         for (int rep = 0; rep < 2; rep++) {
             dev_poison(od, (size_t)nq * es);
@@ -111,9 +114,11 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
     }
     unsetenv("DFA_CUDA_FWD_KERNEL");
 
-    if (with_bwd) {
-        /* the backward reads the o and lse of the default forward */
+    if (with_bwd && !(only_fwd && !strcmp(only_fwd, "wgmma"))) {
+        /* the backward reads the o and lse of the mma.sync forward (checked above) */
+        setenv("DFA_CUDA_FWD_KERNEL", "mma", 1);
         dfa_status st = dfa_attn_fwd_cuda(d, qd, kd, vd, od, ld, 0);
+        unsetenv("DFA_CUDA_FWD_KERNEL");
         CHECK(st == DFA_OK, "fwd failed: %s", dfa_last_error());
         void *dout = tl_alloc(t, nq), *dq = tl_alloc(t, nq), *dk = tl_alloc(t, nk), *dv = tl_alloc(t, nk);
         void *dq2 = tl_alloc(t, nq), *dk2 = tl_alloc(t, nk), *dv2 = tl_alloc(t, nk);
@@ -319,6 +324,8 @@ int main(void) {
     tl_init("test_gpu_attn");
     if (!have_gpu()) return 77; /* ctest: skipped */
     cc = device_cc();
+    only_fwd = getenv("DFA_GPU_TEST_FWD");
+    if (only_fwd && !*only_fwd) only_fwd = NULL;
     printf("device compute capability %d.%d; %s\n", cc / 10, cc % 10, dfa_version_string());
     const char *sm = getenv("DFA_GPU_TEST_SMALL");
     const int small = sm && *sm == '1';

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
+# peers. Logs go to $OUT (or out/), a short summary is printed last.
+#   STAGES="build sass test lab sanitize bench peers fit"  (default: all but fit)
+#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out}; mkdir -p "$OUT"
+STAGES=${STAGES:-"build sass test sanitize lab bench peers"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+export NCCL_NVLS_ENABLE=0
+summary=()
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+
+date -u > "$OUT/env.txt"; nvidia-smi >> "$OUT/env.txt" 2>&1; nvcc --version | tail -2 >> "$OUT/env.txt"
+cat /proc/loadavg >> "$OUT/env.txt"
+
+B=build-gpu
+if has build; then
+  stamp build
+  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDFA_WITH_MPI=OFF -DDFA_CUDA_VERBOSE_PTXAS=ON \
+        -DDFA_CUDA_GENCODE="-gencode=arch=compute_90a,code=sm_90a" > "$OUT/build.log" 2>&1 &&
+  cmake --build $B -j 16 >> "$OUT/build.log" 2>&1
+  rc=$?; summary+=("build rc=$rc"); [ $rc = 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
+fi
+if has sass; then
+  stamp sass
+  cuobjdump --dump-sass $B/src/libdistflash.a > /tmp/sass.txt 2>&1
+  awk '/Function :/{f=$3} /HGMMA/{g[f]++} /HMMA/{h[f]++} /LDSM/{l[f]++} /UTMALDG/{t[f]++} /LDL|STL/{s[f]++}
+       END{for (f in g) print "HGMMA", g[f], f; for (f in h) print "HMMA", h[f], f; for (f in t) print "UTMALDG", t[f], f; for (f in s) print "LDL/STL", s[f], f}' \
+       /tmp/sass.txt | sort > "$OUT/sass_summary.txt"
+  summary+=("sass: $(grep -c ^HGMMA "$OUT/sass_summary.txt") kernels with HGMMA, $(grep -c ^HMMA "$OUT/sass_summary.txt") with HMMA")
+fi
+if has test; then
+  stamp test
+  T=$B/tests/gpu
+  { timeout 120 $T/test_gpu_errors; echo "rc=$?";
+    DFA_GPU_TEST_FWD=mma timeout 400 $T/test_gpu_attn; echo "rc=$?";
+    DFA_GPU_TEST_FWD=wgmma timeout 200 $T/test_gpu_attn; echo "rc=$?"; } > "$OUT/test.log" 2>&1
+  summary+=("gpu tests: $(grep -E 'checks,|^rc=' "$OUT/test.log" | tr '\n' ' ')")
+  grep -E "FAIL" "$OUT/test.log" | head -30 | cut -c1-400
+fi
+if has lab; then
+  stamp lab
+  $B/bench/gpu/dfa_lab_cuda ${LAB_ARGS:---dims 64,128 --seqlens 8k,32k --causal 0,1} 2>&1 | tee "$OUT/lab.log"
+fi
+if has sanitize; then
+  stamp sanitize
+  (cd $B && ctest -L gpu -R "memcheck|racecheck" --output-on-failure --timeout 300) > "$OUT/sanitize.log" 2>&1
+  rc=$?; summary+=("sanitizer rc=$rc: $(grep -E 'tests passed' "$OUT/sanitize.log")")
+  grep -E "ERROR SUMMARY|Hazard|Invalid|FAIL" "$OUT/sanitize.log" | sort | uniq -c | head -15
+fi
+if has bench; then
+  stamp bench
+  $B/bench/gpu/dfa_bench_cuda --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
+fi
+if has peers; then
+  stamp peers
+  PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py ${PEER_ARGS:-} --json "$OUT/peers.json" > "$OUT/peers.log" 2>&1
+  tail -3 "$OUT/peers.log"
+  [ -f "$OUT/ours.json" ] && python3 bench/gpu/table.py "$OUT/ours.json" "$OUT/peers.json" | tee "$OUT/table.md"
+fi
+if has fit; then
+  stamp fit
+  $B/bench/gpu/dfa_bench_cuda --device cuda --fit "${FIT_S:-1700000}" 2>&1 | tee "$OUT/fit.log"
+fi
+stamp done
+printf '%s\n' "${summary[@]}"

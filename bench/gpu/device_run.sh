@@ -36,8 +36,8 @@ if has test; then
   stamp test
   T=$B/tests/gpu
   { timeout 120 $T/test_gpu_errors; echo "rc=$?";
-    DFA_GPU_TEST_FWD=mma timeout 400 $T/test_gpu_attn; echo "rc=$?";
-    DFA_GPU_TEST_FWD=wgmma timeout 200 $T/test_gpu_attn; echo "rc=$?"; } > "$OUT/test.log" 2>&1
+    DFA_GPU_TEST_KERNEL=mma timeout 400 $T/test_gpu_attn; echo "rc=$?";
+    DFA_GPU_TEST_KERNEL=wgmma timeout 300 $T/test_gpu_attn; echo "rc=$?"; } > "$OUT/test.log" 2>&1
   summary+=("gpu tests: $(grep -E 'checks,|^rc=' "$OUT/test.log" | tr '\n' ' ')")
   grep -E "FAIL" "$OUT/test.log" | head -30 | cut -c1-400
 fi

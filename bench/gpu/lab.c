@@ -6,7 +6,8 @@
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
  *
  * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
- * and the backward dq paths (f32 atomics; deterministic dq pass). */
+ * and the backward kernels (mma.sync; wgmma) with either dq path (f32 atomics;
+ * deterministic dq pass). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -26,16 +27,18 @@
     } while (0)
 
 typedef struct {
-    const char *name, *fwd_kernel, *fwd_variant;
+    const char *name, *fwd_kernel, *fwd_variant, *bwd_kernel;
     int bwd, deterministic;
 } variant;
 
 static const variant variants[] = {
-    {"fwd mma.sync", "mma", "0", 0, 0},
-    {"bwd atomic dq", "mma", "0", 1, 0},
-    {"bwd deterministic dq", "mma", "0", 1, 1},
-    {"fwd wgmma", "wgmma", "0", 0, 0},
-    {"fwd wgmma ping-pong", "wgmma", "1", 0, 0},
+    {"fwd mma.sync", "mma", "0", "mma", 0, 0},
+    {"bwd mma atomic dq", "mma", "0", "mma", 1, 0},
+    {"bwd mma determ. dq", "mma", "0", "mma", 1, 1},
+    {"fwd wgmma", "wgmma", "0", "mma", 0, 0},
+    {"fwd wgmma ping-pong", "wgmma", "1", "mma", 0, 0},
+    {"bwd wgmma atomic dq", "wgmma", "1", "wgmma", 1, 0},
+    {"bwd wgmma determ. dq", "wgmma", "1", "wgmma", 1, 1},
 };
 
 static uint64_t rng = 88172645463325252ull;
@@ -76,6 +79,7 @@ static void set_variant(const variant *v) {
     else unsetenv("DFA_CUDA_FWD_KERNEL");
     if (v->fwd_variant) setenv("DFA_CUDA_FWD_VARIANT", v->fwd_variant, 1);
     else unsetenv("DFA_CUDA_FWD_VARIANT");
+    setenv("DFA_CUDA_BWD_KERNEL", v->bwd_kernel, 1);
 }
 
 static double rel_diff(const uint16_t *a, const uint16_t *ref, size_t n) {

@@ -39,11 +39,16 @@ typedef struct {
     size_t align;
 } dev_ptr;
 
-/* Storage type, alignment and device residency of every pointer (NULL entries skipped). */
-static dfa_status check_device_args(const dfa_attn_desc *d, const dev_ptr *ps, int n, int allow_f32, const char *fn) {
-    if (d->dtype == DFA_F32 && !allow_f32)
+/* f32 storage is a property of the descriptor: checked right after it. */
+static dfa_status check_dtype(const dfa_attn_desc *d, const char *fn) {
+    if (d->dtype == DFA_F32)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
                          "d->dtype = DFA_F32 is not supported on the device; use DFA_BF16 or DFA_F16 (or the CPU call)");
+    return DFA_OK;
+}
+
+/* Alignment and device residency of every pointer (NULL entries skipped). */
+static dfa_status check_device_ptrs(const dev_ptr *ps, int n, const char *fn) {
     for (int i = 0; i < n; i++) {
         if (!ps[i].ptr) continue;
         if ((uintptr_t)ps[i].ptr % ps[i].align)
@@ -62,8 +67,8 @@ static dfa_status check_device_args(const dfa_attn_desc *d, const dev_ptr *ps, i
     return DFA_OK;
 }
 
-static dfa__fwd_kernel fwd_kernel_choice(void) {
-    const char *e = getenv("DFA_CUDA_FWD_KERNEL");
+static dfa__kernel_choice kernel_choice(const char *var) {
+    const char *e = getenv(var);
     if (e && !strcmp(e, "mma")) return DFA__FWD_MMA;
     if (e && !strcmp(e, "wgmma")) return DFA__FWD_WGMMA;
     return DFA__FWD_AUTO;
@@ -74,7 +79,7 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *
     static const char fn[] = "dfa_attn_fwd_cuda";
     dfa__clear_error();
     dfa_status st = dfa__check_desc(d, DFA__DESC_FULL, fn);
-    if (st) return st;
+    if (st || (st = check_dtype(d, fn))) return st;
     if ((st = dfa__check_ptr(q, "q", fn)) || (st = dfa__check_ptr(k, "k", fn)) ||
         (st = dfa__check_ptr(v, "v", fn)) || (st = dfa__check_ptr(o, "o", fn)))
         return st;
@@ -84,9 +89,9 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *
     const dfa__buffer ins[] = {{q, qb, "q"}, {k, kb, "k"}, {v, kb, "v"}};
     if ((st = dfa__check_no_overlap(outs, 2, ins, 3, fn))) return st;
     const dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
-    if ((st = check_device_args(d, ps, 5, 0, fn))) return st;
+    if ((st = check_device_ptrs(ps, 5, fn))) return st;
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
-    return dfa__cuda_fwd(&s, q, k, v, o, lse, fwd_kernel_choice(), stream, fn);
+    return dfa__cuda_fwd(&s, q, k, v, o, lse, kernel_choice("DFA_CUDA_FWD_KERNEL"), stream, fn);
 }
 
 dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
@@ -94,7 +99,7 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *
     static const char fn[] = "dfa_attn_bwd_cuda";
     dfa__clear_error();
     dfa_status st = dfa__check_desc(d, DFA__DESC_FULL, fn);
-    if (st) return st;
+    if (st || (st = check_dtype(d, fn))) return st;
     if ((st = dfa__check_ptr(q, "q", fn)) || (st = dfa__check_ptr(k, "k", fn)) ||
         (st = dfa__check_ptr(v, "v", fn)) || (st = dfa__check_ptr(o, "o", fn)) ||
         (st = dfa__check_ptr(lse, "lse", fn)) || (st = dfa__check_ptr(dout, "dout", fn)) ||
@@ -110,9 +115,9 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *
     if ((st = dfa__check_no_overlap(outs, 3, ins, 6, fn))) return st;
     const dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
-    if ((st = check_device_args(d, ps, 9, 0, fn))) return st;
+    if ((st = check_device_ptrs(ps, 9, fn))) return st;
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
-    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, stream, fn);
+    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, kernel_choice("DFA_CUDA_BWD_KERNEL"), stream, fn);
 }
 
 dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
@@ -130,7 +135,7 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_a
     const dfa__buffer ins[] = {{o_part, obytes, "o_part"}, {lse_part, lbytes, "lse_part"}};
     if ((st = dfa__check_no_overlap(outs, 2, ins, 2, fn))) return st;
     const dev_ptr ps[] = {{o_acc, "o_acc", es}, {lse_acc, "lse_acc", 4}, {o_part, "o_part", es}, {lse_part, "lse_part", 4}};
-    if ((st = check_device_args(d, ps, 4, 1, fn))) return st;
+    if ((st = check_device_ptrs(ps, 4, fn))) return st;
     return dfa__cuda_merge((int)d->dtype, d->batch, d->seqlen_q, d->num_heads, d->head_dim, o_acc, lse_acc, o_part,
                            lse_part, stream, fn);
 }

@@ -4,8 +4,9 @@
  * is taken and given back in stream order (cudaMallocAsync / cudaFreeAsync). */
 #include <cuda_runtime.h>
 
-#include "bwd_mma.cuh"
+#include "bwd_wgmma.cuh"
 #include "launch.h"
+#include "tmap.h"
 
 extern "C" {
 #include "../common/error.h"
@@ -60,8 +61,35 @@ template <int BF16> static dfa_status dfa__bwd_dq_any(const dfa__bwd_params &p, 
     return dfa__launch_bwd_dq<256, 4, 32, BF16>(p, st, fn);
 }
 
+template <int D, int BM, int ATOMIC, int BF16>
+static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_wgmma_cfg<D, BM> C;
+    const long long ctas = (long long)((p.seqlen_k + C::BN - 1) / C::BN) * p.batch * p.num_kv_heads;
+    if (ctas > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many key tiles (%lld) for one launch", ctas);
+    CUtensorMap tq, tk, tv, tdo;
+    if (!dfa__tmap(&tq, p.q, BF16, D, p.num_heads, p.seqlen_q, p.batch, BM) ||
+        !dfa__tmap(&tdo, p.dout, BF16, D, p.num_heads, p.seqlen_q, p.batch, BM) ||
+        !dfa__tmap(&tk, p.k, BF16, D, p.num_kv_heads, p.seqlen_k, p.batch, C::BN) ||
+        !dfa__tmap(&tv, p.v, BF16, D, p.num_kv_heads, p.seqlen_k, p.batch, C::BN))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    cudaError_t e = cudaFuncSetAttribute(dfa__bwd_wgmma_kernel<D, BM, ATOMIC, BF16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaFuncSetAttribute");
+    dfa__bwd_wgmma_kernel<D, BM, ATOMIC, BF16><<<(unsigned)ctas, C::NT, C::SMEM, st>>>(tq, tk, tv, tdo, p);
+    return dfa__launched(fn, "backward key-block kernel launch");
+}
+
+/* The key-block kernel: Hopper's for head dims 64 and 128 on sm_90, mma.sync otherwise. */
+template <int ATOMIC, int BF16>
+static dfa_status dfa__bwd_kv_pick(const dfa__bwd_params &p, int wgmma, cudaStream_t st, const char *fn) {
+    if (wgmma) return p.head_dim == 64 ? dfa__launch_bwd_wgmma<64, 128, ATOMIC, BF16>(p, st, fn)
+                                       : dfa__launch_bwd_wgmma<128, 64, ATOMIC, BF16>(p, st, fn);
+    return dfa__bwd_kv_any<ATOMIC, BF16>(p, st, fn);
+}
+
 template <int BF16>
-static dfa_status dfa__bwd_run(const dfa__bwd_params &p, int deterministic, cudaStream_t st, const char *fn) {
+static dfa_status dfa__bwd_run(const dfa__bwd_params &p, int deterministic, int wgmma, cudaStream_t st,
+                               const char *fn) {
     const long long rows = (long long)p.batch * p.seqlen_q * p.num_heads;
     const long long dsum_blocks = (rows + 7) / 8;
     if (dsum_blocks > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many rows for one launch");
@@ -69,10 +97,10 @@ static dfa_status dfa__bwd_run(const dfa__bwd_params &p, int deterministic, cuda
     dfa_status s = dfa__launched(fn, "backward D kernel launch");
     if (s) return s;
     if (deterministic) {
-        if ((s = dfa__bwd_kv_any<0, BF16>(p, st, fn))) return s;
+        if ((s = dfa__bwd_kv_pick<0, BF16>(p, wgmma, st, fn))) return s;
         return dfa__bwd_dq_any<BF16>(p, st, fn);
     }
-    if ((s = dfa__bwd_kv_any<1, BF16>(p, st, fn))) return s;
+    if ((s = dfa__bwd_kv_pick<1, BF16>(p, wgmma, st, fn))) return s;
     const long long n8 = rows * p.head_dim / 8;
     const long long blocks = (n8 + 255) / 256;
     if (blocks > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many elements for one launch");
@@ -82,7 +110,7 @@ static dfa_status dfa__bwd_run(const dfa__bwd_params &p, int deterministic, cuda
 
 extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v,
                                     const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
-                                    cudaStream_t stream, const char *fn) {
+                                    dfa__kernel_choice which, cudaStream_t stream, const char *fn) {
     dfa_status st = DFA_OK;
     const int cc = dfa__cuda_device_cc(fn, &st);
     if (cc < 0) return st;
@@ -90,6 +118,10 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the current device has compute capability %d.%d; 8.0 or newer is needed",
                          cc / 10, cc % 10);
     const int deterministic = (s->flags & DFA_FLAG_DETERMINISTIC) != 0;
+    const int wgmma_ok = cc == 90 && (s->head_dim == 64 || s->head_dim == 128);
+    if (which == DFA__FWD_WGMMA && !wgmma_ok)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma backward needs an sm_90 device and head_dim 64 or 128");
+    const int wgmma = which == DFA__FWD_WGMMA || (which == DFA__FWD_AUTO && wgmma_ok);
     const size_t rows = (size_t)s->batch * s->num_heads * s->seqlen_q;
     const size_t bytes = dfa__cuda_bwd_scratch(s);
     void *scratch = NULL;
@@ -124,7 +156,8 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
         e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream);
         if (e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq accumulator");
     }
-    if (!st) st = s->bf16 ? dfa__bwd_run<1>(p, deterministic, stream, fn) : dfa__bwd_run<0>(p, deterministic, stream, fn);
+    if (!st)
+        st = s->bf16 ? dfa__bwd_run<1>(p, deterministic, wgmma, stream, fn) : dfa__bwd_run<0>(p, deterministic, wgmma, stream, fn);
     e = cudaFreeAsync(scratch, stream);
     if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the backward scratch");
     return st;

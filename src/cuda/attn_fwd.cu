@@ -8,6 +8,7 @@
 #include "fwd_mma.cuh"
 #include "fwd_wgmma.cuh"
 #include "launch.h"
+#include "tmap.h"
 
 extern "C" {
 #include "../common/error.h"
@@ -33,7 +34,7 @@ static dfa__encode_fn dfa__get_encode(void) {
 }
 
 /* Tensor map over a [batch, seqlen, heads, D] tensor: boxes of 64 columns x rows rows of one head. */
-static int dfa__tmap(CUtensorMap *m, const void *ptr, int bf16, int D, int heads, int seqlen, int batch, int rows) {
+int dfa__tmap(CUtensorMap *m, const void *ptr, int bf16, int D, int heads, int seqlen, int batch, int rows) {
     dfa__encode_fn enc = dfa__get_encode();
     if (!enc) return 0;
     const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)heads, (cuuint64_t)seqlen, (cuuint64_t)batch};
@@ -85,11 +86,12 @@ template <int BF16> static dfa_status dfa__fwd_mma_any(const dfa__fwd_params &p,
     return dfa__launch_fwd_mma<256, 4, 32, BF16>(p, st, fn);
 }
 
-/* Variants for the kernel lab: DFA_CUDA_FWD_VARIANT=0 plain, 1 ping-pong consumers. */
+/* Variants for the kernel lab: DFA_CUDA_FWD_VARIANT=0 plain consumers, 1 (the default)
+   ping-pong consumers. */
 template <int BF16>
 static dfa_status dfa__fwd_wgmma_any(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     const char *v = getenv("DFA_CUDA_FWD_VARIANT");
-    const int pp = v && *v == '1';
+    const int pp = !(v && *v == '0');
     if (p.head_dim == 64)
         return pp ? dfa__launch_fwd_wgmma<64, 128, BF16, 1>(p, st, fn) : dfa__launch_fwd_wgmma<64, 128, BF16, 0>(p, st, fn);
     return pp ? dfa__launch_fwd_wgmma<128, 128, BF16, 1>(p, st, fn) : dfa__launch_fwd_wgmma<128, 128, BF16, 0>(p, st, fn);

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dfa__fwd_wgmma_cfg<D, BN> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
-    extern __shared__ __align__(1024) unsigned char dfa__smem[];
+    extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
     const uint32_t bar = base + C::BAR_OFF; /* q_full, k_full[S], k_empty[S], v_full[S], v_empty[S] */

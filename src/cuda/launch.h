@@ -14,6 +14,8 @@ extern "C" {
 
 /* Which forward kernel to use (DFA_CUDA_FWD_KERNEL=auto|mma|wgmma in the environment). */
 typedef enum { DFA__FWD_AUTO = 0, DFA__FWD_MMA = 1, DFA__FWD_WGMMA = 2 } dfa__fwd_kernel;
+/* The same choice for the backward key-block kernel (DFA_CUDA_BWD_KERNEL). */
+typedef dfa__fwd_kernel dfa__kernel_choice;
 
 /* One attention call, resolved: sizes, element type, causal offset, scale. */
 typedef struct {
@@ -32,8 +34,8 @@ dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k,
                          float *lse, dfa__fwd_kernel which, cudaStream_t stream, const char *fn);
 
 dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
-                         const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream,
-                         const char *fn);
+                         const float *lse, const void *dout, void *dq, void *dk, void *dv,
+                         dfa__kernel_choice which, cudaStream_t stream, const char *fn);
 
 /* Bytes of device scratch one backward call takes (stream-ordered, freed before it returns). */
 size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s);

@@ -168,6 +168,14 @@ template <int N> static __device__ __forceinline__ void dfa__setmaxnreg_dec(void
 #endif
 }
 
+/* Orders this thread's ordinary shared-memory stores before later reads by the tensor
+   cores or the copy engine (the async proxy); a barrier must follow. */
+static __device__ __forceinline__ void dfa__fence_proxy_async(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 static __device__ __forceinline__ void dfa__named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }

@@ -2,10 +2,11 @@
  * library, on fresh random inputs with poisoned outputs: sequence lengths 1, 17,
  * 128, 1000, 4097; causal masks with offsets (rows that see nothing included);
  * GQA/MQA; every head-dim class; bf16 and f16; every forward kernel the device
- * has; atomic and deterministic dq. Tolerance: twice the error of a naive
+ * has (mma.sync everywhere, wgmma for head dims 64/128 on sm_90), forward and
+ * backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
  * DFA_GPU_TEST_SMALL=1 runs a few tiny cases (for compute-sanitizer);
- * DFA_GPU_TEST_FWD=mma|wgmma checks one forward kernel only (wgmma: no backward). */
+ * DFA_GPU_TEST_KERNEL=mma|wgmma checks one family of kernels (forward and backward). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #include "gpu_util.h"
 
 static int cc;
-static const char *only_fwd; /* DFA_GPU_TEST_FWD=mma|wgmma: check one forward kernel (wgmma: no backward) */
+static const char *only_kernel; /* DFA_GPU_TEST_KERNEL=mma|wgmma: check one family of kernels */
 
 static double atol_rel(dfa_dtype t) { return t == DFA_F16 ? 0x1p-13 : 0x1p-10; }
 
@@ -72,7 +73,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
     const int wgmma_ok = cc == 90 && (d->head_dim == 64 || d->head_dim == 128);
     const char *kernels[2] = {"mma", "wgmma"};
     for (int kern = 0; kern < 1 + wgmma_ok; kern++) {
-        if (only_fwd && strcmp(only_fwd, kernels[kern])) continue;
+        if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;
         setenv("DFA_CUDA_FWD_KERNEL", kernels[kern], 1);
         for (int rep = 0; rep < 2; rep++) {
             dev_poison(od, (size_t)nq * es);
@@ -114,9 +115,10 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
     }
     unsetenv("DFA_CUDA_FWD_KERNEL");
 
-    if (with_bwd && !(only_fwd && !strcmp(only_fwd, "wgmma"))) {
-        /* the backward reads the o and lse of the mma.sync forward (checked above) */
-        setenv("DFA_CUDA_FWD_KERNEL", "mma", 1);
+    if (with_bwd) {
+        /* the backward reads the o and lse of a forward checked above */
+        const int use_wgmma = wgmma_ok && !(only_kernel && !strcmp(only_kernel, "mma"));
+        setenv("DFA_CUDA_FWD_KERNEL", use_wgmma ? "wgmma" : "mma", 1);
         dfa_status st = dfa_attn_fwd_cuda(d, qd, kd, vd, od, ld, 0);
         unsetenv("DFA_CUDA_FWD_KERNEL");
         CHECK(st == DFA_OK, "fwd failed: %s", dfa_last_error());
@@ -132,10 +134,15 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
         CHECK(dfa_attn_bwd(d, q, k, v, ocpu, lcpu, dout, cq, ck, cv) == DFA_OK, "CPU bwd failed: %s", dfa_last_error());
         void *dod = dev_copy_of(dout, (size_t)nq * es);
         void *dqd = dev_alloc((size_t)nq * es), *dkd = dev_alloc((size_t)nk * es), *dvd = dev_alloc((size_t)nk * es);
-        for (int det = 0; det < 2; det++) {
+        for (int run = 0; run < 4; run++) {
+            const int det = run & 1, bk = run >> 1; /* dq path; backward kernel family */
+            if (bk == 1 && !wgmma_ok) continue;
+            if (only_kernel && strcmp(only_kernel, kernels[bk])) continue;
+            setenv("DFA_CUDA_BWD_KERNEL", kernels[bk], 1);
             dfa_attn_desc d2 = *d;
             d2.flags = det ? DFA_FLAG_DETERMINISTIC : 0;
-            const char *kname = det ? "deterministic" : "atomic";
+            char kname[64];
+            snprintf(kname, sizeof kname, "%s, %s dq", kernels[bk], det ? "deterministic" : "atomic");
             for (int rep = 0; rep < 1 + det; rep++) {
                 dev_poison(dqd, (size_t)nq * es);
                 dev_poison(dkd, (size_t)nk * es);
@@ -163,6 +170,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
             tol = check_close("dv", kname, d, dv, nv_, gv, nk);
             check_vs_cpu("dv", kname, d, dv, cv, gv, nk, tol);
         }
+        unsetenv("DFA_CUDA_BWD_KERNEL");
         CUDA_OK(cudaFree(dod)); CUDA_OK(cudaFree(dqd)); CUDA_OK(cudaFree(dkd)); CUDA_OK(cudaFree(dvd));
         free(dout); free(dq); free(dk); free(dv); free(dq2); free(dk2); free(dv2); free(nq_); free(nk_); free(nv_);
         free(cq); free(ck); free(cv); free(fdo); free(gq); free(gk); free(gv);
@@ -324,8 +332,8 @@ int main(void) {
     tl_init("test_gpu_attn");
     if (!have_gpu()) return 77; /* ctest: skipped */
     cc = device_cc();
-    only_fwd = getenv("DFA_GPU_TEST_FWD");
-    if (only_fwd && !*only_fwd) only_fwd = NULL;
+    only_kernel = getenv("DFA_GPU_TEST_KERNEL");
+    if (only_kernel && !*only_kernel) only_kernel = NULL;
     printf("device compute capability %d.%d; %s\n", cc / 10, cc % 10, dfa_version_string());
     const char *sm = getenv("DFA_GPU_TEST_SMALL");
     const int small = sm && *sm == '1';

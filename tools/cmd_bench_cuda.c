@@ -62,9 +62,10 @@ static int parse_list(const char *s, int *out, int max) {
 static void usage(FILE *f) {
     fprintf(f, "usage: distflash bench --device cuda [--dims 64,128] [--seqlens 2k,8k,32k] [--causal 0,1]\n"
                "                       [--dtype bf16|f16] [--warmup 3] [--reps 10] [--deterministic]\n"
-               "                       [--json FILE] [--fit S]\n"
+               "                       [--json FILE] [--fit S|auto]\n"
                "  TFLOP/s of forward and forward+backward, peak device memory; heads = 4096/d,\n"
                "  batch = max(1, 32768/S). --fit S: does fwd+bwd at 32 heads x 128, batch 1, length S fit?\n"
+               "  (--fit auto: the longest S the memory model allows, then checked)\n"
                "  DFA_CUDA_FWD_KERNEL=mma|wgmma forces a forward kernel.\n");
 }
 
@@ -182,8 +183,24 @@ static uint64_t pool_high(cudaMemPool_t pool, int reset) {
     return v;
 }
 
+/* Device bytes one token of a 32 x 128 forward+backward takes: q, k, v, o, dout, dq, dk, dv,
+   lse, and the backward's scratch. */
+static double bytes_per_token(const bench_opts *o) {
+    dfa_attn_desc d = dfa_attn_desc_init(1, 1 << 20, 1 << 20, 32, 32, 128);
+    d.dtype = o->dtype;
+    d.flags = o->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    return 8.0 * 32 * 128 * 2 + 32 * 4 + (double)dfa_attn_bwd_cuda_scratch_bytes(&d) / (1 << 20);
+}
+
 static int run_fit(const bench_opts *o, cudaMemPool_t pool) {
-    const int S = o->fit;
+    size_t free0 = 0, total0 = 0;
+    BENCH_CUDA(cudaMemGetInfo(&free0, &total0));
+    const double per = bytes_per_token(o);
+    /* --fit auto: the longest length (a multiple of 1024) whose bytes fit in free memory
+       less 1 GiB of headroom for the context, the pool's granularity and fragmentation */
+    const int S = o->fit > 0 ? o->fit : (int)(((double)free0 - (double)(1u << 30)) / per / 1024) * 1024;
+    printf("fit model: %.0f bytes per token (%s) -> %d tokens in %.2f GiB free\n", per,
+           o->deterministic ? "deterministic dq" : "f32 dq accumulator", S, free0 / (double)(1 << 30));
     dfa_attn_desc d = dfa_attn_desc_init(1, S, S, 32, 32, 128);
     d.dtype = o->dtype;
     d.causal = 1;
@@ -226,7 +243,7 @@ int cmd_bench_cuda(int argc, char **argv) {
         else if (!strcmp(a, "--causal")) o.ncausals = parse_list(val, o.causals, 2);
         else if (!strcmp(a, "--warmup")) o.warmup = atoi(val);
         else if (!strcmp(a, "--reps")) o.reps = atoi(val);
-        else if (!strcmp(a, "--fit")) o.fit = atoi(val);
+        else if (!strcmp(a, "--fit")) o.fit = !strcmp(val, "auto") ? -1 : atoi(val);
         else if (!strcmp(a, "--json")) o.json = val;
         else if (!strcmp(a, "--dtype") && !strcmp(val, "bf16")) o.dtype = DFA_BF16;
         else if (!strcmp(a, "--dtype") && !strcmp(val, "f16")) o.dtype = DFA_F16;

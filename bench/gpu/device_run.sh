@@ -13,24 +13,27 @@ summary=()
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 
-date -u > "$OUT/env.txt"; nvidia-smi >> "$OUT/env.txt" 2>&1; nvcc --version | tail -2 >> "$OUT/env.txt"
-cat /proc/loadavg >> "$OUT/env.txt"
+# at most 8 files come back: info.txt test.log sanitize.log lab.log bench.log peers.log ours.json peers.json
+INFO="$OUT/info.txt"
+{ date -u; nvidia-smi; nvcc --version | tail -2; cat /proc/loadavg; } > "$INFO" 2>&1
 
 B=build-gpu
 if has build; then
   stamp build
   cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDFA_WITH_MPI=OFF -DDFA_CUDA_VERBOSE_PTXAS=ON \
-        -DDFA_CUDA_GENCODE="-gencode=arch=compute_90a,code=sm_90a" > "$OUT/build.log" 2>&1 &&
-  cmake --build $B -j 16 >> "$OUT/build.log" 2>&1
-  rc=$?; summary+=("build rc=$rc"); [ $rc = 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
+        -DDFA_CUDA_GENCODE="-gencode=arch=compute_90a,code=sm_90a" > /tmp/build.log 2>&1 &&
+  cmake --build $B -j 16 >> /tmp/build.log 2>&1
+  rc=$?; summary+=("build rc=$rc"); [ $rc = 0 ] || { cp /tmp/build.log "$OUT/"; tail -40 /tmp/build.log; exit 1; }
+  grep -A3 "Compiling entry" /tmp/build.log | grep -E "Compiling|spill|Used" | paste - - - >> "$INFO"
 fi
 if has sass; then
   stamp sass
   cuobjdump --dump-sass $B/src/libdistflash.a > /tmp/sass.txt 2>&1
   awk '/Function :/{f=$3} /HGMMA/{g[f]++} /HMMA/{h[f]++} /LDSM/{l[f]++} /UTMALDG/{t[f]++} /LDL|STL/{s[f]++}
        END{for (f in g) print "HGMMA", g[f], f; for (f in h) print "HMMA", h[f], f; for (f in t) print "UTMALDG", t[f], f; for (f in s) print "LDL/STL", s[f], f}' \
-       /tmp/sass.txt | sort > "$OUT/sass_summary.txt"
-  summary+=("sass: $(grep -c ^HGMMA "$OUT/sass_summary.txt") kernels with HGMMA, $(grep -c ^HMMA "$OUT/sass_summary.txt") with HMMA")
+       /tmp/sass.txt | sort > /tmp/sass_summary.txt
+  cat /tmp/sass_summary.txt >> "$INFO"
+  summary+=("sass: $(grep -c ^HGMMA /tmp/sass_summary.txt) kernels with HGMMA, $(grep -c ^HMMA /tmp/sass_summary.txt) with HMMA")
 fi
 if has test; then
   stamp test
@@ -53,17 +56,21 @@ if has sanitize; then
 fi
 if has bench; then
   stamp bench
+  # fall back to the mma.sync kernels for the numbers if the Hopper kernels failed their tests
+  if [ -f "$OUT/test.log" ] && ! grep -q "^rc=0" <(sed -n '3,$p' <(grep -E "^rc=" "$OUT/test.log")); then
+    echo "wgmma kernels failed their tests: bench with mma.sync"; export DFA_CUDA_FWD_KERNEL=mma DFA_CUDA_BWD_KERNEL=mma
+  fi
   $B/bench/gpu/dfa_bench_cuda --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
 fi
 if has peers; then
   stamp peers
   PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py ${PEER_ARGS:-} --json "$OUT/peers.json" > "$OUT/peers.log" 2>&1
   tail -3 "$OUT/peers.log"
-  [ -f "$OUT/ours.json" ] && python3 bench/gpu/table.py "$OUT/ours.json" "$OUT/peers.json" | tee "$OUT/table.md"
+  [ -f "$OUT/ours.json" ] && python3 bench/gpu/table.py "$OUT/ours.json" "$OUT/peers.json" | tee -a "$OUT/bench.log"
 fi
 if has fit; then
   stamp fit
-  $B/bench/gpu/dfa_bench_cuda --device cuda --fit "${FIT_S:-1700000}" 2>&1 | tee "$OUT/fit.log"
+  $B/bench/gpu/dfa_bench_cuda --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
 # peers. Logs go to $OUT (or out/), a short summary is printed last.
-#   STAGES="build sass test lab sanitize bench peers fit"  (default: all but fit)
+#   STAGES="build sass gputest test lab pick sanitize bench peers det fit"  (default: see below)
 #   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,9 +44,28 @@ if has test; then
   summary+=("gpu tests: $(grep -E 'checks,|^rc=' "$OUT/test.log" | tr '\n' ' ')")
   grep -E "FAIL" "$OUT/test.log" | head -30 | cut -c1-400
 fi
+if has gputest; then   # the README's command: ctest -L gpu (sanitizer runs included), verbose
+  stamp gputest
+  DFA_CTEST_ARGS="-V" timeout 500 scripts/test --gpu > "$OUT/test.log" 2>&1
+  rc=$?; summary+=("scripts/test --gpu rc=$rc: $(grep -E 'tests passed|checks,|ERROR SUMMARY' "$OUT/test.log" | sort | uniq -c | tr '\n' ' ')")
+  grep -E "FAIL|Failed" "$OUT/test.log" | head -20 | cut -c1-300
+fi
 if has lab; then
   stamp lab
   $B/bench/gpu/dfa_lab_cuda ${LAB_ARGS:---dims 64,128 --seqlens 8k,32k --causal 0,1} 2>&1 | tee "$OUT/lab.log"
+fi
+if has pick; then   # the fastest backward variant in the lab (d=128, 32k, causal) that matched the CPU
+  stamp pick
+  best=$(awk '$1=="bwd" && $2=="wgmma" && !/determ/ {n=split($0,f,"|"); split(f[1],a," "); split(f[3],b," ");
+              if (a[length(a)-2]==128 && a[length(a)-1]==32768 && a[length(a)]==1 && f[2]+0 < 1e-2 && b[2]>bt) {bt=b[2]; bn=$0}}
+              END{print bn}' "$OUT/lab.log")
+  case "$best" in *"bulk fused"*) V=3;; *"bulk-red"*) V=2;; *"atomic fused"*) V=1;; *) V=0;; esac
+  echo "fastest backward variant: $V ($best)" | tee -a "$OUT/test.log"
+  if [ "$V" != 0 ]; then
+    DFA_CUDA_BWD_VARIANT=$V DFA_GPU_TEST_KERNEL=wgmma timeout 300 $B/tests/gpu/test_gpu_attn >> "$OUT/test.log" 2>&1
+    rc=$?; summary+=("variant $V wgmma tests rc=$rc: $(tail -1 "$OUT/test.log")")
+    [ $rc = 0 ] && export DFA_CUDA_BWD_VARIANT=$V
+  fi
 fi
 if has sanitize; then
   stamp sanitize
@@ -56,10 +75,6 @@ if has sanitize; then
 fi
 if has bench; then
   stamp bench
-  # fall back to the mma.sync kernels for the numbers if the Hopper kernels failed their tests
-  if [ -f "$OUT/test.log" ] && ! grep -q "^rc=0" <(sed -n '3,$p' <(grep -E "^rc=" "$OUT/test.log")); then
-    echo "wgmma kernels failed their tests: bench with mma.sync"; export DFA_CUDA_FWD_KERNEL=mma DFA_CUDA_BWD_KERNEL=mma
-  fi
   $B/bench/gpu/dfa_bench_cuda --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
 fi
 if has peers; then
@@ -67,6 +82,11 @@ if has peers; then
   PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py ${PEER_ARGS:-} --json "$OUT/peers.json" > "$OUT/peers.log" 2>&1
   tail -3 "$OUT/peers.log"
   [ -f "$OUT/ours.json" ] && python3 bench/gpu/table.py "$OUT/ours.json" "$OUT/peers.json" | tee -a "$OUT/bench.log"
+fi
+if has det; then   # deterministic dq: speed at d=128 32k, and the longest sequence that fits without dq_acc
+  stamp det
+  $B/bench/gpu/dfa_bench_cuda --device cuda --deterministic --dims 128 --seqlens 32k 2>&1 | tee -a "$OUT/bench.log"
+  $B/bench/gpu/dfa_bench_cuda --device cuda --deterministic --fit auto 2>&1 | tee -a "$OUT/bench.log"
 fi
 if has fit; then
   stamp fit

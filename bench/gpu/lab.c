@@ -29,16 +29,20 @@
 typedef struct {
     const char *name, *fwd_kernel, *fwd_variant, *bwd_kernel;
     int bwd, deterministic;
+    const char *bwd_variant;
 } variant;
 
 static const variant variants[] = {
-    {"fwd mma.sync", "mma", "0", "mma", 0, 0},
-    {"bwd mma atomic dq", "mma", "0", "mma", 1, 0},
-    {"bwd mma determ. dq", "mma", "0", "mma", 1, 1},
-    {"fwd wgmma", "wgmma", "0", "mma", 0, 0},
-    {"fwd wgmma ping-pong", "wgmma", "1", "mma", 0, 0},
-    {"bwd wgmma atomic dq", "wgmma", "1", "wgmma", 1, 0},
-    {"bwd wgmma determ. dq", "wgmma", "1", "wgmma", 1, 1},
+    {"fwd mma.sync", "mma", "0", "mma", 0, 0, NULL},
+    {"bwd mma atomic dq", "mma", "0", "mma", 1, 0, NULL},
+    {"bwd mma determ. dq", "mma", "0", "mma", 1, 1, NULL},
+    {"fwd wgmma", "wgmma", "0", "mma", 0, 0, NULL},
+    {"fwd wgmma ping-pong", "wgmma", "1", "mma", 0, 0, NULL},
+    {"bwd wgmma atomic dq", "wgmma", "1", "wgmma", 1, 0, NULL},
+    {"bwd wgmma atomic fused", "wgmma", "1", "wgmma", 1, 0, "1"},
+    {"bwd wgmma bulk-red dq", "wgmma", "1", "wgmma", 1, 0, "2"},
+    {"bwd wgmma bulk fused", "wgmma", "1", "wgmma", 1, 0, "3"},
+    {"bwd wgmma determ. dq", "wgmma", "1", "wgmma", 1, 1, NULL},
 };
 
 static uint64_t rng = 88172645463325252ull;
@@ -80,6 +84,8 @@ static void set_variant(const variant *v) {
     if (v->fwd_variant) setenv("DFA_CUDA_FWD_VARIANT", v->fwd_variant, 1);
     else unsetenv("DFA_CUDA_FWD_VARIANT");
     setenv("DFA_CUDA_BWD_KERNEL", v->bwd_kernel, 1);
+    if (v->bwd_variant) setenv("DFA_CUDA_BWD_VARIANT", v->bwd_variant, 1);
+    else unsetenv("DFA_CUDA_BWD_VARIANT");
 }
 
 static double rel_diff(const uint16_t *a, const uint16_t *ref, size_t n) {

@@ -3,6 +3,7 @@
  * DFA_FLAG_DETERMINISTIC, the separate query-block dq kernel. Scratch memory
  * is taken and given back in stream order (cudaMallocAsync / cudaFreeAsync). */
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "bwd_wgmma.cuh"
 #include "launch.h"
@@ -61,7 +62,7 @@ template <int BF16> static dfa_status dfa__bwd_dq_any(const dfa__bwd_params &p, 
     return dfa__launch_bwd_dq<256, 4, 32, BF16>(p, st, fn);
 }
 
-template <int D, int BM, int ATOMIC, int BF16>
+template <int D, int BM, int ATOMIC, int VARIANT, int BF16>
 static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_wgmma_cfg<D, BM> C;
     const long long ctas = (long long)((p.seqlen_k + C::BN - 1) / C::BN) * p.batch * p.num_kv_heads;
@@ -72,18 +73,32 @@ static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t s
         !dfa__tmap(&tk, p.k, BF16, D, p.num_kv_heads, p.seqlen_k, p.batch, C::BN) ||
         !dfa__tmap(&tv, p.v, BF16, D, p.num_kv_heads, p.seqlen_k, p.batch, C::BN))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
-    cudaError_t e = cudaFuncSetAttribute(dfa__bwd_wgmma_kernel<D, BM, ATOMIC, BF16>,
+    cudaError_t e = cudaFuncSetAttribute(dfa__bwd_wgmma_kernel<D, BM, ATOMIC, VARIANT, BF16>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaFuncSetAttribute");
-    dfa__bwd_wgmma_kernel<D, BM, ATOMIC, BF16><<<(unsigned)ctas, C::NT, C::SMEM, st>>>(tq, tk, tv, tdo, p);
+    dfa__bwd_wgmma_kernel<D, BM, ATOMIC, VARIANT, BF16><<<(unsigned)ctas, C::NT, C::SMEM, st>>>(tq, tk, tv, tdo, p);
     return dfa__launched(fn, "backward key-block kernel launch");
 }
 
 /* The key-block kernel: Hopper's for head dims 64 and 128 on sm_90, mma.sync otherwise. */
 template <int ATOMIC, int BF16>
 static dfa_status dfa__bwd_kv_pick(const dfa__bwd_params &p, int wgmma, cudaStream_t st, const char *fn) {
-    if (wgmma) return p.head_dim == 64 ? dfa__launch_bwd_wgmma<64, 128, ATOMIC, BF16>(p, st, fn)
-                                       : dfa__launch_bwd_wgmma<128, 64, ATOMIC, BF16>(p, st, fn);
+    if (wgmma) {
+        /* DFA_CUDA_BWD_VARIANT (kernel lab): bit 0 issues dQ behind dV/dK under one wait,
+           bit 1 adds dq with bulk reduce-adds from shared memory instead of f32 atomics */
+        const char *v = getenv("DFA_CUDA_BWD_VARIANT");
+        const int var = ATOMIC && v && *v >= '0' && *v <= '3' ? *v - '0' : 0;
+#define DFA__BWD_WG(V)                                                                           \
+    return p.head_dim == 64 ? dfa__launch_bwd_wgmma<64, 128, ATOMIC, ATOMIC ? V : 0, BF16>(p, st, fn) \
+                            : dfa__launch_bwd_wgmma<128, 64, ATOMIC, ATOMIC ? V : 0, BF16>(p, st, fn)
+        switch (var) {
+        case 1: DFA__BWD_WG(1);
+        case 2: DFA__BWD_WG(2);
+        case 3: DFA__BWD_WG(3);
+        default: DFA__BWD_WG(0);
+        }
+#undef DFA__BWD_WG
+    }
     return dfa__bwd_kv_any<ATOMIC, BF16>(p, st, fn);
 }
 

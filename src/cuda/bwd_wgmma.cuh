@@ -29,11 +29,13 @@ template <int D, int BM> struct dfa__bwd_wgmma_cfg {
     static constexpr int BN = 128, STAGES = 2, NT = 256;
     static constexpr int KVBYTES = BN * D * 2, QBYTES = BM * D * 2, DSBYTES = BN * BM * 2;
     static constexpr int OFF_V = KVBYTES, OFF_Q = 2 * KVBYTES, OFF_DO = OFF_Q + STAGES * QBYTES;
-    static constexpr int OFF_DS = OFF_DO + STAGES * QBYTES, OFF_BAR = OFF_DS + 2 * DSBYTES;
+    static constexpr int OFF_DS = OFF_DO + STAGES * QBYTES, OFF_DQ = OFF_DS + 2 * DSBYTES;
+    static constexpr int DQ_LD = 68; /* floats per staged dq row: 64 + 4 of padding (banks) */
+    static constexpr int OFF_BAR = OFF_DQ + 2 * 64 * DQ_LD * 4;
     static constexpr int SMEM = OFF_BAR + 64 + 1024;
 };
 
-template <int D, int BM, int DQ_ATOMIC, int BF16>
+template <int D, int BM, int DQ_ATOMIC, int VARIANT, int BF16>
 __global__ void __launch_bounds__(256, 1)
     dfa__bwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -41,6 +43,7 @@ __global__ void __launch_bounds__(256, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dfa__bwd_wgmma_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
+    constexpr int SPLIT = !(VARIANT & 1), BULK = (VARIANT & 2) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + C::OFF_V, sQ = base + C::OFF_Q, sO = base + C::OFF_DO, sS = base + C::OFF_DS;
@@ -192,25 +195,28 @@ __global__ void __launch_bounds__(256, 1)
             dfa__wgmma_rs<D, BF16>(dv, pf[kk], dfa__wgmma_desc(o_s + kk * 16 * 128, BM * 128), 1);
             dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc(q_s + kk * 16 * 128, BM * 128), 1);
         }
-        /* dV/dK first: their A fragments (pf, sf) stay live until they complete, and
-           waiting here keeps them from overlapping the dq accumulators below */
-        dfa__wgmma_commit();
-        dfa__wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < D8 * 4; i++) {
-            dfa__reg_fence(dk[i]);
-            dfa__reg_fence(dv[i]);
-        }
-        dfa__mbar_arrive(EMPTY(s));
-        if (tid == 0 && it + STAGES < total) { /* refill this stage once both warpgroups are done */
-            dfa__mbar_wait(EMPTY(s), ph);
-            ISSUE_QDO(it + STAGES);
-        }
+        /* SPLIT: wait for dV/dK before issuing dQ, so their A fragments (pf, sf) and the dq
+           accumulators are never live together (fewer registers, one more wait); otherwise
+           dQ is issued behind dV/dK and one wait covers all three */
         float dq[32];
+        if (SPLIT || !DQ_ATOMIC) {
+            dfa__wgmma_commit();
+            dfa__wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < D8 * 4; i++) {
+                dfa__reg_fence(dk[i]);
+                dfa__reg_fence(dv[i]);
+            }
+            dfa__mbar_arrive(EMPTY(s));
+            if (tid == 0 && it + STAGES < total) { /* refill this stage once both warpgroups are done */
+                dfa__mbar_wait(EMPTY(s), ph);
+                ISSUE_QDO(it + STAGES);
+            }
+        }
         if (DQ_ATOMIC) {
 #pragma unroll
             for (int i = 0; i < 32; i++) dq[i] = 0.0f;
-            dfa__wgmma_fence();
+            if (SPLIT) dfa__wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) {
                 const uint64_t da = dfa__wgmma_desc(ds_s + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);
@@ -220,20 +226,59 @@ __global__ void __launch_bounds__(256, 1)
             }
             dfa__wgmma_commit();
             dfa__wgmma_wait<0>();
+            if (!SPLIT) {
+#pragma unroll
+                for (int i = 0; i < D8 * 4; i++) {
+                    dfa__reg_fence(dk[i]);
+                    dfa__reg_fence(dv[i]);
+                }
+                dfa__mbar_arrive(EMPTY(s));
+                if (tid == 0 && it + STAGES < total) {
+                    dfa__mbar_wait(EMPTY(s), ph);
+                    ISSUE_QDO(it + STAGES);
+                }
+            }
 #pragma unroll
             for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
             float *dqg = p.dq_acc + (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
+            if (BULK) {
+                /* stage the 64 x 64 tile in shared memory, then one bulk reduce-add per row
+                   (256 bytes) from 64 threads; the previous tile's reads must be done first */
+                float *sdq = (float *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + C::OFF_DQ) + c * 64 * C::DQ_LD;
+                if (wt < 64) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                dfa__named_sync(2 + c, 128);
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = m0 + dq_row0 + warp * 16 + g + 8 * r;
-                if (row >= p.seqlen_q) continue;
-                float *dst = dqg + (long long)row * qstride + dq_col0 + 2 * t;
+                for (int r = 0; r < 2; r++)
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    atomicAdd((float2 *)(dst + 8 * j), make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+                    for (int j = 0; j < 8; j++)
+                        *(float2 *)(sdq + (warp * 16 + g + 8 * r) * C::DQ_LD + 8 * j + 2 * t) =
+                            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+                dfa__fence_proxy_async();
+                dfa__named_sync(2 + c, 128);
+                if (wt < 64) {
+                    const int row = m0 + dq_row0 + wt;
+                    if (row < p.seqlen_q)
+                        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 256;"
+                                     ::"l"(dqg + (long long)row * qstride + dq_col0),
+                                     "r"(dfa__smem_addr(sdq + wt * C::DQ_LD))
+                                     : "memory");
+                    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = m0 + dq_row0 + warp * 16 + g + 8 * r;
+                    if (row >= p.seqlen_q) continue;
+                    float *dst = dqg + (long long)row * qstride + dq_col0 + 2 * t;
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        atomicAdd((float2 *)(dst + 8 * j), make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+                }
             }
         }
     }
+
+    if (BULK && DQ_ATOMIC && wt < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 
     uint16_t *dkg = p.dk + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
     uint16_t *dvg = p.dv + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;

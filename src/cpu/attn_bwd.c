@@ -2,14 +2,17 @@
  *
  * 1. D_i = rowsum(dO_i * O_i) per query row.
  * 2. One task per (batch, kv head, key segment): for each key tile of the
- *    segment it walks every query tile of every query head of its group,
- *    recomputes P = exp(scale q.k - lse) from the saved lse, and accumulates
- *    dV += P^T dO and dK += dS^T Q in registers-sized scratch, where
- *    dS = P * (dO V^T - D). The task owns its key tile, so dk/dv need no
- *    synchronisation.
+ *    segment (transposed once: K^T, V^T) it walks every query tile of every
+ *    query head of its group, recomputes P = exp(scale q.k - lse) from the
+ *    saved lse, and accumulates dV += P^T dO and dK += dS^T Q in per-task
+ *    scratch, where dS = P * (dO V^T - D). The task owns its key tile, so
+ *    dk/dv need no synchronisation.
  * 3. dQ += dS K goes to a float32 partial per key segment; the partials are
  *    summed in segment order at the end. The segment count depends only on
  *    the shapes, so the result has the same bits for any thread count.
+ * q, dout, k and v are first copied head-major in float32 (each head's rows
+ * contiguous, so the prefetchers stream them); the dq partials are head-major
+ * too. All of it is linear in sequence length.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,12 +20,13 @@
 
 #include "../common/desc.h"
 #include "../common/error.h"
+#include "attn_tiles.h"
 #include "kernels.h"
 #include "threads.h"
 #include "tile_io.h"
 
-#define BR DFA__CPU_BR
-#define BC DFA__CPU_BC
+#define BR DFA__BWD_BR
+#define BC DFA__BWD_BC
 #define LOG2E 1.4426950408889634f
 
 /* Enough tasks to feed a many-core machine, few enough that the dq partials stay small. */
@@ -35,70 +39,59 @@ static int key_segments(const dfa_attn_desc *d) {
 }
 
 typedef struct {
-    float *q, *k, *v, *dout; /* converted inputs (unused for float32 storage) */
-    float *p, *ds;           /* [BR][BC] */
-    float *dk, *dv;          /* [BC][D] accumulators of the current key tile */
+    float *kt, *vt;   /* key tile transposed [D][BC] */
+    float *p, *ds;    /* [BR][BC] */
+    float *dk, *dv;   /* [BC][D] accumulators of the current key tile */
+    float *bias;      /* lse in base 2 per query row of the pair [BR] */
 } bwd_scratch;
 
-static size_t bwd_scratch_floats(int D) { return (size_t)BR * D * 2 + (size_t)BC * D * 4 + 2 * BR * BC; }
+static size_t bwd_scratch_floats(int D) { return (size_t)BC * D * 4 + 2 * BR * BC + BR + 16; }
 
 static bwd_scratch bwd_scratch_at(float *base, int D) {
     bwd_scratch w;
-    w.q = base;
-    w.dout = w.q + (size_t)BR * D;
-    w.k = w.dout + (size_t)BR * D;
-    w.v = w.k + (size_t)BC * D;
-    w.dk = w.v + (size_t)BC * D;
+    w.kt = base;
+    w.vt = w.kt + (size_t)BC * D;
+    w.dk = w.vt + (size_t)BC * D;
     w.dv = w.dk + (size_t)BC * D;
     w.p = w.dv + (size_t)BC * D;
     w.ds = w.p + BR * BC;
+    w.bias = w.ds + BR * BC;
     return w;
 }
 
 typedef struct {
     const dfa_attn_desc *d;
     const dfa__cpu_kernels *kr;
-    const void *q, *k, *v, *dout;
+    const float *q, *k, *v, *dout; /* head-major float32 copies [batch][heads][seqlen][head_dim] */
     const float *lse;
     const float *dsum;    /* D_i, [batch, num_heads, seqlen_q] */
-    float *dq_part;       /* [segments][batch, seqlen_q, num_heads, head_dim] */
+    float *dq_part;       /* [segments][batch][num_heads][seqlen_q][head_dim] */
     void *dk, *dv;
     float scale;
 } bwd_args;
 
 /* Gradient contributions of query tile (b, h, i0..i0+rows) against the key tile at j0. */
 static void bwd_pair(const bwd_args *a, bwd_scratch w, int b, int h, int i0, int rows, int j0, int cols,
-                     const float *kt, int ldk, const float *vt, int ldv, float *dq_part) {
+                     const float *kh, float *dq_part) {
     const dfa_attn_desc *d = a->d;
+    const dfa__cpu_kernels *kr = a->kr;
     const int D = d->head_dim, H = d->num_heads;
     const float scale_log2 = a->scale * LOG2E;
-    const int64_t q_stride = (int64_t)H * D;
-    const int64_t q_first = ((int64_t)b * d->seqlen_q + i0) * q_stride + (int64_t)h * D;
-    const int64_t row0 = ((int64_t)b * H + h) * d->seqlen_q + i0;
-    int ldq, ldo;
-    const float *qt = dfa__tile_in(d->dtype, a->q, q_first, q_stride, rows, D, w.q, &ldq);
-    const float *dot = dfa__tile_in(d->dtype, a->dout, q_first, q_stride, rows, D, w.dout, &ldo);
+    const int64_t row0 = ((int64_t)b * H + h) * d->seqlen_q + i0, q_first = row0 * D;
+    const float *qt = a->q + q_first, *dot = a->dout + q_first;
 
-    a->kr->gemm_nt(rows, cols, D, qt, ldq, kt, ldk, w.p, BC);
-    for (int r = 0; r < rows; r++) {
-        float *p = w.p + r * BC;
-        int nvis = dfa__visible_keys(d, i0 + r) - j0;
-        nvis = nvis < 0 ? 0 : nvis > cols ? cols : nvis;
+    for (int r = 0; r < rows; r++) { /* a row that saw no key at all gets no gradient: P = exp2(-inf) = 0 */
         const float lse = a->lse[row0 + r];
-        if (lse == -INFINITY) nvis = 0; /* the row saw no key at all: no gradient */
-        if (nvis > 0) a->kr->exp2_affine_sum(p, nvis, scale_log2, lse * LOG2E);
-        if (nvis < cols) memset(p + nvis, 0, sizeof(float) * (size_t)(cols - nvis));
+        w.bias[r] = lse == -INFINITY ? INFINITY : lse * LOG2E;
     }
-    a->kr->gemm_tn_acc(cols, D, rows, w.p, BC, dot, ldo, w.dv, D);
-    a->kr->gemm_nt(rows, cols, D, dot, ldo, vt, ldv, w.ds, BC);
-    for (int r = 0; r < rows; r++) {
-        const float di = a->dsum[row0 + r];
-        float *ds = w.ds + r * BC;
-        const float *p = w.p + r * BC;
-        for (int c = 0; c < cols; c++) ds[c] = p[c] * (ds[c] - di);
-    }
-    a->kr->gemm_tn_acc(cols, D, rows, w.ds, BC, qt, ldq, w.dk, D);
-    a->kr->gemm_nn_acc(rows, D, cols, w.ds, BC, kt, ldk, dq_part + q_first, (int)q_stride);
+    const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
+    kr->gemm_nn(rows, cols, D, qt, D, w.kt, BC, w.p, BC);
+    kr->exp2_rows(w.p, BC, rows, cols, scale_log2, w.bias, delta);
+    kr->gemm_nn(rows, cols, D, dot, D, w.vt, BC, w.ds, BC);
+    kr->gemm_tn_acc(cols, D, rows, w.p, BC, dot, D, w.dv, D);
+    kr->dsoftmax_rows(w.ds, w.p, BC, rows, cols, a->dsum + row0);
+    kr->gemm_tn_acc(cols, D, rows, w.ds, BC, qt, D, w.dk, D);
+    kr->gemm_nn_acc(rows, D, cols, w.ds, BC, kh, D, dq_part + q_first, D);
 }
 
 static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg, int nseg) {
@@ -113,9 +106,10 @@ static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg,
     for (int kb = seg * per_seg; kb < kb_end; kb++) {
         const int j0 = kb * BC, cols = d->seqlen_k - j0 < BC ? d->seqlen_k - j0 : BC;
         const int64_t k_first = ((int64_t)b * d->seqlen_k + j0) * k_stride + (int64_t)g * D;
-        int ldk, ldv;
-        const float *kt = dfa__tile_in(d->dtype, a->k, k_first, k_stride, cols, D, w.k, &ldk);
-        const float *vt = dfa__tile_in(d->dtype, a->v, k_first, k_stride, cols, D, w.v, &ldv);
+        const int64_t kh_first = (((int64_t)b * Hkv + g) * d->seqlen_k + j0) * D;
+        const float *kh = a->k + kh_first;
+        a->kr->transpose(cols, D, kh, D, w.kt, BC);
+        a->kr->transpose(cols, D, a->v + kh_first, D, w.vt, BC);
         memset(w.dk, 0, sizeof(float) * (size_t)cols * D);
         memset(w.dv, 0, sizeof(float) * (size_t)cols * D);
 
@@ -125,7 +119,7 @@ static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg,
         for (int hh = 0; hh < group; hh++)
             for (int64_t i0 = first_row / BR * BR; i0 < d->seqlen_q; i0 += BR) {
                 const int rows = d->seqlen_q - i0 < BR ? d->seqlen_q - (int)i0 : BR;
-                bwd_pair(a, w, b, g * group + hh, (int)i0, rows, j0, cols, kt, ldk, vt, ldv, dq_part);
+                bwd_pair(a, w, b, g * group + hh, (int)i0, rows, j0, cols, kh, dq_part);
             }
         dfa__tile_out(d->dtype, a->dk, k_first, k_stride, cols, D, w.dk, D, a->scale);
         dfa__tile_out(d->dtype, a->dv, k_first, k_stride, cols, D, w.dv, D, 1.0f);
@@ -157,13 +151,18 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
     const int nthreads = dfa__cpu_threads(), nseg = key_segments(d);
     /* Each thread's scratch also holds one query row of o and dout, all heads, for the D_i pass. */
     size_t per_thread = bwd_scratch_floats(D);
-    if (per_thread < (size_t)2 * H * D) per_thread = (size_t)2 * H * D;
-    const size_t floats = (size_t)nlse + (size_t)nseg * (size_t)nq + per_thread * (size_t)nthreads;
-    float *mem = malloc(sizeof(float) * floats);
+    if (per_thread < (size_t)2 * H * D + H) per_thread = (size_t)2 * H * D + H;
+    per_thread = (per_thread + 15) / 16 * 16;
+    /* head-major float32 copies of q, dout, k, v */
+    const size_t nk = (size_t)dfa__kv_elems(d), conv = 2 * (size_t)nq + 2 * nk;
+    const size_t floats = (size_t)nseg * (size_t)nq + per_thread * (size_t)nthreads + conv + (size_t)nlse;
+    float *mem = dfa__alloc_floats(floats);
     if (!mem) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch", sizeof(float) * floats);
-    float *dsum = mem, *dq_part = dsum + nlse, *scratch = dq_part + (size_t)nseg * (size_t)nq;
+    float *dq_part = mem, *scratch = dq_part + (size_t)nseg * (size_t)nq;
+    float *conv_buf = scratch + per_thread * (size_t)nthreads, *dsum = conv_buf + conv;
     memset(dq_part, 0, sizeof(float) * (size_t)nseg * (size_t)nq);
 
+    const dfa__cpu_kernels *kr = dfa__cpu_kernels_get();
     /* D_i = rowsum(dO_i * O_i), one (batch, row) of all heads per iteration. */
     const int64_t qrows = (int64_t)d->batch * d->seqlen_q;
 #pragma omp parallel for schedule(static) num_threads(nthreads)
@@ -172,15 +171,17 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
         const int64_t b = row / d->seqlen_q, i = row % d->seqlen_q;
         dfa__load_f32(d->dtype, dfa__elem_c(d->dtype, o, row * H * D), buf, (int64_t)H * D);
         dfa__load_f32(d->dtype, dfa__elem_c(d->dtype, dout, row * H * D), buf + (size_t)H * D, (int64_t)H * D);
-        for (int h = 0; h < H; h++) {
-            float s = 0.0f;
-            for (int c = 0; c < D; c++) s += buf[h * D + c] * buf[(size_t)H * D + h * D + c];
-            dsum[(b * H + h) * d->seqlen_q + i] = s;
-        }
+        float *dots = buf + (size_t)2 * H * D;
+        kr->rowdot(H, D, buf + (size_t)H * D, D, buf, D, dots); /* rounded like dP = dO V^T */
+        for (int h = 0; h < H; h++) dsum[(b * H + h) * d->seqlen_q + i] = dots[h];
     }
 
-    const bwd_args args = {d, dfa__cpu_kernels_get(), q, k, v, dout, lse, dsum, dq_part, dk, dv,
-                           dfa__softmax_scale(d)};
+    float *qf = conv_buf, *dof = qf + nq, *kf = dof + nq, *vf = kf + nk;
+    dfa__gather_heads(d->dtype, q, d->batch, d->seqlen_q, H, D, qf, nthreads);
+    dfa__gather_heads(d->dtype, dout, d->batch, d->seqlen_q, H, D, dof, nthreads);
+    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, D, kf, nthreads);
+    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, D, vf, nthreads);
+    const bwd_args args = {d, kr, qf, kf, vf, dof, lse, dsum, dq_part, dk, dv, dfa__softmax_scale(d)};
     const int64_t ntasks = (int64_t)d->batch * d->num_kv_heads * nseg;
     /* Segment 0 first: under a causal mask the earliest keys have the most queries. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
@@ -196,14 +197,18 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t row = 0; row < qrows; row++) {
         float *buf = scratch + per_thread * (size_t)dfa__cpu_thread_id();
-        const int64_t n = (int64_t)H * D, first = row * n;
-        memcpy(buf, dq_part + first, sizeof(float) * (size_t)n);
-        for (int s = 1; s < nseg; s++) {
-            const float *part = dq_part + (size_t)s * (size_t)nq + first;
-            for (int64_t c = 0; c < n; c++) buf[c] += part[c];
+        const int64_t n = (int64_t)H * D, b = row / d->seqlen_q, i = row % d->seqlen_q;
+        for (int h = 0; h < H; h++) {
+            const int64_t first = ((b * H + h) * d->seqlen_q + i) * D; /* head-major partials */
+            float *out = buf + (size_t)h * D;
+            memcpy(out, dq_part + first, sizeof(float) * (size_t)D);
+            for (int s = 1; s < nseg; s++) {
+                const float *part = dq_part + (size_t)s * (size_t)nq + first;
+                for (int c = 0; c < D; c++) out[c] += part[c];
+            }
+            for (int c = 0; c < D; c++) out[c] *= scale;
         }
-        for (int64_t c = 0; c < n; c++) buf[c] *= scale;
-        dfa__store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, first), n);
+        dfa__store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, row * n), n);
     }
     free(mem);
     return DFA_OK;

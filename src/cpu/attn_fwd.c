@@ -1,74 +1,78 @@
 /* FlashAttention forward on the CPU: one task per (query tile, batch, head),
- * keys streamed tile by tile with an online softmax in base 2. Memory beyond
- * the caller's buffers is a few tiles per thread. */
+ * keys streamed tile by tile with an online softmax in base 2.
+ *
+ * The scores are computed transposed, S^T = K . Q^T (key rows, query
+ * columns): the query tile is transposed once per task, K and V are read in
+ * place by broadcasts, and the softmax statistics of each query become
+ * vertical (lane-wise) operations with no horizontal reductions. Then
+ * acc += P^T^T V. K and V are first copied head-major in float32 (each head's
+ * rows contiguous; linear in sequence length), which keeps the hardware
+ * prefetchers streaming; beyond that, memory is a few tiles per thread.
+ */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/desc.h"
 #include "../common/error.h"
+#include "attn_tiles.h"
 #include "kernels.h"
 #include "threads.h"
 #include "tile_io.h"
 
-#define BR DFA__CPU_BR
-#define BC DFA__CPU_BC
+#define BR DFA__FWD_BR
+#define BC DFA__FWD_BC
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
 typedef struct {
-    float *q, *k, *v; /* converted inputs (unused for float32 storage) */
-    float *s;         /* scores, then probabilities [BR][BC] */
-    float *acc;       /* unnormalised output [BR][D] */
-    float *m, *l;     /* running max (base-2 units) and sum per row */
+    float *qbuf;         /* converted query rows [BR][D] (16-bit storage only) */
+    float *qt;           /* query tile transposed [D][BR], zero-padded columns */
+    float *st;           /* scores, then probabilities, transposed [BC][BR] */
+    float *acc;          /* unnormalised output [BR][D] */
+    float *m, *l, *alpha; /* running max (base-2 units), sum, rescale factor per query [BR] */
 } fwd_scratch;
 
-static size_t fwd_scratch_floats(int D) { return (size_t)BR * D * 2 + (size_t)BC * D * 2 + BR * BC + 2 * BR; }
+static size_t fwd_scratch_floats(int D) { return ((size_t)BR * D * 3 + (size_t)BC * BR + 3 * BR + 15) / 16 * 16; }
 
 static fwd_scratch fwd_scratch_at(float *base, int D) {
     fwd_scratch w;
-    w.q = base;
-    w.k = w.q + (size_t)BR * D;
-    w.v = w.k + (size_t)BC * D;
-    w.acc = w.v + (size_t)BC * D;
-    w.s = w.acc + (size_t)BR * D;
-    w.m = w.s + BR * BC;
+    w.qt = base;
+    w.acc = w.qt + (size_t)BR * D;
+    w.qbuf = w.acc + (size_t)BR * D;
+    w.st = w.qbuf + (size_t)BR * D;
+    w.m = w.st + (size_t)BC * BR;
     w.l = w.m + BR;
+    w.alpha = w.l + BR;
     return w;
 }
 
-/* Online-softmax update of one row's running (max, sum, acc) with a tile of raw scores
-   s[0, cols), of which the first nvis are visible. Leaves probabilities in s. */
-static void softmax_row(const dfa__cpu_kernels *kr, float *s, int nvis, int cols, float scale_log2, float *m,
-                        float *l, float *acc, int D) {
-    if (nvis == 0) {
-        memset(s, 0, sizeof(float) * (size_t)cols);
-        return;
-    }
-    float mx = s[0];
-    for (int j = 1; j < nvis; j++) mx = s[j] > mx ? s[j] : mx;
-    const float m_new = fmaxf(*m, mx * scale_log2);
-    const float alpha = exp2f(*m - m_new); /* 0 when the row saw nothing before */
-    const float psum = kr->exp2_affine_sum(s, nvis, scale_log2, m_new);
-    if (nvis < cols) memset(s + nvis, 0, sizeof(float) * (size_t)(cols - nvis));
-    *l = *l * alpha + psum;
-    *m = m_new;
-    if (alpha != 1.0f)
-        for (int c = 0; c < D; c++) acc[c] *= alpha;
-}
+typedef struct {
+    const dfa_attn_desc *d;
+    const dfa__cpu_kernels *kr;
+    const void *q;
+    const float *k, *v; /* head-major float32 copies [batch][num_kv_heads][seqlen_k][head_dim] */
+    void *o;
+    float *lse;
+} fwd_args;
 
-static void fwd_tile(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, const void *q, const void *k,
-                     const void *v, void *o, float *lse, int b, int h, int qb, fwd_scratch w) {
+static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
+    const dfa_attn_desc *d = a->d;
+    const dfa__cpu_kernels *kr = a->kr;
     const int D = d->head_dim, H = d->num_heads, Hkv = d->num_kv_heads;
     const int g = h / (H / Hkv);
     const int i0 = qb * BR, rows = d->seqlen_q - i0 < BR ? d->seqlen_q - i0 : BR;
     const float scale_log2 = dfa__softmax_scale(d) * LOG2E;
-    const int64_t q_first = ((int64_t)b * d->seqlen_q + i0) * H * D + (int64_t)h * D;
-    const int64_t k_first = (int64_t)b * d->seqlen_k * Hkv * D + (int64_t)g * D;
-    const int64_t q_stride = (int64_t)H * D, k_stride = (int64_t)Hkv * D;
+    const int64_t q_stride = (int64_t)H * D;
+    const int64_t q_first = ((int64_t)b * d->seqlen_q + i0) * q_stride + (int64_t)h * D;
+    const int64_t head_first = ((int64_t)b * Hkv + g) * d->seqlen_k * D;
+    const float *kh = a->k + head_first, *vh = a->v + head_first;
 
     int ldq;
-    const float *qt = dfa__tile_in(d->dtype, q, q_first, q_stride, rows, D, w.q, &ldq);
+    const float *qrows = dfa__tile_in(d->dtype, a->q, q_first, q_stride, rows, D, w.qbuf, &ldq);
+    kr->transpose(rows, D, qrows, ldq, w.qt, BR);
+    if (rows < BR)
+        for (int c = 0; c < D; c++) memset(w.qt + (size_t)c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
     for (int r = 0; r < rows; r++) {
         w.m[r] = -INFINITY;
         w.l[r] = 0.0f;
@@ -78,24 +82,18 @@ static void fwd_tile(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, const v
     const int kend = dfa__visible_keys(d, i0 + rows - 1); /* the last row sees the most keys */
     for (int j0 = 0; j0 < kend; j0 += BC) {
         const int cols = kend - j0 < BC ? kend - j0 : BC;
-        int ldk, ldv;
-        const float *kt = dfa__tile_in(d->dtype, k, k_first + j0 * k_stride, k_stride, cols, D, w.k, &ldk);
-        const float *vt = dfa__tile_in(d->dtype, v, k_first + j0 * k_stride, k_stride, cols, D, w.v, &ldv);
-        kr->gemm_nt(rows, cols, D, qt, ldq, kt, ldk, w.s, BC);
-        for (int r = 0; r < rows; r++) {
-            int nvis = dfa__visible_keys(d, i0 + r) - j0;
-            nvis = nvis < 0 ? 0 : nvis > cols ? cols : nvis;
-            softmax_row(kr, w.s + r * BC, nvis, cols, scale_log2, &w.m[r], &w.l[r], w.acc + (size_t)r * D, D);
-        }
-        kr->gemm_nn_acc(rows, D, cols, w.s, BC, vt, ldv, w.acc, D);
+        kr->gemm_nn(cols, BR, D, kh + (int64_t)j0 * D, D, w.qt, BR, w.st, BR);
+        const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
+        kr->softmax_cols(w.st, BR, cols, rows, scale_log2, delta, w.m, w.l, w.alpha);
+        if (j0 > 0) kr->scale_rows(w.acc, D, rows, D, w.alpha);
+        kr->gemm_tn_acc(rows, D, cols, w.st, BR, vh + (int64_t)j0 * D, D, w.acc, D);
     }
 
     for (int r = 0; r < rows; r++) {
-        float *acc = w.acc + (size_t)r * D;
         const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f; /* a row that saw no key: o = 0 */
-        dfa__tile_out(d->dtype, o, q_first + r * q_stride, q_stride, 1, D, acc, D, inv);
-        if (lse)
-            lse[((int64_t)b * H + h) * d->seqlen_q + i0 + r] =
+        dfa__tile_out(d->dtype, a->o, q_first + r * q_stride, q_stride, 1, D, w.acc + (size_t)r * D, D, inv);
+        if (a->lse)
+            a->lse[((int64_t)b * H + h) * d->seqlen_q + i0 + r] =
                 w.l[r] > 0.0f ? (w.m[r] + log2f(w.l[r])) * LN2 : -INFINITY;
     }
 }
@@ -117,12 +115,17 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, co
 
     const int nthreads = dfa__cpu_threads();
     const size_t per_thread = fwd_scratch_floats(d->head_dim);
-    float *scratch = malloc(sizeof(float) * per_thread * (size_t)nthreads);
-    if (!scratch)
-        return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch",
-                         sizeof(float) * per_thread * (size_t)nthreads);
+    const size_t kv_f32 = (size_t)dfa__kv_elems(d); /* head-major float32 copies of k, v */
+    const size_t floats = per_thread * (size_t)nthreads + 2 * kv_f32;
+    float *mem = dfa__alloc_floats(floats);
+    if (!mem) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch", sizeof(float) * floats);
+    float *scratch = mem;
 
-    const dfa__cpu_kernels *kr = dfa__cpu_kernels_get();
+    float *kf = mem + per_thread * (size_t)nthreads, *vf = kf + kv_f32;
+    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, kf, nthreads);
+    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, vf, nthreads);
+    const fwd_args args = {d, dfa__cpu_kernels_get(), q, kf, vf, o, lse};
+
     const int nqb = (d->seqlen_q + BR - 1) / BR;
     const int64_t heads = (int64_t)d->batch * d->num_heads, ntasks = heads * nqb;
     /* Last query tiles first: under a causal mask they see the most keys. */
@@ -130,9 +133,9 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, co
     for (int64_t t = 0; t < ntasks; t++) {
         const int qtile = nqb - 1 - (int)(t / heads);
         const int bh = (int)(t % heads);
-        fwd_tile(d, kr, q, k, v, o, lse, bh / d->num_heads, bh % d->num_heads, qtile,
+        fwd_tile(&args, bh / d->num_heads, bh % d->num_heads, qtile,
                  fwd_scratch_at(scratch + per_thread * (size_t)dfa__cpu_thread_id(), d->head_dim));
     }
-    free(scratch);
+    free(mem);
     return DFA_OK;
 }

@@ -21,6 +21,13 @@ static int cpu_has(const char *feature) {
     return 0;
 }
 
+int dfa__cpu_kernels_usable(const dfa__cpu_kernels *t) {
+    if (!t) return 0;
+    if (t == dfa__cpu_kernels_avx512()) return cpu_has("avx512");
+    if (t == dfa__cpu_kernels_avx2()) return cpu_has("avx2");
+    return 1;
+}
+
 static const dfa__cpu_kernels *pick(void) {
     const char *cap = getenv("DFA_CPU_ISA");
     int allow512 = !cap || !strcmp(cap, "avx512");

@@ -11,8 +11,10 @@
 #include "../common/oracle.h"
 #include "../common/testlib.h"
 
-/* Absolute term of the tolerance, relative to the largest reference value. */
-static double atol_rel(dfa_dtype t) { return t == DFA_F32 ? 0x1p-18 : t == DFA_F16 ? 0x1p-13 : 0x1p-10; }
+/* Absolute term of the tolerance, relative to the largest reference value: about one unit in
+   the last place of the storage type there (a value whose exact result sits next to a rounding
+   midpoint may round either way after any float32 error), and a few ulps of float32. */
+static double atol_rel(dfa_dtype t) { return t == DFA_F32 ? 0x1p-18 : t == DFA_F16 ? 0x1p-11 : 0x1p-8; }
 
 typedef struct {
     double err, naive_err, ref_max;
@@ -97,15 +99,16 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
 
 /* The shape grid. Work (B*H*Sq*Sk*D) is capped so that the float64 oracle stays quick;
    the largest cases drop to fewer heads rather than being skipped. */
-static void test_grid(void) {
+static void test_grid(int stride) {
     static const int pairs[][2] = {{1, 1},    {1, 7},     {7, 1},    {7, 64},   {64, 127},
                                    {127, 64}, {127, 1000}, {1000, 127}, {1000, 1000}, {64, 64}};
     static const int dims[] = {8, 40, 64, 128, 256};
     static const int heads[][2] = {{2, 2}, {8, 1}, {16, 2}, {4, 1}, {3, 3}, {1, 1}};
     static const dfa_dtype types[] = {DFA_F32, DFA_BF16, DFA_F16};
-    int n = 0;
+    int n = 0, idx = 0;
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            if (idx++ % stride) continue;
             const int sq = pairs[p][0], sk = pairs[p][1], D = dims[di];
             const dfa_dtype t = types[(p + di) % 3];
             const int batch = (p + di) % 2 ? 3 : 1;
@@ -233,10 +236,13 @@ static void test_determinism(void) {
     }
 }
 
-int main(void) {
+/* test_attn [--reduced]: --reduced runs every third case of the grid (used to run
+   the lower SIMD paths end to end without doubling the suite's time). */
+int main(int argc, char **argv) {
+    const int reduced = argc > 1 && !strcmp(argv[1], "--reduced");
     tl_init("test_attn");
-    printf("cpu isa: %s; %s\n", dfa_cpu_isa(), dfa_version_string());
-    test_grid();
+    printf("cpu isa: %s; %s%s\n", dfa_cpu_isa(), dfa_version_string(), reduced ? "; reduced grid" : "");
+    test_grid(reduced ? 3 : 1);
     test_merge();
     test_determinism();
     return tl_finish("test_attn");

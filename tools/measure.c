@@ -1,0 +1,135 @@
+#include "measure.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/dtype.h"
+
+int measure_in_child(void (*fn)(void *arg, measure_result *r), void *arg, measure_result *out, double *peak_kib) {
+    measure_result *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) {
+        snprintf(out->msg, sizeof out->msg, "mmap failed");
+        return -1;
+    }
+    memset(shared, 0, sizeof *shared);
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        munmap(shared, sizeof *shared);
+        snprintf(out->msg, sizeof out->msg, "fork failed");
+        return -1;
+    }
+    if (pid == 0) {
+        fn(arg, shared);
+        _exit(0);
+    }
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0)
+        if (errno != EINTR) {
+            munmap(shared, sizeof *shared);
+            snprintf(out->msg, sizeof out->msg, "wait4 failed");
+            return -1;
+        }
+    *out = *shared;
+    munmap(shared, sizeof *shared);
+    *peak_kib = (double)ru.ru_maxrss - out->baseline_kib; /* Linux: ru_maxrss in KiB */
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (!out->msg[0])
+            snprintf(out->msg, sizeof out->msg, "child %s %d", WIFSIGNALED(status) ? "killed by signal" : "exited with",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        return -1;
+    }
+    return out->ok ? 0 : -1;
+}
+
+double measure_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kib = atof(line + 6);
+    fclose(f);
+    return kib;
+}
+
+double measure_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double measure_median(const double *x, int n) {
+    double tmp[MEASURE_MAX_REPS];
+    if (n > MEASURE_MAX_REPS) n = MEASURE_MAX_REPS;
+    memcpy(tmp, x, sizeof(double) * (size_t)n);
+    qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+void measure_fill(dfa_dtype t, void *p, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    float buf[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int m = n - i0 < 256 ? (int)(n - i0) : 256;
+        for (int i = 0; i < m; i++) { /* sum of 4 uniforms: mean 0, variance 1 after scaling */
+            float u = 0;
+            for (int r = 0; r < 4; r++) {
+                s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                u += (float)(s >> 40) * (1.0f / 16777216.0f);
+            }
+            buf[i] = (u - 2.0f) * 1.7320508f;
+        }
+        dfa__store_f32(t, buf, dfa__elem(t, p, i0), m);
+    }
+}
+
+size_t measure_q_bytes(const dfa_attn_desc *d) {
+    return (size_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim * dfa__dtype_size(d->dtype);
+}
+size_t measure_kv_bytes(const dfa_attn_desc *d) {
+    return (size_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim * dfa__dtype_size(d->dtype);
+}
+size_t measure_lse_bytes(const dfa_attn_desc *d) { return (size_t)d->batch * d->num_heads * d->seqlen_q * 4; }
+
+void measure_loadavg(char *buf, size_t n) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    snprintf(buf, n, "?");
+    if (!f) return;
+    if (fgets(buf, (int)n, f)) buf[strcspn(buf, "\n")] = 0;
+    fclose(f);
+}
+
+void measure_cpu_model(char *buf, size_t n) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(buf, n, "unknown CPU");
+    if (!f) return;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            const char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                snprintf(buf, n, "%s", c);
+                buf[strcspn(buf, "\n")] = 0;
+            }
+            break;
+        }
+    fclose(f);
+}

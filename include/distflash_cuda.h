@@ -15,9 +15,9 @@
  *    not implemented for fwd/bwd on the device: DFA_ERR_UNSUPPORTED (use the
  *    CPU calls). The merge supports all three types.
  *  - Devices: compute capability 8.0 or newer (DFA_ERR_UNSUPPORTED otherwise).
- *    On sm_90 (H100/H200) the forward for head_dim 64 and 128 runs the
- *    Hopper kernel (wgmma, TMA, warp specialisation); every other case runs
- *    the mma.sync kernel (any multiple of 8 up to 256).
+ *    On sm_90 (H100/H200), head_dim 64 and 128 run the Hopper kernels (wgmma
+ *    with TMA loads; the forward warp-specialised); every other case runs the
+ *    mma.sync kernels (any multiple of 8 up to 256).
  *  - Stream ordering: every call only enqueues work on `stream` (0 is the
  *    legacy default stream) and returns without synchronising. Inputs must be
  *    ready in stream order, and outputs are ready when the stream reaches that
@@ -36,15 +36,17 @@
  *  - Determinism: forward and merge are bitwise reproducible. The backward's
  *    dq is summed with float32 atomics by default (run-to-run bit differences
  *    of dq only); with d->flags |= DFA_FLAG_DETERMINISTIC a separate pass
- *    computes each dq row in a fixed order (same bits every run, about 1.4x
- *    the backward time, and no f32 dq accumulator in the scratch).
+ *    computes each dq row in a fixed order (same bits every run, about 1.7x
+ *    the backward time on an H200, and no f32 dq accumulator in the scratch).
  *  - Thread safety: calls are reentrant and may be made from several host
  *    threads at once, on the same or on different streams; calls on one
  *    stream run in their order. Concurrent calls must not write the same
  *    outputs.
  *
- * Debug knob: DFA_CUDA_FWD_KERNEL=mma|wgmma in the environment forces a
- * forward kernel (wgmma: DFA_ERR_UNSUPPORTED where it cannot run).
+ * Debug knobs (read at each call; for tests and the kernel lab):
+ * DFA_CUDA_FWD_KERNEL / DFA_CUDA_BWD_KERNEL = mma|wgmma force a kernel family
+ * (wgmma: DFA_ERR_UNSUPPORTED where it cannot run); DFA_CUDA_FWD_VARIANT and
+ * DFA_CUDA_BWD_VARIANT pick lab variants of the Hopper kernels.
  */
 #ifndef DISTFLASH_CUDA_H
 #define DISTFLASH_CUDA_H

@@ -7,7 +7,10 @@
  * "empty" one (both consumers done with it). Warpgroups 1 and 2 each own 64
  * query rows: S = Q K^T with both operands in shared memory, the online softmax
  * in registers, then O += P V with P straight from registers (RS form). The
- * producer gives its registers to the consumers (setmaxnreg).
+ * producer hands registers to the consumers with setmaxnreg, but ptxas 13.0
+ * still allocates the consumer code within the even 168-register share (see
+ * bench/gpu/NOTES.md), so the consumers are written to fit in 168. PINGPONG
+ * (the default) staggers the two consumers' Q K^T with named barriers.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
  * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. */

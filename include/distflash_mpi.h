@@ -1,0 +1,47 @@
+/*
+ * distflash over MPI: a communicator for the sequence-parallel calls of
+ * distflash.h (dfa_dist_attn_fwd/bwd) made from an MPI communicator. The
+ * attention itself runs on the CPU kernels of the calling process; k/v chunks,
+ * helper queries and partial results move with nonblocking point-to-point MPI.
+ *
+ *   MPI_Init(&argc, &argv);
+ *   dfa_comm *c;
+ *   if (dfa_comm_create_mpi(MPI_COMM_WORLD, &c) != DFA_OK) { ... dfa_last_error() ... }
+ *   dfa_dist_attn_fwd(c, &d, q, k, v, o, lse);   // every rank, its own rows
+ *   dfa_comm_destroy(c);                          // before MPI_Finalize
+ *   MPI_Finalize();
+ */
+#ifndef DISTFLASH_MPI_H
+#define DISTFLASH_MPI_H
+
+#include <mpi.h>
+
+#include "distflash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Collective over comm (every rank calls it, like MPI_Comm_dup). The
+ * communicator works on a duplicate of comm, so the library's messages never
+ * mix with the caller's; its error handler is MPI_ERRORS_RETURN, and MPI
+ * failures come back as DFA_ERR_BACKEND with MPI's own text. The caller keeps
+ * comm and must destroy the result (dfa_comm_destroy, also collective) before
+ * MPI_Finalize. MPI must be initialised; any thread level works as long as one
+ * thread at a time uses a given dfa_comm. Rank order of comm is the sequence
+ * order: rank r holds chunk r (dfa_dist_position).
+ *
+ * Errors: out NULL, comm MPI_COMM_NULL or an intercommunicator, MPI not
+ * initialised (DFA_ERR_INVALID_ARGUMENT; these are checked on each rank before
+ * anything collective, so pass the same arguments everywhere); memory
+ * (DFA_ERR_OUT_OF_MEMORY); MPI_Comm_dup failing (DFA_ERR_BACKEND). *out is set
+ * only on success.
+ */
+dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTFLASH_MPI_H */

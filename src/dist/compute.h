@@ -1,0 +1,61 @@
+/* Internal: the compute side of the distributed executor, as a table.
+ *
+ * The executor never computes or copies itself: it asks this table, so that a
+ * device backend can supply kernels and device copies (with its stream in the
+ * context) while the schedule, the message routing and the bookkeeping stay
+ * shared. Partial results are float32 whatever the storage type: partial
+ * outputs are merged, and partial gradients summed, in float32, and rounded
+ * to the storage type once at the end.
+ *
+ * Layouts (n = local rows per rank, r = rows of a block's query window):
+ *   a chunk's q, o, dout    [batch, n, heads, D]     storage type
+ *   a chunk's k, v          [batch, n, kv_heads, D]  storage type
+ *   a chunk's lse           [batch, heads, n]        float32
+ *   a window's packed rows  [batch, r, heads, D] and lse [batch, heads, r]
+ */
+#ifndef DFA_DIST_COMPUTE_H
+#define DFA_DIST_COMPUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distflash.h"
+
+typedef struct {
+    const char *name; /* "cpu", ... */
+
+    /* Per-call context sized for blocks of the per-rank descriptor d (scratch, streams). */
+    dfa_status (*ctx_create)(const dfa_attn_desc *d, void **ctx);
+    void (*ctx_destroy)(void *ctx);
+
+    /* Buffers in the backend's memory (NULL on failure); release(NULL) is a no-op. */
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*release)(void *ctx, void *p);
+
+    /* height rows of width bytes, rows dpitch / spitch bytes apart (packing row windows). */
+    void (*copy2d)(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t height);
+    /* p[i] = value for i < n */
+    void (*fill_f32)(void *ctx, float *p, int64_t n, float value);
+    /* acc[i] += x[i] for i < n */
+    void (*add_f32)(void *ctx, float *acc, const float *x, int64_t n);
+    /* dst (storage type t) = src rounded, n elements */
+    void (*store)(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n);
+    /* Merges a packed float32 partial (o_part [batch, r, heads, D], lse_part [batch, heads, r])
+       into rows [r0, r0 + r) of float32 accumulators (o_acc [batch, n, heads, D], lse_acc
+       [batch, heads, n]) with the rule of dfa_attn_merge. */
+    void (*merge_rows)(void *ctx, int batch, int heads, int head_dim, int n, int r0, int r, float *o_acc,
+                       float *lse_acc, const float *o_part, const float *lse_part);
+
+    /* One block: d describes it (seqlen_q = window rows, seqlen_k = n, dtype = storage type of
+       q/k/v/o/dout, q_start/k_start/causal set). Outputs are float32, packed, overwritten. */
+    dfa_status (*fwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
+                      float *lse);
+    dfa_status (*bwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                      const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv);
+} dfa__compute_ops;
+
+/* Host memory and the CPU kernels (compute_cpu.c). */
+const dfa__compute_ops *dfa__compute_cpu(void);
+
+#endif

@@ -1,0 +1,145 @@
+/* The executor's compute table on the host: the CPU kernels and plain memory.
+ *
+ * Blocks run through the public dfa_attn_fwd/bwd with a float32 descriptor, so
+ * partial results come out in float32. For bf16/f16 storage the inputs are
+ * widened into the context's scratch first: the CPU kernels widen every tile
+ * to float32 anyway, so this computes the same sums; it only skips the
+ * rounding of each partial to the storage type. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/dtype.h"
+#include "../common/error.h"
+#include "compute.h"
+
+typedef struct {
+    dfa_dtype dtype;
+    float *q, *o, *dout; /* widened query-side rows, [batch, n, heads, D] at most */
+    float *k, *v;        /* widened key chunk */
+} cpu_ctx;
+
+static dfa_status cpu_ctx_create(const dfa_attn_desc *d, void **out) {
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "dfa__compute_cpu", "cannot allocate a context");
+    c->dtype = d->dtype;
+    if (d->dtype != DFA_F32) {
+        const size_t nq = (size_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
+        const size_t nk = (size_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
+        c->q = malloc(sizeof(float) * (3 * nq + 2 * nk));
+        if (!c->q) {
+            free(c);
+            return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "dfa__compute_cpu", "cannot allocate %zu bytes of scratch",
+                             sizeof(float) * (3 * nq + 2 * nk));
+        }
+        c->o = c->q + nq;
+        c->dout = c->o + nq;
+        c->k = c->dout + nq;
+        c->v = c->k + nk;
+    }
+    *out = c;
+    return DFA_OK;
+}
+
+static void cpu_ctx_destroy(void *ctx) {
+    cpu_ctx *c = ctx;
+    if (!c) return;
+    free(c->q);
+    free(c);
+}
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    return malloc(bytes ? bytes : 1);
+}
+
+static void cpu_release(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+static void cpu_copy2d(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+    (void)ctx;
+    if (dpitch == width && spitch == width) {
+        memcpy(dst, src, width * height);
+        return;
+    }
+    for (size_t r = 0; r < height; r++) memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
+static void cpu_fill_f32(void *ctx, float *p, int64_t n, float value) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) p[i] = value;
+}
+
+static void cpu_add_f32(void *ctx, float *acc, const float *x, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+static void cpu_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n) {
+    (void)ctx;
+    dfa__store_f32(t, src, dst, n);
+}
+
+/* dfa_attn_merge's rule on float32 rows of a window; it cannot be called here because the
+   window's lse rows are strided inside the accumulator's [batch, heads, n]. */
+static void cpu_merge_rows(void *ctx, int batch, int heads, int D, int n, int r0, int r, float *o_acc,
+                           float *lse_acc, const float *o_part, const float *lse_part) {
+    (void)ctx;
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < r; i++)
+            for (int h = 0; h < heads; h++) {
+                float *la = &lse_acc[((int64_t)b * heads + h) * n + r0 + i];
+                const float lb = lse_part[((int64_t)b * heads + h) * r + i];
+                float *oa = o_acc + (((int64_t)b * n + r0 + i) * heads + h) * D;
+                const float *ob = o_part + (((int64_t)b * r + i) * heads + h) * D;
+                if (lb == -INFINITY) continue; /* the partial saw no key: nothing to add */
+                if (*la == -INFINITY) {
+                    memcpy(oa, ob, sizeof(float) * (size_t)D);
+                    *la = lb;
+                    continue;
+                }
+                const float mx = *la > lb ? *la : lb;
+                const float lse = mx + logf(expf(*la - mx) + expf(lb - mx));
+                const float wa = expf(*la - lse), wb = expf(lb - lse);
+                for (int c = 0; c < D; c++) oa[c] = wa * oa[c] + wb * ob[c];
+                *la = lse;
+            }
+}
+
+/* The descriptor and inputs as float32: widened into scratch unless already float32. */
+static const void *widen(const cpu_ctx *c, const void *src, float *buf, int64_t n) {
+    if (c->dtype == DFA_F32) return src;
+    dfa__load_f32(c->dtype, src, buf, n);
+    return buf;
+}
+
+static dfa_status cpu_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
+                          float *lse) {
+    const cpu_ctx *c = ctx;
+    dfa_attn_desc d32 = *d;
+    d32.dtype = DFA_F32;
+    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
+    const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
+    return dfa_attn_fwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk), o, lse);
+}
+
+static dfa_status cpu_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                          const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+    const cpu_ctx *c = ctx;
+    dfa_attn_desc d32 = *d;
+    d32.dtype = DFA_F32;
+    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
+    const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
+    return dfa_attn_bwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk),
+                        widen(c, o, c->o, nq), lse, widen(c, dout, c->dout, nq), dq, dk, dv);
+}
+
+static const dfa__compute_ops cpu_ops = {
+    "cpu",        cpu_ctx_create, cpu_ctx_destroy, cpu_alloc, cpu_release, cpu_copy2d, cpu_fill_f32,
+    cpu_add_f32, cpu_store,      cpu_merge_rows,  cpu_fwd,   cpu_bwd,
+};
+
+const dfa__compute_ops *dfa__compute_cpu(void) { return &cpu_ops; }

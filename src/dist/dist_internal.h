@@ -1,0 +1,17 @@
+/* Internal: the distributed calls with an explicit schedule kind, including the paper's
+ * published balancing (DFA__SCHED_PAPER), which the public enum does not offer; used by
+ * the public wrappers and by `distflash dist-bench` for its comparison. d->schedule is
+ * ignored here (kind replaces it). */
+#ifndef DFA_DIST_INTERNAL_H
+#define DFA_DIST_INTERNAL_H
+
+#include "distflash.h"
+#include "schedule.h"
+
+dfa_status dfa__dist_fwd(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, const void *q, const void *k,
+                         const void *v, void *o, float *lse);
+dfa_status dfa__dist_bwd(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, const void *q, const void *k,
+                         const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk,
+                         void *dv);
+
+#endif

@@ -1,0 +1,582 @@
+/* The backend-neutral executor of sequence-parallel attention. See executor.h. */
+#include "executor.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/dtype.h"
+#include "../common/error.h"
+
+#define MSG_CAPACITY 512
+#define PART_ALIGN 64
+#define NO_BUFFER SIZE_MAX
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s) {
+    if (c) c->stats = s;
+}
+
+/* The tensors of one message, in buffer order:
+     KV        k, v                    storage type, the whole chunk
+     QUERY     fwd: q; bwd: q, o, dout (storage type) and lse (float32), the task's rows
+     QRESULT   fwd: o, lse; bwd: dq    float32, the task's rows
+     KVRESULT  dk, dv                  float32, the whole chunk */
+typedef struct {
+    int n;
+    size_t bytes[4];
+} parts;
+
+typedef struct {
+    dfa__msg m;
+    size_t off; /* offset of its parts in the step's arena slot, or NO_BUFFER (caller's memory) */
+} planned_msg;
+
+typedef struct {
+    planned_msg *msgs;
+    int nmsg;
+    int has_task;
+    dfa__task task;
+} planned_step;
+
+typedef struct {
+    dfa_comm *c;
+    const dfa__compute_ops *ops;
+    void *ctx;
+    dfa__sched s;
+    int T, bwd, overlap, rank, n;
+    dfa_attn_desc d; /* per rank: seqlen_q = seqlen_k = n, storage dtype */
+    const dfa__dist_io *io;
+    planned_step *steps;
+    /* A buffer belongs to the compute step s it serves: inputs are received during step s-1,
+       results sent during step s+1; three slots (s mod 3) never overlap in time. */
+    char *arena[3];
+    size_t arena_bytes;
+    char *work;          /* this rank's own packed window and own partial results */
+    size_t work_results; /* offset of the partial results in work */
+    int own_window;      /* some own task covers only part of this rank's rows */
+    float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
+    dfa_status local;    /* the first failure on this rank */
+    char msg[MSG_CAPACITY];
+    double t_wait;
+    int64_t sent, received;
+} exec;
+
+static size_t align_up(size_t x) { return (x + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN; }
+
+static parts msg_parts(const exec *e, dfa__msg_kind kind, int rows) {
+    const dfa_attn_desc *d = &e->d;
+    const size_t B = (size_t)d->batch, H = (size_t)d->num_heads, D = (size_t)d->head_dim;
+    const size_t es = dfa__dtype_size(d->dtype), n = (size_t)e->n, r = (size_t)rows;
+    const size_t q = B * r * H * D * es, lse = B * H * r * 4, q32 = B * r * H * D * 4;
+    const size_t kv = B * n * (size_t)d->num_kv_heads * D * es, kv32 = kv / es * 4;
+    parts p = {0, {0, 0, 0, 0}};
+    switch (kind) {
+    case DFA__MSG_KV: p = (parts){2, {kv, kv, 0, 0}}; break;
+    case DFA__MSG_QUERY: p = e->bwd ? (parts){4, {q, q, q, lse}} : (parts){1, {q, 0, 0, 0}}; break;
+    case DFA__MSG_QRESULT: p = e->bwd ? (parts){1, {q32, 0, 0, 0}} : (parts){2, {q32, lse, 0, 0}}; break;
+    case DFA__MSG_KVRESULT: p = (parts){2, {kv32, kv32, 0, 0}}; break;
+    }
+    return p;
+}
+
+static size_t parts_total(parts p) {
+    size_t t = 0;
+    for (int i = 0; i < p.n; i++) t += align_up(p.bytes[i]);
+    return t;
+}
+
+static void parts_at(parts p, char *base, void *out[4]) {
+    for (int i = 0; i < p.n; i++) {
+        out[i] = base;
+        base += align_up(p.bytes[i]);
+    }
+}
+
+static int rows_of(const dfa__task *t) { return t->row1 - t->row0; }
+
+/* Records the first failure on this rank, with its message. */
+static void record(exec *e, dfa_status st) {
+    if (e->local != DFA_OK || st == DFA_OK) return;
+    e->local = st;
+    snprintf(e->msg, sizeof e->msg, "%s", dfa_last_error());
+}
+
+/* Messages that need a buffer of their own: everything received, and whatever is sent from
+   something other than the caller's contiguous rows (packed windows, partial results). */
+static int needs_buffer(const exec *e, const dfa__msg *m) {
+    if (!m->send) return 1;
+    if (m->kind == DFA__MSG_KV) return 0;
+    if (m->kind == DFA__MSG_QUERY) return rows_of(&m->task) != e->n;
+    return 1;
+}
+
+static dfa_status plan(exec *e, const char *fn) {
+    const int cap = dfa__sched_max_messages(&e->s);
+    dfa__msg *tmp = malloc(sizeof *tmp * (size_t)cap);
+    e->steps = calloc((size_t)e->T, sizeof *e->steps);
+    if (!tmp || !e->steps) {
+        free(tmp);
+        return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the schedule's plan");
+    }
+    e->arena_bytes = 0;
+    e->own_window = 0;
+    for (int t = 0; t < e->T; t++) {
+        planned_step *ps = &e->steps[t];
+        ps->has_task = dfa__sched_task(&e->s, e->rank, t, &ps->task);
+        if (ps->has_task && ps->task.q_chunk == e->rank && rows_of(&ps->task) != e->n) e->own_window = 1;
+        const int nm = dfa__sched_messages(&e->s, e->bwd, e->rank, t, tmp, cap);
+        if (nm < 0) {
+            free(tmp);
+            return dfa__fail(DFA_ERR_INTERNAL, fn, "schedule %s: too many messages at step %d",
+                             dfa__sched_name(e->s.kind), t);
+        }
+        ps->msgs = malloc(sizeof *ps->msgs * (size_t)(nm > 0 ? nm : 1));
+        if (!ps->msgs) {
+            free(tmp);
+            return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the schedule's plan");
+        }
+        ps->nmsg = nm;
+        size_t off = 0;
+        for (int i = 0; i < nm; i++) {
+            ps->msgs[i].m = tmp[i];
+            if (needs_buffer(e, &tmp[i])) {
+                ps->msgs[i].off = off;
+                off += parts_total(msg_parts(e, tmp[i].kind, rows_of(&tmp[i].task)));
+            } else {
+                ps->msgs[i].off = NO_BUFFER;
+            }
+        }
+        if (off > e->arena_bytes) e->arena_bytes = off;
+    }
+    free(tmp);
+    return DFA_OK;
+}
+
+static void free_plan(exec *e) {
+    if (!e->steps) return;
+    for (int t = 0; t < e->T; t++) free(e->steps[t].msgs);
+    free(e->steps);
+    e->steps = NULL;
+}
+
+static dfa_status allocate(exec *e, const char *fn) {
+    const dfa_attn_desc *d = &e->d;
+    const size_t nq = (size_t)d->batch * e->n * d->num_heads * d->head_dim;
+    const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
+    const size_t nl = (size_t)d->batch * d->num_heads * e->n;
+    dfa_status st = e->ops->ctx_create(d, &e->ctx);
+    if (st) return st;
+    for (int i = 0; i < 3; i++) {
+        e->arena[i] = e->ops->alloc(e->ctx, e->arena_bytes);
+        if (!e->arena[i]) goto oom;
+    }
+    const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
+    const size_t results = parts_total(msg_parts(e, DFA__MSG_QRESULT, e->n)) +
+                           (e->bwd ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
+    e->work_results = window;
+    e->work = e->ops->alloc(e->ctx, window + results);
+    if (!e->work) goto oom;
+    const size_t acc[3] = {e->bwd ? nq : nq, e->bwd ? nk : nl, e->bwd ? nk : 0};
+    for (int i = 0; i < 3; i++) {
+        if (!acc[i]) continue;
+        e->acc[i] = e->ops->alloc(e->ctx, sizeof(float) * acc[i]);
+        if (!e->acc[i]) goto oom;
+    }
+    if (e->bwd) {
+        for (int i = 0; i < 3; i++) e->ops->fill_f32(e->ctx, e->acc[i], (int64_t)acc[i], 0.0f);
+    } else {
+        e->ops->fill_f32(e->ctx, e->acc[0], (int64_t)nq, 0.0f);
+        e->ops->fill_f32(e->ctx, e->acc[1], (int64_t)nl, -INFINITY); /* nothing seen yet */
+    }
+    return DFA_OK;
+oom:
+    return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the buffers of the distributed pass "
+                     "(3 x %zu bytes of message slots, accumulators of %zu float32)",
+                     e->arena_bytes, 2 * nq + nk);
+}
+
+static void release(exec *e) {
+    if (e->ctx || e->arena[0] || e->work) {
+        for (int i = 0; i < 3; i++) {
+            e->ops->release(e->ctx, e->arena[i]);
+            e->ops->release(e->ctx, e->acc[i]);
+        }
+        e->ops->release(e->ctx, e->work);
+    }
+    if (e->ctx) e->ops->ctx_destroy(e->ctx);
+    e->ctx = NULL;
+    free_plan(e);
+}
+
+/* Copies rows [r0, r0 + rows) of this rank's query side (fwd: q; bwd: q, o, dout, lse) into
+   packed parts. */
+static void pack_query(exec *e, int r0, int rows, void *dst[4]) {
+    const dfa_attn_desc *d = &e->d;
+    const size_t row = (size_t)d->num_heads * d->head_dim * dfa__dtype_size(d->dtype);
+    const size_t n = (size_t)e->n, r = (size_t)rows, B = (size_t)d->batch;
+    const void *src[3] = {e->io->q, e->io->o, e->io->dout};
+    for (int i = 0; i < (e->bwd ? 3 : 1); i++)
+        e->ops->copy2d(e->ctx, dst[i], r * row, (const char *)src[i] + (size_t)r0 * row, n * row, r * row, B);
+    if (e->bwd)
+        e->ops->copy2d(e->ctx, dst[3], r * 4, e->io->lse + r0, n * 4, r * 4, B * (size_t)d->num_heads);
+}
+
+static planned_msg *find(planned_step *ps, dfa__msg_kind kind, int send) {
+    for (int i = 0; i < ps->nmsg; i++)
+        if (ps->msgs[i].m.kind == kind && ps->msgs[i].m.send == send) return &ps->msgs[i];
+    return NULL;
+}
+
+/* Tag of part i of a message of compute step `step`: unique among one step's messages
+   between two ranks (one task per rank per step); steps wrap, order keeps them apart. */
+static int tag_of(int step, dfa__msg_kind kind, int part) { return ((step & 1023) << 4) | ((kind - 1) << 2) | part; }
+
+/* The buffers of a message's parts. */
+static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
+    const parts p = msg_parts(e, pm->m.kind, rows_of(&pm->m.task));
+    if (pm->off != NO_BUFFER) {
+        parts_at(p, e->arena[step % 3] + pm->off, out);
+        return;
+    }
+    /* sent straight from the caller's memory */
+    if (pm->m.kind == DFA__MSG_KV) {
+        out[0] = (void *)e->io->k;
+        out[1] = (void *)e->io->v;
+    } else { /* a whole query chunk */
+        out[0] = (void *)e->io->q;
+        out[1] = (void *)e->io->o;
+        out[2] = (void *)e->io->dout;
+        out[3] = (void *)e->io->lse;
+    }
+}
+
+/* Starts the inputs of compute step in_step and the results of compute step res_step. */
+static dfa_status post(exec *e, int in_step, int res_step, void **pending) {
+    *pending = NULL;
+    int count = 0;
+    for (int g = 0; g < 2; g++) {
+        const int of = g == 0 ? in_step : res_step;
+        if (of < 0 || of >= e->T) continue;
+        for (int i = 0; i < e->steps[of].nmsg; i++)
+            if (dfa__msg_is_input(e->steps[of].msgs[i].m.kind) == (g == 0)) count += 4;
+    }
+    if (count == 0) return DFA_OK;
+    dfa__xfer *x = malloc(sizeof *x * (size_t)count);
+    if (!x) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "post", "cannot allocate %d transfer records", count);
+    int nx = 0;
+    for (int g = 0; g < 2; g++) {
+        const int of = g == 0 ? in_step : res_step;
+        if (of < 0 || of >= e->T) continue;
+        planned_step *ps = &e->steps[of];
+        for (int i = 0; i < ps->nmsg; i++) {
+            planned_msg *pm = &ps->msgs[i];
+            if (dfa__msg_is_input(pm->m.kind) != (g == 0)) continue;
+            const dfa__task *t = &pm->m.task;
+            const parts p = msg_parts(e, pm->m.kind, rows_of(t));
+            void *buf[4];
+            msg_buffers(e, of, pm, buf);
+            if (pm->m.send && pm->m.kind == DFA__MSG_QUERY && pm->off != NO_BUFFER) pack_query(e, t->row0, rows_of(t), buf);
+            for (int j = 0; j < p.n; j++) {
+                x[nx++] = (dfa__xfer){buf[j], p.bytes[j], pm->m.peer, tag_of(of, pm->m.kind, j), pm->m.send};
+                if (pm->m.send) e->sent += (int64_t)p.bytes[j];
+                else e->received += (int64_t)p.bytes[j];
+            }
+        }
+    }
+    dfa_status st = e->c->ops->start(e->c, x, nx, pending);
+    free(x);
+    return st;
+}
+
+/* Adds a packed float32 window [batch, rows, width] into rows [r0, r0+rows) of [batch, n, width]. */
+static void add_rows(exec *e, float *acc, const float *part, int r0, int rows, int64_t width) {
+    for (int b = 0; b < e->d.batch; b++)
+        e->ops->add_f32(e->ctx, acc + ((int64_t)b * e->n + r0) * width, part + (int64_t)b * rows * width,
+                        (int64_t)rows * width);
+}
+
+/* Folds a partial result of query rows [r0, r0+rows) (and of this rank's keys) into the accumulators. */
+static void fold_query(exec *e, const dfa__task *t, void *res[2]) {
+    const int rows = rows_of(t);
+    if (e->bwd)
+        add_rows(e, e->acc[0], res[0], t->row0, rows, (int64_t)e->d.num_heads * e->d.head_dim);
+    else
+        e->ops->merge_rows(e->ctx, e->d.batch, e->d.num_heads, e->d.head_dim, e->n, t->row0, rows, e->acc[0],
+                           e->acc[1], res[0], res[1]);
+}
+
+static void fold_keys(exec *e, void *res[2]) {
+    const int64_t nk = (int64_t)e->d.batch * e->n * e->d.num_kv_heads * e->d.head_dim;
+    e->ops->add_f32(e->ctx, e->acc[1], res[0], nk);
+    e->ops->add_f32(e->ctx, e->acc[2], res[1], nk);
+}
+
+/* Folds the results of compute step s that other ranks sent here. */
+static void consume(exec *e, int s) {
+    if (s < 0 || s >= e->T || e->local) return;
+    planned_step *ps = &e->steps[s];
+    for (int i = 0; i < ps->nmsg; i++) {
+        planned_msg *pm = &ps->msgs[i];
+        if (pm->m.send || dfa__msg_is_input(pm->m.kind)) continue;
+        void *buf[4];
+        msg_buffers(e, s, pm, buf);
+        if (pm->m.kind == DFA__MSG_QRESULT) fold_query(e, &pm->m.task, buf);
+        else fold_keys(e, buf);
+    }
+}
+
+/* This rank's block at step t. */
+static void compute(exec *e, int t) {
+    planned_step *ps = &e->steps[t];
+    if (!ps->has_task || e->local) return;
+    const dfa__task *tk = &ps->task;
+    const int rows = rows_of(tk), qmine = tk->q_chunk == e->rank, kmine = tk->k_chunk == e->rank;
+    void *qs[4], *kv[2], *qres[2], *kres[2];
+    if (qmine && rows == e->n) {
+        qs[0] = (void *)e->io->q;
+        qs[1] = (void *)e->io->o;
+        qs[2] = (void *)e->io->dout;
+        qs[3] = (void *)e->io->lse;
+    } else if (qmine) {
+        parts_at(msg_parts(e, DFA__MSG_QUERY, rows), e->work, qs);
+        pack_query(e, tk->row0, rows, qs);
+    } else {
+        planned_msg *pm = find(ps, DFA__MSG_QUERY, 0);
+        if (!pm) {
+            record(e, dfa__fail(DFA_ERR_INTERNAL, "executor", "step %d: no query message", t));
+            return;
+        }
+        msg_buffers(e, t, pm, qs);
+    }
+    if (kmine) {
+        kv[0] = (void *)e->io->k;
+        kv[1] = (void *)e->io->v;
+    } else {
+        planned_msg *pm = find(ps, DFA__MSG_KV, 0);
+        if (!pm) {
+            record(e, dfa__fail(DFA_ERR_INTERNAL, "executor", "step %d: no key/value message", t));
+            return;
+        }
+        void *b[4];
+        msg_buffers(e, t, pm, b);
+        kv[0] = b[0];
+        kv[1] = b[1];
+    }
+    /* own partial results go to scratch and are folded at once; others' into the send slot */
+    char *own = e->work + e->work_results;
+    const parts pq = msg_parts(e, DFA__MSG_QRESULT, e->n);
+    void *b4[4];
+    if (qmine) {
+        parts_at(pq, own, b4);
+    } else {
+        msg_buffers(e, t, find(ps, DFA__MSG_QRESULT, 1), b4);
+    }
+    qres[0] = b4[0];
+    qres[1] = b4[1];
+    if (e->bwd) {
+        if (kmine) parts_at(msg_parts(e, DFA__MSG_KVRESULT, e->n), own + parts_total(pq), b4);
+        else msg_buffers(e, t, find(ps, DFA__MSG_KVRESULT, 1), b4);
+        kres[0] = b4[0];
+        kres[1] = b4[1];
+    }
+
+    dfa_attn_desc bd = e->d;
+    bd.seqlen_q = rows;
+    bd.seqlen_k = e->n;
+    bd.causal = tk->causal_mask;
+    bd.q_start = (int64_t)tk->q_chunk * e->n + tk->row0;
+    bd.k_start = (int64_t)tk->k_chunk * e->n;
+    dfa_status st;
+    if (e->bwd)
+        st = e->ops->bwd(e->ctx, &bd, qs[0], kv[0], kv[1], qs[1], qs[3], qs[2], qres[0], kres[0], kres[1]);
+    else
+        st = e->ops->fwd(e->ctx, &bd, qs[0], kv[0], kv[1], qres[0], qres[1]);
+    if (st) {
+        record(e, st);
+        return;
+    }
+    if (qmine) fold_query(e, tk, qres);
+    if (e->bwd && kmine) fold_keys(e, kres);
+}
+
+static dfa_status wait_timed(exec *e, void *pending) {
+    const double t0 = now();
+    dfa_status st = e->c->ops->wait(e->c, pending);
+    e->t_wait += now() - t0;
+    return st;
+}
+
+/* The steps. Returns only communication failures (the protocol cannot continue after one);
+   compute failures are recorded in e->local and the messages keep flowing. */
+static dfa_status run_steps(exec *e, dfa__dist_stats *stats) {
+    void *pending;
+    dfa_status st = post(e, 0, -1, &pending); /* step 0's inputs: none in our schedules */
+    if (!st) st = wait_timed(e, pending);
+    for (int t = 0; t < e->T && !st; t++) {
+        const double w0 = e->t_wait, t0 = now();
+        if ((st = post(e, t + 1, t - 1, &pending))) break;
+        if (!e->overlap) {
+            if ((st = wait_timed(e, pending))) break;
+            pending = NULL;
+        }
+        const double c0 = now();
+        compute(e, t);
+        const double c1 = now();
+        if (e->overlap && (st = wait_timed(e, pending))) break;
+        /* after this step's own block in both modes: the same order of sums, the same bits */
+        consume(e, t - 1);
+        double t1 = now();
+        if (t == e->T - 1) { /* the last step's results travel after it */
+            if ((st = post(e, -1, t, &pending)) || (st = wait_timed(e, pending))) break;
+            consume(e, t);
+            t1 = now();
+        }
+        if (stats && t < DFA__STATS_MAX_STEPS) {
+            stats->compute_s[t] = c1 - c0;
+            stats->wait_s[t] = e->t_wait - w0;
+            stats->post_s[t] = (t1 - t0) - (c1 - c0) - (e->t_wait - w0);
+        }
+    }
+    return st;
+}
+
+/* Strips "fn: " from the front of a message that is about to be prefixed again. */
+static const char *unprefixed(const char *msg, const char *fn) {
+    const size_t n = strlen(fn);
+    return strncmp(msg, fn, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
+/* Collective: combines every rank's status (and, when nf > 0, checks that the fields agree).
+   On failure every rank returns the status of the lowest failing rank, with its message. */
+static dfa_status agree(exec *e, const int64_t *fields, const char *const *names, int nf, const char *fn) {
+    dfa_comm *c = e->c;
+    int64_t v[1 + 2 * 16];
+    v[0] = e->local ? -((int64_t)c->rank * 16 + (int64_t)e->local) : INT64_MIN;
+    for (int i = 0; i < nf; i++) {
+        v[1 + i] = fields[i];
+        v[1 + nf + i] = -fields[i];
+    }
+    dfa_status st = c->ops->allreduce_max(c, v, 1 + 2 * nf);
+    if (st) return st;
+    if (v[0] != INT64_MIN) {
+        const int root = (int)(-v[0] / 16);
+        const dfa_status rs = (dfa_status)(-v[0] % 16);
+        char text[MSG_CAPACITY];
+        memset(text, 0, sizeof text);
+        if (c->rank == root) snprintf(text, sizeof text, "%s", e->msg);
+        if ((st = c->ops->bcast(c, text, sizeof text, root))) return st;
+        text[sizeof text - 1] = '\0';
+        if (c->rank == root) return dfa__fail(rs, fn, "%s", unprefixed(text, fn));
+        return dfa__fail(rs, fn, "rank %d failed: %s", root, unprefixed(text, fn));
+    }
+    for (int i = 0; i < nf; i++)
+        if (v[1 + i] != -v[1 + nf + i])
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "the descriptor differs across ranks: %s is %lld on some ranks and %lld on others "
+                             "(every rank must pass the same d)",
+                             names[i], (long long)-v[1 + nf + i], (long long)v[1 + i]);
+    return DFA_OK;
+}
+
+/* Returns a communication failure with the call's name in front of the backend's message. */
+static dfa_status backend_failure(dfa_status st, const char *fn) {
+    char text[MSG_CAPACITY];
+    snprintf(text, sizeof text, "%s", dfa_last_error());
+    return dfa__fail(st, fn, "%s", text);
+}
+
+dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind kind, dfa__pass pass,
+                         const dfa__dist_io *io, dfa_status local, const char *fn) {
+    const double start = now();
+    exec e;
+    memset(&e, 0, sizeof e);
+    e.c = c;
+    e.ops = c->compute;
+    e.io = io;
+    e.rank = c->rank;
+    e.bwd = pass == DFA__PASS_BWD;
+    e.local = DFA_OK;
+    record(&e, local);
+    if (!e.local) {
+        e.d = dd->attn;
+        e.n = dd->attn.seqlen_q;
+        e.overlap = dd->overlap;
+        e.s = (dfa__sched){kind, c->size, dd->attn.causal, e.n};
+        e.T = dfa__sched_steps(&e.s);
+        dfa_status st = plan(&e, fn);
+        if (!st) st = allocate(&e, fn);
+        record(&e, st);
+    }
+
+    /* Every field the ranks must share (q_start/k_start are ignored by contract). */
+    static const char *const names[] = {"d->attn.batch",        "d->attn.seqlen_q", "d->attn.seqlen_k",
+                                        "d->attn.num_heads",    "d->attn.num_kv_heads", "d->attn.head_dim",
+                                        "d->attn.dtype",        "d->attn.causal",   "d->attn.softmax_scale (bits)",
+                                        "d->attn.flags",        "d->schedule",      "d->overlap"};
+    int64_t f[12] = {0};
+    if (dd) {
+        const dfa_attn_desc *a = &dd->attn;
+        uint32_t bits;
+        memcpy(&bits, &a->softmax_scale, 4);
+        const int64_t vals[12] = {a->batch, a->seqlen_q, a->seqlen_k, a->num_heads, a->num_kv_heads, a->head_dim,
+                                  (int64_t)a->dtype, a->causal, (int64_t)bits, (int64_t)a->flags, (int64_t)kind,
+                                  dd->overlap};
+        memcpy(f, vals, sizeof f);
+    }
+    dfa_status st = agree(&e, f, names, 12, fn);
+    if (st) {
+        release(&e);
+        return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
+    }
+
+    dfa__dist_stats *stats = c->stats;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->steps = e.T;
+        stats->setup_s = now() - start;
+    }
+    st = run_steps(&e, stats);
+    if (st) { /* a communication failure: peers may be stuck; nothing more can be exchanged safely */
+        st = backend_failure(st, fn);
+        release(&e);
+        return st;
+    }
+    const double fin = now();
+    if ((st = agree(&e, NULL, NULL, 0, fn))) {
+        release(&e);
+        return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
+    }
+    /* Everyone succeeded: round the accumulators into the caller's outputs. */
+    const dfa_attn_desc *d = &e.d;
+    const int64_t nq = (int64_t)d->batch * e.n * d->num_heads * d->head_dim;
+    const int64_t nk = (int64_t)d->batch * e.n * d->num_kv_heads * d->head_dim;
+    if (e.bwd) {
+        e.ops->store(e.ctx, d->dtype, e.acc[0], io->dq, nq);
+        e.ops->store(e.ctx, d->dtype, e.acc[1], io->dk, nk);
+        e.ops->store(e.ctx, d->dtype, e.acc[2], io->dv, nk);
+    } else {
+        e.ops->store(e.ctx, d->dtype, e.acc[0], io->o_out, nq);
+        if (io->lse_out) {
+            const size_t lb = sizeof(float) * (size_t)d->batch * d->num_heads * e.n;
+            e.ops->copy2d(e.ctx, io->lse_out, lb, e.acc[1], lb, lb, 1);
+        }
+    }
+    if (stats) {
+        stats->finish_s = now() - fin;
+        stats->total_s = now() - start;
+        stats->bytes_sent = e.sent;
+        stats->bytes_recv = e.received;
+    }
+    release(&e);
+    dfa__clear_error();
+    return DFA_OK;
+}

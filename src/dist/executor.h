@@ -1,0 +1,65 @@
+/* Internal: the backend-neutral executor of sequence-parallel attention.
+ *
+ * It runs a schedule (schedule.h) over a communicator's message table
+ * (comm.h) and compute table (compute.h):
+ *   1. checks collectively: every rank contributes its own validation status
+ *      (NULL pointers, bad sizes, failed allocations) and its descriptor; one
+ *      allreduce later every rank knows whether any rank failed and whether
+ *      the descriptors agree, so a bad argument on one rank fails all ranks
+ *      with the same status instead of leaving the others hanging;
+ *   2. runs the steps: post the next step's inputs and the previous step's
+ *      results (nonblocking), compute this step's block, wait (overlap = 1);
+ *      or post, wait, compute (overlap = 0); after the last step, the last
+ *      results. A rank whose block fails keeps exchanging messages so that
+ *      no peer hangs, and stops computing;
+ *   3. agrees on the outcome (one more allreduce), and only then writes the
+ *      caller's outputs from the float32 accumulators, so outputs are
+ *      untouched on every rank when any rank failed.
+ */
+#ifndef DFA_DIST_EXECUTOR_H
+#define DFA_DIST_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "schedule.h"
+
+#define DFA__STATS_MAX_STEPS 256
+
+/* Timing of the most recent call on a communicator (wall clock, seconds). */
+typedef struct dfa__dist_stats {
+    int steps;                                /* of the schedule (only the first 256 are itemised) */
+    double compute_s[DFA__STATS_MAX_STEPS];   /* the step's block(s) */
+    double wait_s[DFA__STATS_MAX_STEPS];      /* blocked in waits; the last step includes the tail */
+    double post_s[DFA__STATS_MAX_STEPS];      /* posting (packing, starting transfers), merging results */
+    double setup_s;                           /* validation, allocation, the collective check */
+    double finish_s;                          /* the closing agreement and writing the outputs */
+    double total_s;
+    int64_t bytes_sent, bytes_recv;
+} dfa__dist_stats;
+
+/* Collect timings of the following calls on c into *s (NULL stops). */
+void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s);
+
+typedef enum { DFA__PASS_FWD = 0, DFA__PASS_BWD = 1 } dfa__pass;
+
+/* The caller's buffers of one call (per-rank chunk layouts as in distflash.h). */
+typedef struct {
+    const void *q, *k, *v;
+    const void *o;      /* bwd: the forward's output */
+    const float *lse;   /* bwd: the forward's lse */
+    const void *dout;   /* bwd */
+    void *o_out;        /* fwd */
+    float *lse_out;     /* fwd, may be NULL */
+    void *dq, *dk, *dv; /* bwd */
+} dfa__dist_io;
+
+/*
+ * Runs one distributed pass. `local` is this rank's own validation result (its message in
+ * dfa_last_error()); d may be NULL when local != DFA_OK. Collective: every rank of c calls
+ * it, whatever its local status; fn names the public call in messages.
+ */
+dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, dfa__pass pass,
+                         const dfa__dist_io *io, dfa_status local, const char *fn);
+
+#endif

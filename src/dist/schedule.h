@@ -1,0 +1,115 @@
+/* Internal: sequence-parallel schedules as pure functions.
+ *
+ * Layout: the global sequence of P * n rows is cut into P contiguous chunks of
+ * n rows; rank r owns chunk r (its q, k, v, o, lse, dout rows). A schedule
+ * runs in steps; at each step a rank computes at most one *task*: the
+ * attention of some query rows of one chunk against the whole key chunk of
+ * another (or the same) chunk. Everything else — which messages move, from
+ * whom, to whom, and when — is derived from the tasks, identically on every
+ * rank, so the ranks agree on the protocol without negotiating it.
+ *
+ * Timing convention (the executor and the simulator both follow it):
+ *  - the inputs of a task computed at step s (a remote k/v chunk, remote
+ *    query rows) are posted at step s-1, before that step's compute, and
+ *    waited after it (overlap); step 0 tasks use only local data;
+ *  - the results of a task computed at step s on a rank that does not own
+ *    the query chunk (partial o/lse in the forward, dq in the backward) or
+ *    the key chunk (dk/dv in the backward) are posted at step s+1 and
+ *    waited after its compute; results of the last step travel after it.
+ *
+ * Schedules (causal; non-causal attention needs every pair, so every kind
+ * runs the plain ring of P steps there):
+ *  - RING: at step t rank p >= t computes q_p against k_{p-t}; P steps; the
+ *    last rank does P-1 full blocks while rank 0 idles after the first step.
+ *  - PAPER: DistFlashAttn's balancing (Alg. 2, the reference code's
+ *    predicates, 0-indexed): floor(P/2)+1 steps. At step t >= 1 rank p >= t
+ *    computes q_p against k_{p-t} (its own queries), and rank p < t is a
+ *    helper: it computes q_{p-t+P} against its own k_p and returns (o, lse).
+ *    Owners cover key distances 1..floor(P/2), helpers P-floor(P/2)..P-1.
+ *    For even P both would cover distance P/2 at the last step, so the
+ *    helpers idle there: P/2 ranks idle for a whole block.
+ *  - BALANCED (ours, the default): PAPER, except that for even P the last
+ *    step's pair (q_{r+P/2}, k_r) is split by query rows between its owner
+ *    r+P/2 (first ceil(n/2) rows) and rank r (the rest), which already holds
+ *    k_r and only needs those query rows. No rank idles for any P.
+ */
+#ifndef DFA_DIST_SCHEDULE_H
+#define DFA_DIST_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distflash.h"
+
+typedef enum {
+    DFA__SCHED_BALANCED = DFA_SCHEDULE_BALANCED, /* ours: zero idle for every P */
+    DFA__SCHED_RING = DFA_SCHEDULE_RING,
+    DFA__SCHED_PAPER = 100 /* the published balancing, kept for comparison (simulate, dist-bench) */
+} dfa__sched_kind;
+
+typedef struct {
+    dfa__sched_kind kind;
+    int nranks; /* P >= 1 */
+    int causal; /* 0 or 1 */
+    int rows;   /* n: local rows per rank, >= 1 */
+} dfa__sched;
+
+/* One block of work: query rows [row0, row1) of chunk q_chunk against all of chunk k_chunk. */
+typedef struct {
+    int q_chunk, row0, row1;
+    int k_chunk;
+    int causal_mask; /* apply the causal mask inside the block (the diagonal block when causal) */
+} dfa__task;
+
+typedef enum {
+    DFA__MSG_KV = 1,       /* k and v of chunk k_chunk: its owner -> the computing rank */
+    DFA__MSG_QUERY = 2,    /* the task's query rows (fwd: q; bwd: q, o, dout, lse): owner -> computing rank */
+    DFA__MSG_QRESULT = 3,  /* fwd: partial (o, lse); bwd: partial dq; computing rank -> query owner */
+    DFA__MSG_KVRESULT = 4  /* bwd only: partial (dk, dv); computing rank -> key owner */
+} dfa__msg_kind;
+
+typedef struct {
+    dfa__msg_kind kind;
+    int send;       /* 1: this rank sends it, 0: this rank receives it */
+    int peer;       /* the other rank */
+    int step;       /* the compute step of the task it serves (inputs) or comes from (results) */
+    dfa__task task; /* that task (computed on the sender of results / the receiver of inputs) */
+} dfa__msg;
+
+/* Name of a kind ("ring", "paper", "balanced"). */
+const char *dfa__sched_name(dfa__sched_kind k);
+
+/* 1 if s is a well-formed schedule description. */
+int dfa__sched_valid(const dfa__sched *s);
+
+/* Number of steps (>= 1). */
+int dfa__sched_steps(const dfa__sched *s);
+
+/* The task of `rank` at `step`: returns 1 and fills *out, or 0 when the rank idles. */
+int dfa__sched_task(const dfa__sched *s, int rank, int step, dfa__task *out);
+
+/* Upper bound on the messages one rank has in one step (for sizing arrays). */
+int dfa__sched_max_messages(const dfa__sched *s);
+
+/* The messages of `rank` that belong to compute step `step` (inputs of the tasks computed
+   at that step, and the results they produce; bwd selects the backward's messages). Ordered
+   by the computing rank, the same way on both ends. Returns the count (<= cap; -1 if cap is
+   too small). */
+int dfa__sched_messages(const dfa__sched *s, int bwd, int rank, int step, dfa__msg *out, int cap);
+
+/* 1 for the kinds posted one step before their compute step (inputs), 0 for results. */
+static inline int dfa__msg_is_input(dfa__msg_kind k) { return k == DFA__MSG_KV || k == DFA__MSG_QUERY; }
+
+/* Shapes that size a message: from the per-rank descriptor (seqlen = n). */
+typedef struct {
+    int batch, heads, kv_heads, head_dim;
+    size_t elem; /* bytes per element of the storage type */
+} dfa__msg_shape;
+
+/* Bytes of a message's payload (all its tensors). Partial results travel in float32. */
+int64_t dfa__msg_bytes(const dfa__msg *m, int bwd, const dfa__msg_shape *sh, int rows);
+
+/* Query-key pairs a task evaluates (the masked half of a diagonal block excluded). */
+int64_t dfa__task_pairs(const dfa__task *t, int rows);
+
+#endif

@@ -1,0 +1,206 @@
+/* Distributed attention under mpirun (any number of ranks): every rank's o, lse, dq, dk,
+ * dv equal the single-process result on the whole sequence, for both schedules (and the
+ * paper's internal one), causal and not, MHA/GQA/MQA, f32 and bf16, overlap on and off,
+ * batch 1 and 2, chunks of 1 row up; outputs poisoned beforehand.
+ *
+ * Rank 0 draws the whole sequence's inputs and broadcasts them; every rank then computes
+ * the references itself (the float64 oracle, the naive same-precision path that sets the
+ * error budget, and the single-process library call) and checks its own rows: within the
+ * core's tolerance of the oracle (at most 2x the naive path's error plus about an ulp at
+ * the largest value), and as close to the single-process result. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/oracle.h"
+#include "../common/testlib.h"
+#include "dist/dist_internal.h"
+#include "distflash_mpi.h"
+
+static int rank, nranks;
+
+static double atol_rel(dfa_dtype t) { return t == DFA_F32 ? 0x1p-18 : t == DFA_F16 ? 0x1p-11 : 0x1p-8; }
+
+/* Rows [r0, r0 + n) of a [batch, N, width] tensor, as [batch, n, width]. */
+static void *slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width) {
+    const size_t es = tl_dtype_size(t), row = (size_t)width * es;
+    char *dst = tl_alloc(t, (int64_t)B * n * width);
+    for (int b = 0; b < B; b++)
+        memcpy(dst + (size_t)b * n * row, (const char *)src + ((size_t)b * N + r0) * row, (size_t)n * row);
+    return dst;
+}
+
+static double *slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_t width) {
+    double *dst = malloc(sizeof(double) * (size_t)B * n * width);
+    for (int b = 0; b < B; b++)
+        memcpy(dst + (size_t)b * n * width, src + ((size_t)b * N + r0) * width, sizeof(double) * (size_t)n * width);
+    return dst;
+}
+
+/* Max |got - ref| over a local slice, against a tolerance from the whole tensor. */
+static void check_slice(const char *what, const char *cfg, dfa_dtype t, const void *got, const double *ref_slice,
+                        int64_t n_slice, double tol) {
+    const double err = tl_max_err(t, got, ref_slice, n_slice);
+    CHECK(err <= tol, "rank %d: %s: max error %.3g > tol %.3g for %s", rank, what, err, tol, cfg);
+}
+
+typedef struct {
+    int B, n, H, Hkv, D;
+    dfa_dtype t;
+    int causal, overlap;
+    dfa__sched_kind kind;
+} dcase;
+
+static void run_case(dfa_comm *c, const dcase *k) {
+    const int B = k->B, n = k->n, N = n * nranks, H = k->H, Hkv = k->Hkv, D = k->D;
+    const dfa_dtype t = k->t;
+    const size_t es = tl_dtype_size(t);
+    const int64_t wq = (int64_t)H * D, wk = (int64_t)Hkv * D;
+    const int64_t NQ = (int64_t)B * N * wq, NK = (int64_t)B * N * wk, NL = (int64_t)B * H * N;
+    const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
+    char cfg[200];
+    snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d", nranks,
+             dfa__sched_name(k->kind), B, n, H, Hkv, D, t == DFA_F32 ? "f32" : "bf16", k->causal, k->overlap);
+
+    /* the whole sequence, drawn on rank 0 */
+    void *q = tl_alloc(t, NQ), *kk = tl_alloc(t, NK), *v = tl_alloc(t, NK), *dout = tl_alloc(t, NQ);
+    if (rank == 0) {
+        tl_fill_normal(t, q, NQ, 1.0 + tl_rand_uniform());
+        tl_fill_normal(t, kk, NK, 1.0);
+        tl_fill_normal(t, v, NK, 1.0);
+        tl_fill_normal(t, dout, NQ, 1.0);
+    }
+    MPI_Bcast(q, (int)(NQ * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(kk, (int)(NK * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(v, (int)(NK * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(dout, (int)(NQ * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+
+    /* references on the whole sequence */
+    dfa_attn_desc full = tl_desc(B, N, N, H, Hkv, D, t, k->causal, 0, 0);
+    void *o1 = tl_alloc(t, NQ), *dq1 = tl_alloc(t, NQ), *dk1 = tl_alloc(t, NK), *dv1 = tl_alloc(t, NK);
+    float *l1 = malloc(sizeof(float) * (size_t)NL);
+    CHECK(dfa_attn_fwd(&full, q, kk, v, o1, l1) == DFA_OK, "single fwd: %s", dfa_last_error());
+    CHECK(dfa_attn_bwd(&full, q, kk, v, o1, l1, dout, dq1, dk1, dv1) == DFA_OK, "single bwd: %s", dfa_last_error());
+    double *fq = tl_to_f64(t, q, NQ), *fk = tl_to_f64(t, kk, NK), *fv = tl_to_f64(t, v, NK), *fdo = tl_to_f64(t, dout, NQ);
+    double *oref = malloc(8 * (size_t)NQ), *lref = malloc(8 * (size_t)NL);
+    double *gq = malloc(8 * (size_t)NQ), *gk = malloc(8 * (size_t)NK), *gv = malloc(8 * (size_t)NK);
+    oracle_fwd(&full, fq, fk, fv, oref, lref);
+    oracle_bwd(&full, fq, fk, fv, fdo, gq, gk, gv);
+    void *on = tl_alloc(t, NQ), *dqn = tl_alloc(t, NQ), *dkn = tl_alloc(t, NK), *dvn = tl_alloc(t, NK);
+    naive_fwd_lowp(&full, q, kk, v, on);
+    naive_bwd_lowp(&full, q, kk, v, dout, dqn, dkn, dvn);
+    const double tol_o = 2 * tl_max_err(t, on, oref, NQ) + atol_rel(t) * fmax(1.0, tl_max_abs(oref, NQ));
+    const double tol_dq = 2 * tl_max_err(t, dqn, gq, NQ) + atol_rel(t) * fmax(1.0, tl_max_abs(gq, NQ));
+    const double tol_dk = 2 * tl_max_err(t, dkn, gk, NK) + atol_rel(t) * fmax(1.0, tl_max_abs(gk, NK));
+    const double tol_dv = 2 * tl_max_err(t, dvn, gv, NK) + atol_rel(t) * fmax(1.0, tl_max_abs(gv, NK));
+
+    /* this rank's rows */
+    const int r0 = (int)dfa_dist_position(k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED,
+                                          rank, nranks, n, 0);
+    CHECK(r0 == rank * n, "dfa_dist_position: %d", r0);
+    void *lq = slice_rows(t, q, B, N, r0, n, wq), *lk = slice_rows(t, kk, B, N, r0, n, wk);
+    void *lv = slice_rows(t, v, B, N, r0, n, wk), *ldo = slice_rows(t, dout, B, N, r0, n, wq);
+    void *lo = tl_alloc(t, nq), *ldq = tl_alloc(t, nq), *ldk = tl_alloc(t, nk), *ldv = tl_alloc(t, nk);
+    float *ll = malloc(sizeof(float) * (size_t)nl);
+    tl_poison(lo, (size_t)nq * es);
+    tl_poison(ll, sizeof(float) * (size_t)nl);
+    tl_poison(ldq, (size_t)nq * es);
+    tl_poison(ldk, (size_t)nk * es);
+    tl_poison(ldv, (size_t)nk * es);
+
+    dfa_dist_desc dd = {0};
+    dd.attn = tl_desc(B, n, n, H, Hkv, D, t, k->causal, 12345, -7); /* offsets are ignored */
+    dd.schedule = k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
+    dd.overlap = k->overlap;
+    dfa_status st = dfa__dist_fwd(c, &dd, k->kind, lq, lk, lv, lo, ll);
+    CHECK(st == DFA_OK, "rank %d: dist fwd failed: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
+    st = dfa__dist_bwd(c, &dd, k->kind, lq, lk, lv, lo, ll, ldo, ldq, ldk, ldv);
+    CHECK(st == DFA_OK, "rank %d: dist bwd failed: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
+    CHECK(tl_count_nan(t, lo, nq) == 0 && tl_count_nan(t, ldq, nq) == 0 && tl_count_nan(t, ldk, nk) == 0 &&
+              tl_count_nan(t, ldv, nk) == 0 && tl_count_nan(DFA_F32, ll, nl) == 0,
+          "rank %d: outputs left unwritten (NaN) for %s", rank, cfg);
+
+    /* against the oracle */
+    double *so = slice_rows_f64(oref, B, N, r0, n, wq), *sdq = slice_rows_f64(gq, B, N, r0, n, wq);
+    double *sdk = slice_rows_f64(gk, B, N, r0, n, wk), *sdv = slice_rows_f64(gv, B, N, r0, n, wk);
+    check_slice("o vs oracle", cfg, t, lo, so, nq, tol_o);
+    check_slice("dq vs oracle", cfg, t, ldq, sdq, nq, tol_dq);
+    check_slice("dk vs oracle", cfg, t, ldk, sdk, nk, tol_dk);
+    check_slice("dv vs oracle", cfg, t, ldv, sdv, nk, tol_dv);
+    int lbad = 0, lbad1 = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < n; i++) {
+                const double ref = lref[((int64_t)b * H + h) * N + r0 + i];
+                const float got = ll[((int64_t)b * H + h) * n + i], one = l1[((int64_t)b * H + h) * N + r0 + i];
+                lbad += !(fabs(got - ref) <= 2e-5 * (1.0 + fabs(ref)));
+                lbad1 += !(fabs(got - one) <= 2e-5 * (1.0 + fabs(ref)));
+            }
+    CHECK(lbad == 0 && lbad1 == 0, "rank %d: lse: %d rows off the oracle, %d off the single-process call for %s",
+          rank, lbad, lbad1, cfg);
+    /* against the single-process library call, with the same budget */
+    double *s1o = tl_to_f64(t, o1, NQ), *s1q = tl_to_f64(t, dq1, NQ), *s1k = tl_to_f64(t, dk1, NK),
+           *s1v = tl_to_f64(t, dv1, NK);
+    double *x;
+    check_slice("o vs single", cfg, t, lo, x = slice_rows_f64(s1o, B, N, r0, n, wq), nq, tol_o);
+    free(x);
+    check_slice("dq vs single", cfg, t, ldq, x = slice_rows_f64(s1q, B, N, r0, n, wq), nq, tol_dq);
+    free(x);
+    check_slice("dk vs single", cfg, t, ldk, x = slice_rows_f64(s1k, B, N, r0, n, wk), nk, tol_dk);
+    free(x);
+    check_slice("dv vs single", cfg, t, ldv, x = slice_rows_f64(s1v, B, N, r0, n, wk), nk, tol_dv);
+    free(x);
+
+    /* lse may be NULL in the forward (inference), like dfa_attn_fwd */
+    tl_poison(lo, (size_t)nq * es);
+    st = dfa__dist_fwd(c, &dd, k->kind, lq, lk, lv, lo, NULL);
+    CHECK(st == DFA_OK, "rank %d: fwd without lse failed: %s", rank, dfa_last_error());
+    check_slice("o (lse NULL) vs oracle", cfg, t, lo, so, nq, tol_o);
+
+    free(q); free(kk); free(v); free(dout); free(o1); free(dq1); free(dk1); free(dv1); free(l1);
+    free(fq); free(fk); free(fv); free(fdo); free(oref); free(lref); free(gq); free(gk); free(gv);
+    free(on); free(dqn); free(dkn); free(dvn);
+    free(lq); free(lk); free(lv); free(ldo); free(lo); free(ldq); free(ldk); free(ldv); free(ll);
+    free(so); free(sdq); free(sdk); free(sdv); free(s1o); free(s1q); free(s1k); free(s1v);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (rank == 0) tl_init("test_dist");
+    dfa_comm *c = NULL;
+    dfa_status st = dfa_comm_create_mpi(MPI_COMM_WORLD, &c);
+    CHECK(st == DFA_OK, "dfa_comm_create_mpi: %s", dfa_last_error());
+    CHECK(dfa_comm_rank(c) == rank && dfa_comm_size(c) == nranks, "rank/size %d/%d", dfa_comm_rank(c),
+          dfa_comm_size(c));
+
+    static const int heads[][2] = {{4, 4}, {4, 2}, {6, 2}, {4, 1}};
+    static const int rows[] = {9, 16, 1, 13, 24, 2};
+    int ncase = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (int causal = 0; causal <= 1; causal++)
+            for (int ki = 0; ki < 2; ki++)
+                for (int overlap = 0; overlap <= 1; overlap++) {
+                    const int i = ncase++;
+                    dcase k = {1 + (i % 3 == 1), rows[i % 6], heads[i % 4][0], heads[i % 4][1], i % 2 ? 16 : 32,
+                               ti ? DFA_BF16 : DFA_F32, causal, overlap,
+                               ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED};
+                    run_case(c, &k);
+                }
+    /* the paper's published schedule (internal; dist-bench compares it) */
+    for (int i = 0; i < 2; i++) {
+        dcase k = {2, 10 + i, 4, 2, 16, i ? DFA_BF16 : DFA_F32, 1, i, DFA__SCHED_PAPER};
+        run_case(c, &k);
+        ncase++;
+    }
+    dfa_comm_destroy(c);
+    int fails = tl_failures, all = 0;
+    MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("test_dist: %d ranks, %d cases\n", nranks, ncase);
+    const int rc = tl_finish("test_dist");
+    MPI_Finalize();
+    return rc || all ? 1 : 0;
+}

@@ -1,0 +1,167 @@
+/* The schedules, proved by the simulator for every P from 1 to 64 (no MPI needed):
+ * every needed (query chunk, key chunk) pair computed exactly once for every query row,
+ * every receive matched by a send at the same step; steps, work per rank and idle
+ * fraction as designed (ours: zero idle for every P; the paper's: 1/(P+1) for even P
+ * under the unit model where a diagonal block is half a block); dfa_dist_position. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/testlib.h"
+#include "dist/schedule.h"
+#include "dist/simulate.h"
+
+static const dfa__sched_kind kinds[] = {DFA__SCHED_BALANCED, DFA__SCHED_RING, DFA__SCHED_PAPER};
+
+static void test_correctness(void) {
+    static const int rows[] = {1, 2, 7, 64};
+    char err[256];
+    int n = 0;
+    for (int P = 1; P <= 64; P++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int causal = 0; causal <= 1; causal++)
+                for (int ri = 0; ri < 4; ri++)
+                    for (int bwd = 0; bwd <= 1; bwd++) {
+                        const dfa__sched s = {kinds[ki], P, causal, rows[ri]};
+                        const int rc = dfa__sim_check(&s, bwd, err, sizeof err);
+                        CHECK(rc == 0, "%s P=%d causal=%d n=%d bwd=%d: %s", dfa__sched_name(s.kind), P, causal,
+                              rows[ri], bwd, err);
+                        n++;
+                    }
+    printf("correctness: %d schedules checked\n", n);
+}
+
+/* Broken schedules must be caught (the checker is not vacuous): take ours at P = 4 and 6
+   and drop a task, duplicate one, add a masked-out pair, unmask a diagonal, overlap a split. */
+static void test_checker_catches(void) {
+    char err[256];
+    for (int P = 4; P <= 6; P += 2) {
+        const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 7};
+        dfa__placed_task base[64], t[65];
+        int n = 0;
+        for (int step = 0; step < dfa__sched_steps(&s); step++)
+            for (int r = 0; r < P; r++)
+                if (dfa__sched_task(&s, r, step, &base[n].t)) {
+                    base[n].step = step;
+                    base[n].rank = r;
+                    n++;
+                }
+        memcpy(t, base, sizeof base[0] * (size_t)n);
+        CHECK(dfa__sim_check_tasks(&s, t, n, err, sizeof err) == 0, "P=%d: ours failed: %s", P, err);
+        for (int drop = 0; drop < n; drop++) {
+            int m = 0;
+            for (int i = 0; i < n; i++)
+                if (i != drop) t[m++] = base[i];
+            CHECK(dfa__sim_check_tasks(&s, t, m, err, sizeof err) != 0, "P=%d: dropping task %d passed", P, drop);
+        }
+        memcpy(t, base, sizeof base[0] * (size_t)n);
+        t[n] = base[n - 1];
+        CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"),
+              "P=%d: a duplicate passed (%s)", P, err);
+        memcpy(t, base, sizeof base[0] * (size_t)n);
+        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0}}; /* q0 x k1: entirely masked */
+        CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0, "P=%d: a masked pair passed", P);
+        memcpy(t, base, sizeof base[0] * (size_t)n);
+        t[0].t.causal_mask = 0; /* the diagonal unmasked */
+        CHECK(dfa__sim_check_tasks(&s, t, n, err, sizeof err) != 0, "P=%d: an unmasked diagonal passed", P);
+        memcpy(t, base, sizeof base[0] * (size_t)n);
+        for (int i = 0; i < n; i++)
+            if (t[i].t.row1 - t[i].t.row0 != 7) { /* a split half: grow it by one row */
+                if (t[i].t.row0 > 0) t[i].t.row0--;
+                else t[i].t.row1++;
+                break;
+            }
+        CHECK(dfa__sim_check_tasks(&s, t, n, err, sizeof err) != 0, "P=%d: overlapping halves passed", P);
+    }
+}
+
+static void test_unit_model(void) {
+    const int n = 1 << 16; /* a diagonal block is then half a block to 1e-5 */
+    for (int P = 1; P <= 64; P++)
+        for (int causal = 0; causal <= 1; causal++) {
+            dfa__sim_result r[3];
+            for (int ki = 0; ki < 3; ki++) {
+                const dfa__sched s = {kinds[ki], P, causal, n};
+                const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}};
+                CHECK(dfa__sim_run(&s, &m, &r[ki]) == 0, "sim failed");
+            }
+            const double eps = 1e-4;
+            if (!causal) {
+                for (int ki = 0; ki < 3; ki++) {
+                    CHECK(r[ki].steps == P, "non-causal P=%d: %d steps", P, r[ki].steps);
+                    CHECK(fabs(r[ki].makespan - P) < eps && r[ki].idle_fraction < eps,
+                          "non-causal P=%d %s: makespan %g idle %g", P, dfa__sched_name(kinds[ki]), r[ki].makespan,
+                          r[ki].idle_fraction);
+                }
+            } else {
+                const int folded_steps = P == 1 ? 1 : P / 2 + 1;
+                CHECK(r[0].steps == folded_steps && r[2].steps == folded_steps && r[1].steps == P,
+                      "P=%d: steps balanced %d paper %d ring %d", P, r[0].steps, r[2].steps, r[1].steps);
+                /* ours: every rank does P/2 blocks and nobody idles */
+                CHECK(fabs(r[0].makespan - P / 2.0) < eps, "P=%d balanced: makespan %g, want %g", P, r[0].makespan,
+                      P / 2.0);
+                CHECK(r[0].idle_fraction < eps, "P=%d balanced: idle fraction %g", P, r[0].idle_fraction);
+                for (int p = 0; p < P; p++)
+                    CHECK(fabs(r[0].compute[p] - P / 2.0) < eps, "P=%d balanced: rank %d works %g", P, p,
+                          r[0].compute[p]);
+                /* ring: P - 1/2; the last rank works all the time */
+                CHECK(fabs(r[1].makespan - (P - 0.5)) < eps, "P=%d ring: makespan %g", P, r[1].makespan);
+                CHECK(fabs(r[1].idle_fraction - (1.0 - (P / 2.0) / (P - 0.5))) < eps, "P=%d ring: idle %g", P,
+                      r[1].idle_fraction);
+                /* paper: like ours for odd P, one extra half block for even P */
+                const double want = P % 2 ? P / 2.0 : P / 2.0 + 0.5;
+                CHECK(fabs(r[2].makespan - want) < eps, "P=%d paper: makespan %g, want %g", P, r[2].makespan, want);
+                const double want_idle = P % 2 ? 0.0 : 1.0 / (P + 1);
+                CHECK(fabs(r[2].idle_fraction - want_idle) < eps, "P=%d paper: idle %g, want %g", P,
+                      r[2].idle_fraction, want_idle);
+            }
+            for (int ki = 0; ki < 3; ki++) dfa__sim_free(&r[ki]);
+        }
+}
+
+/* Under a machine model with finite bandwidth, ours is never slower than the paper's,
+   which is never slower than the ring (LLaMA-7B-like chunk on an H200-like link). */
+static void test_machine_model(void) {
+    for (int P = 1; P <= 64; P++)
+        for (int bwd = 0; bwd <= 1; bwd++)
+            for (int overlap = 0; overlap <= 1; overlap++) {
+                double ms[3];
+                for (int ki = 0; ki < 3; ki++) {
+                    const dfa__sched s = {kinds[ki], P, 1, 4096};
+                    const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}};
+                    dfa__sim_result r;
+                    CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
+                    ms[ki] = r.makespan;
+                    dfa__sim_free(&r);
+                }
+                CHECK(ms[0] <= ms[2] * (1 + 1e-9) && ms[2] <= ms[1] * (1 + 1e-9),
+                      "P=%d bwd=%d overlap=%d: balanced %g paper %g ring %g", P, bwd, overlap, ms[0], ms[2], ms[1]);
+            }
+}
+
+static void test_position(void) {
+    CHECK(dfa_dist_position(DFA_SCHEDULE_BALANCED, 2, 4, 100, 7) == 207, "position of row 7 on rank 2");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 0, 1, 5, 4) == 4, "position with one rank");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 3, 4, 1 << 30, (1 << 30) - 1) == 4LL * (1 << 30) - 1,
+          "position beyond int range");
+    CHECK(dfa_dist_position((dfa_schedule)7, 0, 2, 5, 0) == -1, "bad schedule accepted");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 2, 2, 5, 0) == -1, "rank >= nranks accepted");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, -1, 2, 5, 0) == -1, "negative rank accepted");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 0, 0, 5, 0) == -1, "0 ranks accepted");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 0, 2, 0, 0) == -1, "0 rows accepted");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 0, 2, 5, 5) == -1, "row >= local_rows accepted");
+    CHECK(dfa_dist_position(DFA_SCHEDULE_RING, 0, 2, 5, -1) == -1, "negative row accepted");
+    CHECK(dfa_comm_rank(NULL) == -1 && dfa_comm_size(NULL) == 0, "rank/size of NULL");
+    dfa_comm_destroy(NULL); /* a no-op */
+}
+
+int main(void) {
+    tl_init("test_schedule");
+    test_correctness();
+    test_checker_catches();
+    test_unit_model();
+    test_machine_model();
+    test_position();
+    return tl_finish("test_schedule");
+}

@@ -7,10 +7,6 @@
 #include "../common/dtype.h"
 #include "kernels.h"
 
-/* Query and key tile sizes of every CPU pass (rows of q per tile, rows of k per tile). */
-#define DFA__CPU_BR 64
-#define DFA__CPU_BC 64
-
 /* Rows [0, n) of one head starting at element `first` of a tensor whose rows are
    `stride` elements apart, as float32 with row stride *ld. float32 storage is
    read in place (no copy); other types are converted into buf (stride D). */

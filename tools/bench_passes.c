@@ -135,8 +135,8 @@ pass_outcome pass_measure(const pass_job *job) {
     memset(&out, 0, sizeof out);
     measure_result r;
     memset(&r, 0, sizeof r);
-    double peak_kib = 0;
-    if (measure_in_child(run_pass, (void *)job, &r, &peak_kib) != 0 || r.reps < 1) {
+    double peak_kib = 0, other = -1;
+    if (measure_in_child(run_pass, (void *)job, &r, &peak_kib, &other) != 0 || r.reps < 1) {
         snprintf(out.why, sizeof out.why, "failed: %s", r.msg[0] ? r.msg : "no timed run");
         return out;
     }
@@ -145,6 +145,7 @@ pass_outcome pass_measure(const pass_job *job) {
     out.median_s = measure_median(r.seconds, r.reps);
     out.gflops = pass_fwd_flops(&job->d) * (bwd ? 2.5 : 1.0) / out.median_s / 1e9;
     out.extra_mib = peak_kib / 1024.0;
+    out.other_cpus = other;
     memcpy(out.value, r.value, sizeof out.value);
     return out;
 }

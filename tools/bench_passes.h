@@ -24,6 +24,7 @@ typedef struct {
     double median_s;   /* of the timed runs */
     double gflops;     /* by the FLOP convention of DESIGN.md */
     double extra_mib;  /* peak resident memory above the inputs and outputs */
+    double other_cpus; /* CPUs other processes kept busy meanwhile (contention; -1 unknown) */
     double value[8];   /* copied from the child */
 } pass_outcome;
 

@@ -80,7 +80,10 @@ static void usage(FILE *f) {
             "      --no-naive         skip the naive implementation\n"
             "      --naive-max-gib G  run the naive pass only if its scratch fits in G GiB (4)\n"
             "      --peak             only measure this machine's float32 FMA peak\n"
-            "      --peak-gflops X    use X as the peak instead of measuring it\n");
+            "      --peak-gflops X    use X as the peak instead of measuring it\n"
+            "      --wait-idle S      before each pass wait up to S seconds for the machine to be idle\n"
+            "The 'other CPUs' column: how many CPUs other processes kept busy during the row's passes\n"
+            "(from /proc/stat); anything well above 0 means the row was measured under contention.\n");
 }
 
 typedef struct {
@@ -105,12 +108,14 @@ static double measure_peak(int threads, int verbose) {
     measure_result r;
     memset(&r, 0, sizeof r);
     double kib;
-    if (measure_in_child(run_peak, &job, &r, &kib) != 0) return 0;
+    double other = -1;
+    if (measure_in_child(run_peak, &job, &r, &kib, &other) != 0) return 0;
     static const char *names[3] = {"avx512", "avx2", "scalar"};
     /* the child fills the ISAs it has, in this order, always ending with scalar */
     const int have512 = r.reps == 3, have2 = r.reps >= 2;
     double best = 0;
     int i = 0;
+    if (verbose) printf("  (other processes kept %.2f CPUs busy during the peak measurement)\n", other);
     for (int t = 0; t < 3; t++) {
         if ((t == 0 && !have512) || (t == 1 && !have2)) continue;
         if (verbose) printf("  f32 FMA peak, %-6s : %7.1f GFLOP/s\n", names[t], r.value[i]);
@@ -140,7 +145,7 @@ int cmd_bench(int argc, char **argv) {
 
     int batch = 1, heads = 8, kv_heads = 0, threads = 0, reps = 3, warmup = 1, no_bwd = 0, no_naive = 0;
     int peak_only = 0;
-    double naive_max_gib = 4.0, peak = 0;
+    double naive_max_gib = 4.0, peak = 0, wait_idle = 0;
     int_list seqlens = {1, {4096}}, dims = {1, {128}}, causals = {1, {1}}, dtypes = {1, {DFA_F32}};
     char cmdline[1024] = "distflash";
     for (int i = 0; i < argc; i++)
@@ -178,6 +183,8 @@ int cmd_bench(int argc, char **argv) {
             ok = get_int(val, &warmup, 0);
         } else if (!strcmp(a, "--naive-max-gib")) {
             ok = val && (naive_max_gib = atof(val)) >= 0;
+        } else if (!strcmp(a, "--wait-idle")) {
+            ok = val && (wait_idle = atof(val)) >= 0;
         } else if (!strcmp(a, "--peak-gflops")) {
             ok = val && (peak = atof(val)) > 0;
         } else {
@@ -210,8 +217,8 @@ int cmd_bench(int argc, char **argv) {
 
     printf("| B | H | Hkv | S | D | causal | dtype | fwd ms | fwd GFLOP/s | fwd %%peak | fwd MiB | bwd ms | bwd GFLOP/s "
            "| bwd %%peak | bwd MiB | naive fwd ms | naive fwd GFLOP/s | naive fwd MiB | naive bwd ms | naive bwd "
-           "GFLOP/s | naive bwd MiB |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "GFLOP/s | naive bwd MiB | other CPUs |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
     for (int ti = 0; ti < dtypes.n; ti++)
         for (int di = 0; di < dims.n; di++)
@@ -223,6 +230,7 @@ int cmd_bench(int argc, char **argv) {
                     printf("| %d | %d | %d | %d | %d | %d | %s ", batch, heads, kv_heads, d.seqlen_q, d.head_dim,
                            d.causal, dtype_name(d.dtype));
                     fflush(stdout);
+                    double other_max = -1;
                     for (int kind = 0; kind < 4; kind++) {
                         const int is_bwd = kind == PASS_FLASH_BWD || kind == PASS_NAIVE_BWD;
                         const int is_naive = kind >= PASS_NAIVE_FWD;
@@ -239,7 +247,9 @@ int cmd_bench(int argc, char **argv) {
                             }
                         }
                         const pass_job job = {d, (pass_kind)kind, threads, warmup, reps, 0};
+                        if (wait_idle > 0) measure_wait_idle(wait_idle);
                         const pass_outcome r = pass_measure(&job);
+                        if (r.ran && r.other_cpus > other_max) other_max = r.other_cpus;
                         if (!r.ran) {
                             failures++;
                             printf(is_naive ? "| %s | - | - " : "| %s | - | - | - ", r.why);
@@ -251,7 +261,8 @@ int cmd_bench(int argc, char **argv) {
                         }
                         fflush(stdout);
                     }
-                    printf("|\n");
+                    if (other_max >= 0) printf("| %.2f |\n", other_max);
+                    else printf("| ? |\n");
                 }
     char load[128];
     measure_loadavg(load, sizeof load);

@@ -1,10 +1,320 @@
+/* `distflash bench --device cuda`: TFLOP/s of the CUDA forward and
+ * forward+backward and peak device memory, over head dims, sequence lengths
+ * and masks (defaults: the shapes of the peer anchors, h = 4096/d heads and
+ * b = max(1, 32768/S) sequences). FLOPs as in DESIGN.md: forward 4 b h S^2 d,
+ * halved when causal; forward+backward 3.5x that. Times are medians of CUDA
+ * event timings after warm-up. `--fit S` checks that a forward+backward with
+ * 32 heads x 128 at sequence length S fits in device memory. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "commands.h"
 
+#ifndef DFA_HAVE_CUDA
 int cmd_bench_cuda(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    fprintf(stderr, "distflash: bench --device cuda is not built yet\n");
+    fprintf(stderr, "distflash: bench --device cuda: this build has no CUDA support "
+                    "(configure with nvcc on the PATH, or -DDFA_WITH_CUDA=ON)\n");
     return 2;
 }
+#else
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "distflash_cuda.h"
+
+#define BENCH_CUDA(call)                                                                                   \
+    do {                                                                                                   \
+        cudaError_t e_ = (call);                                                                           \
+        if (e_ != cudaSuccess) {                                                                           \
+            fprintf(stderr, "distflash bench: %s failed: %s\n", #call, cudaGetErrorString(e_));            \
+            return -1;                                                                                     \
+        }                                                                                                  \
+    } while (0)
+
+typedef struct {
+    int dims[4], ndims;
+    int seqs[8], nseqs;
+    int causals[2], ncausals;
+    int warmup, reps, deterministic, fit;
+    dfa_dtype dtype;
+    const char *json;
+} bench_opts;
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s) return -1;
+        if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
+        out[n++] = (int)x;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: distflash bench --device cuda [--dims 64,128] [--seqlens 2k,8k,32k] [--causal 0,1]\n"
+               "                       [--dtype bf16|f16] [--warmup 3] [--reps 10] [--deterministic]\n"
+               "                       [--json FILE] [--fit S|auto]\n"
+               "  TFLOP/s of forward and forward+backward, peak device memory; heads = 4096/d,\n"
+               "  batch = max(1, 32768/S). --fit S: does fwd+bwd at 32 heads x 128, batch 1, length S fit?\n"
+               "  (--fit auto: the longest S the memory model allows, then checked)\n"
+               "  DFA_CUDA_FWD_KERNEL=mma|wgmma forces a forward kernel.\n");
+}
+
+/* Fills n bytes of device memory with random bf16/f16 normals (a 64 MiB random block, repeated). */
+static int fill_random(void *dst, size_t bytes, dfa_dtype t, uint64_t seed) {
+    static uint16_t *block;
+    static size_t block_elems = (size_t)32 << 20;
+    if (!block) {
+        block = malloc(block_elems * 2);
+        if (!block) return -1;
+    }
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < block_elems; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        /* sum of 4 uniforms: roughly normal, unit variance */
+        double u = 0;
+        for (int j = 0; j < 4; j++) u += (double)((s >> (16 * j)) & 0xffff) / 65536.0;
+        const float f = (float)((u - 2.0) * 1.7320508);
+        uint32_t w;
+        memcpy(&w, &f, 4);
+        if (t == DFA_BF16) {
+            block[i] = (uint16_t)((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
+        } else { /* |f| < 4: normal f16 range, round to nearest */
+            const uint32_t sign = (w >> 16) & 0x8000u, a = w & 0x7fffffffu;
+            block[i] = a < 0x38800000u ? (uint16_t)sign
+                                       : (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
+        }
+    }
+    for (size_t off = 0; off < bytes; off += block_elems * 2) {
+        const size_t n = bytes - off < block_elems * 2 ? bytes - off : block_elems * 2;
+        BENCH_CUDA(cudaMemcpy((char *)dst + off, block, n, cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+    float *lse;
+    size_t bytes;
+} buffers;
+
+static void free_buffers(buffers *b) {
+    void *p[] = {b->q, b->k, b->v, b->o, b->dout, b->dq, b->dk, b->dv, b->lse};
+    for (int i = 0; i < 9; i++) if (p[i]) cudaFree(p[i]);
+    memset(b, 0, sizeof *b);
+}
+
+static int alloc_buffers(buffers *b, const dfa_attn_desc *d) {
+    memset(b, 0, sizeof *b);
+    const size_t es = 2;
+    const size_t nq = (size_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim * es;
+    const size_t nk = (size_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim * es;
+    const size_t nl = (size_t)d->batch * d->num_heads * d->seqlen_q * 4;
+    void **qs[] = {&b->q, &b->o, &b->dout, &b->dq}, **ks[] = {&b->k, &b->v, &b->dk, &b->dv};
+    for (int i = 0; i < 4; i++)
+        if (cudaMalloc(qs[i], nq) != cudaSuccess || cudaMalloc(ks[i], nk) != cudaSuccess) goto oom;
+    if (cudaMalloc((void **)&b->lse, nl) != cudaSuccess) goto oom;
+    b->bytes = 4 * nq + 4 * nk + nl;
+    return 0;
+oom:
+    (void)cudaGetLastError();
+    free_buffers(b);
+    return -1;
+}
+
+/* Median milliseconds of `reps` timed runs of fwd (mode 0) or fwd+bwd (mode 1). */
+static int time_it(const dfa_attn_desc *d, buffers *b, int mode, int warmup, int reps, float *ms_out) {
+    cudaEvent_t e0, e1;
+    BENCH_CUDA(cudaEventCreate(&e0));
+    BENCH_CUDA(cudaEventCreate(&e1));
+    float *ts = malloc(sizeof(float) * (size_t)reps);
+    for (int r = -warmup; r < reps; r++) {
+        BENCH_CUDA(cudaEventRecord(e0, 0));
+        dfa_status st = dfa_attn_fwd_cuda(d, b->q, b->k, b->v, b->o, b->lse, 0);
+        if (!st && mode) st = dfa_attn_bwd_cuda(d, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq, b->dk, b->dv, 0);
+        if (st) {
+            fprintf(stderr, "distflash bench: %s: %s\n", dfa_status_string(st), dfa_last_error());
+            free(ts);
+            return -1;
+        }
+        BENCH_CUDA(cudaEventRecord(e1, 0));
+        BENCH_CUDA(cudaEventSynchronize(e1));
+        if (r >= 0) BENCH_CUDA(cudaEventElapsedTime(&ts[r], e0, e1));
+    }
+    qsort(ts, (size_t)reps, sizeof(float), cmp_float);
+    *ms_out = ts[reps / 2];
+    free(ts);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 0;
+}
+
+static int pool_setup(cudaMemPool_t *pool) {
+    int dev;
+    BENCH_CUDA(cudaGetDevice(&dev));
+    BENCH_CUDA(cudaDeviceGetDefaultMemPool(pool, dev));
+    uint64_t keep = UINT64_MAX; /* keep scratch in the pool between calls, as a framework would */
+    BENCH_CUDA(cudaMemPoolSetAttribute(*pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    return 0;
+}
+
+static uint64_t pool_high(cudaMemPool_t pool, int reset) {
+    uint64_t v = 0;
+    if (reset) {
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v);
+        cudaMemPoolTrimTo(pool, 0);
+        return 0;
+    }
+    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v);
+    return v;
+}
+
+/* Device bytes one token of a 32 x 128 forward+backward takes: q, k, v, o, dout, dq, dk, dv,
+   lse, and the backward's scratch. */
+static double bytes_per_token(const bench_opts *o) {
+    dfa_attn_desc d = dfa_attn_desc_init(1, 1 << 20, 1 << 20, 32, 32, 128);
+    d.dtype = o->dtype;
+    d.flags = o->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    return 8.0 * 32 * 128 * 2 + 32 * 4 + (double)dfa_attn_bwd_cuda_scratch_bytes(&d) / (1 << 20);
+}
+
+static int run_fit(const bench_opts *o, cudaMemPool_t pool) {
+    size_t free0 = 0, total0 = 0;
+    BENCH_CUDA(cudaMemGetInfo(&free0, &total0));
+    const double per = bytes_per_token(o);
+    /* --fit auto: the longest length (a multiple of 1024) whose bytes fit in free memory
+       less 1 GiB of headroom for the context, the pool's granularity and fragmentation */
+    const int S = o->fit > 0 ? o->fit : (int)(((double)free0 - (double)(1u << 30)) / per / 1024) * 1024;
+    printf("fit model: %.0f bytes per token (%s) -> %d tokens in %.2f GiB free\n", per,
+           o->deterministic ? "deterministic dq" : "f32 dq accumulator", S, free0 / (double)(1 << 30));
+    dfa_attn_desc d = dfa_attn_desc_init(1, S, S, 32, 32, 128);
+    d.dtype = o->dtype;
+    d.causal = 1;
+    d.k_start = S; /* every row fully masked: the kernels skip all tiles, memory is the same */
+    d.flags = o->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    size_t free_b = 0, total_b = 0;
+    BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    buffers b;
+    const size_t scratch = dfa_attn_bwd_cuda_scratch_bytes(&d);
+    printf("fit check: S=%d, 32 heads x 128, %s%s: buffers %.2f GiB + scratch %.2f GiB; device free %.2f of %.2f GiB\n",
+           S, o->dtype == DFA_BF16 ? "bf16" : "f16", o->deterministic ? ", deterministic" : "",
+           (16.0 * S * 4096 + 128.0 * S) / (1 << 30), scratch / (double)(1 << 30), free_b / (double)(1 << 30),
+           total_b / (double)(1 << 30));
+    if (alloc_buffers(&b, &d)) {
+        printf("fit check: the buffers do not fit\n");
+        return 1;
+    }
+    pool_high(pool, 1);
+    dfa_status st = dfa_attn_fwd_cuda(&d, b.q, b.k, b.v, b.o, b.lse, 0);
+    if (!st) st = dfa_attn_bwd_cuda(&d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, 0);
+    const cudaError_t e = cudaDeviceSynchronize();
+    printf("fit check: %s (%s)%s; peak %.2f GiB\n", st == DFA_OK && e == cudaSuccess ? "fits" : "does NOT fit",
+           dfa_status_string(st), e == cudaSuccess ? "" : cudaGetErrorString(e),
+           (b.bytes + pool_high(pool, 0)) / (double)(1 << 30));
+    free_buffers(&b);
+    return st == DFA_OK && e == cudaSuccess ? 0 : 1;
+}
+
+int cmd_bench_cuda(int argc, char **argv) {
+    bench_opts o = {{64, 128}, 2, {2048, 8192, 32768}, 3, {0, 1}, 2, 3, 10, 0, 0, DFA_BF16, NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--device")) { i++; continue; } /* cmd_bench passes it through */
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--deterministic")) { o.deterministic = 1; continue; }
+        if (!val) { usage(stderr); return 2; }
+        i++;
+        if (!strcmp(a, "--dims")) o.ndims = parse_list(val, o.dims, 4);
+        else if (!strcmp(a, "--seqlens")) o.nseqs = parse_list(val, o.seqs, 8);
+        else if (!strcmp(a, "--causal")) o.ncausals = parse_list(val, o.causals, 2);
+        else if (!strcmp(a, "--warmup")) o.warmup = atoi(val);
+        else if (!strcmp(a, "--reps")) o.reps = atoi(val);
+        else if (!strcmp(a, "--fit")) o.fit = !strcmp(val, "auto") ? -1 : atoi(val);
+        else if (!strcmp(a, "--json")) o.json = val;
+        else if (!strcmp(a, "--dtype") && !strcmp(val, "bf16")) o.dtype = DFA_BF16;
+        else if (!strcmp(a, "--dtype") && !strcmp(val, "f16")) o.dtype = DFA_F16;
+        else { usage(stderr); return 2; }
+    }
+    if (o.ndims <= 0 || o.nseqs <= 0 || o.ncausals <= 0 || o.reps < 1 || o.warmup < 0) { usage(stderr); return 2; }
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        fprintf(stderr, "distflash bench: no usable CUDA device\n");
+        return 2;
+    }
+    cudaMemPool_t pool;
+    if (pool_setup(&pool)) return 1;
+    printf("device: %s (sm_%d%d, %d SMs, %.0f GiB); %s\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+           prop.totalGlobalMem / (double)(1 << 30), dfa_version_string());
+    if (o.fit) return run_fit(&o, pool);
+
+    FILE *js = o.json ? fopen(o.json, "w") : NULL;
+    if (js) fprintf(js, "[\n");
+    printf("%4s %6s %3s %3s %6s | %9s %8s | %9s %8s | %9s\n", "d", "S", "b", "h", "causal", "fwd ms", "TFLOP/s",
+           "fwd+bwd", "TFLOP/s", "peak MiB");
+    int first = 1, rc = 0;
+    for (int di = 0; di < o.ndims; di++)
+        for (int si = 0; si < o.nseqs; si++)
+            for (int ci = 0; ci < o.ncausals; ci++) {
+                const int D = o.dims[di], S = o.seqs[si], causal = o.causals[ci];
+                const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+                dfa_attn_desc d = dfa_attn_desc_init(b, S, S, h, h, D);
+                d.dtype = o.dtype;
+                d.causal = causal;
+                d.flags = o.deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+                buffers bf;
+                if (alloc_buffers(&bf, &d)) {
+                    printf("%4d %6d: buffers do not fit\n", D, S);
+                    rc = 1;
+                    continue;
+                }
+                const size_t nq = (size_t)b * S * h * D * 2;
+                if (fill_random(bf.q, nq, d.dtype, 1) || fill_random(bf.k, nq, d.dtype, 2) ||
+                    fill_random(bf.v, nq, d.dtype, 3) || fill_random(bf.dout, nq, d.dtype, 4)) {
+                    free_buffers(&bf);
+                    return 1;
+                }
+                const double flops = 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0);
+                float ms_f = 0, ms_fb = 0;
+                pool_high(pool, 1);
+                if (time_it(&d, &bf, 0, o.warmup, o.reps, &ms_f) || time_it(&d, &bf, 1, o.warmup, o.reps, &ms_fb)) {
+                    free_buffers(&bf);
+                    rc = 1;
+                    continue;
+                }
+                const double peak = (double)(bf.bytes + pool_high(pool, 0)) / (1 << 20);
+                const double tf = flops / (ms_f * 1e-3) / 1e12, tfb = 3.5 * flops / (ms_fb * 1e-3) / 1e12;
+                printf("%4d %6d %3d %3d %6d | %9.3f %8.1f | %9.3f %8.1f | %9.0f\n", D, S, b, h, causal, ms_f, tf, ms_fb,
+                       tfb, peak);
+                fflush(stdout);
+                if (js)
+                    fprintf(js,
+                            "%s {\"backend\": \"distflash\", \"d\": %d, \"s\": %d, \"b\": %d, \"h\": %d, \"causal\": %s, "
+                            "\"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, \"fwdbwd_tflops\": %.2f, "
+                            "\"peak_mib\": %.0f}\n",
+                            first ? "" : ",", D, S, b, h, causal ? "true" : "false", ms_f, tf, ms_fb, tfb, peak);
+                first = 0;
+                free_buffers(&bf);
+                cudaMemPoolTrimTo(pool, 0);
+            }
+    if (js) {
+        fprintf(js, "]\n");
+        fclose(js);
+    }
+    return rc;
+}
+#endif

@@ -77,6 +77,15 @@ int cmd_demo(int argc, char **argv) {
         }
     }
 
+    {
+        dfa_attn_desc check = dfa_attn_desc_init(1, S_check, S_check, H, H, D);
+        check.dtype = dtype;
+        if (naive_bwd_bytes(&check) > 4.0 * 1024 * 1024 * 1024) {
+            fprintf(stderr, "distflash demo: --check-seqlen %d would need %.1f GiB for the naive backward (limit 4)\n",
+                    S_check, naive_bwd_bytes(&check) / (1024.0 * 1024 * 1024));
+            return 2;
+        }
+    }
     char tbuf[32];
     if (threads) snprintf(tbuf, sizeof tbuf, "%d", threads);
     else snprintf(tbuf, sizeof tbuf, "OpenMP default");

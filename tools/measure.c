@@ -13,7 +13,44 @@
 
 #include "common/dtype.h"
 
-int measure_in_child(void (*fn)(void *arg, measure_result *r), void *arg, measure_result *out, double *peak_kib) {
+/* Busy and total jiffies of all CPUs so far. */
+static int read_stat(double *busy, double *total) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[10] = {0};
+    int n = 0;
+    if (!f) return -1;
+    n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n < 5) return -1;
+    *total = 0;
+    for (int i = 0; i < 8; i++) *total += (double)v[i];
+    *busy = *total - (double)v[3] - (double)v[4]; /* minus idle and iowait */
+    return 0;
+}
+
+double measure_busy_cpus(double seconds) {
+    double b0, t0, b1, t1;
+    const long hz = sysconf(_SC_CLK_TCK);
+    if (read_stat(&b0, &t0) != 0 || hz <= 0) return -1;
+    const double w0 = measure_now();
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    if (read_stat(&b1, &t1) != 0) return -1;
+    return (b1 - b0) / (double)hz / (measure_now() - w0);
+}
+
+double measure_wait_idle(double max_seconds) {
+    const double start = measure_now();
+    double busy = measure_busy_cpus(1.0);
+    while (busy > 0.15 && measure_now() - start < max_seconds) busy = measure_busy_cpus(1.0);
+    return busy;
+}
+
+int measure_in_child(void (*fn)(void *arg, measure_result *r), void *arg, measure_result *out, double *peak_kib,
+                     double *other_cpus) {
+    double busy0 = 0, tot0 = 0, busy1 = 0, tot1 = 0;
+    const int have_stat = read_stat(&busy0, &tot0) == 0;
+    const double wall0 = measure_now();
     measure_result *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (shared == MAP_FAILED) {
         snprintf(out->msg, sizeof out->msg, "mmap failed");
@@ -40,9 +77,20 @@ int measure_in_child(void (*fn)(void *arg, measure_result *r), void *arg, measur
             snprintf(out->msg, sizeof out->msg, "wait4 failed");
             return -1;
         }
+    const double wall = measure_now() - wall0;
     *out = *shared;
     munmap(shared, sizeof *shared);
     *peak_kib = (double)ru.ru_maxrss - out->baseline_kib; /* Linux: ru_maxrss in KiB */
+    if (other_cpus) {
+        const long hz = sysconf(_SC_CLK_TCK);
+        *other_cpus = -1;
+        if (have_stat && hz > 0 && wall > 0 && read_stat(&busy1, &tot1) == 0) {
+            const double mine = ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec + ru.ru_stime.tv_sec +
+                                1e-6 * ru.ru_stime.tv_usec;
+            const double others = ((busy1 - busy0) / (double)hz - mine) / wall;
+            *other_cpus = others < 0 ? 0 : others;
+        }
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         if (!out->msg[0])
             snprintf(out->msg, sizeof out->msg, "child %s %d", WIFSIGNALED(status) ? "killed by signal" : "exited with",

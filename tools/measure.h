@@ -24,8 +24,18 @@ typedef struct {
 
 /* Runs fn(arg, r) in a child; r lives in shared memory. Returns 0 when the child
    exited normally with r->ok set; *peak_kib is the child's peak resident KiB
-   minus r->baseline_kib. */
-int measure_in_child(void (*fn)(void *arg, measure_result *r), void *arg, measure_result *out, double *peak_kib);
+   minus r->baseline_kib; *other_cpus (may be NULL) is how many CPUs other
+   processes kept busy on average meanwhile (machine busy time from /proc/stat
+   minus the child's own CPU time, over the wall time): contention, if not ~0. */
+int measure_in_child(void (*fn)(void *arg, measure_result *r), void *arg, measure_result *out, double *peak_kib,
+                     double *other_cpus);
+
+/* CPUs busy on the whole machine, averaged over `seconds` (from /proc/stat; -1 if unknown). */
+double measure_busy_cpus(double seconds);
+
+/* Waits up to max_seconds until the machine is idle (< 0.15 CPUs busy over 1 s);
+   returns the last busy reading. */
+double measure_wait_idle(double max_seconds);
 
 /* Resident KiB of the calling process now (VmRSS). */
 double measure_rss_kib(void);

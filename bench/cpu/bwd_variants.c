@@ -11,9 +11,15 @@
 /* ---- rows: row-major scores per (query tile, key tile) pair; tasks own key
    tiles (K^T, V^T packed once per key tile) and accumulate dK, dV; dQ goes to
    per-segment partials summed in order. q, dout, k, v copied head-major. ---- */
-static void bwd_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
-                     const float *k, const float *v, const float *o, const float *lse, const float *dout,
-                     float *dq, float *dk, float *dv, int nthreads) {
+static void prefetch_l2(const float *p, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 2);
+}
+
+/* flags: 1 = tasks head by head (all segments of one kv head in a row), 2 = software
+   prefetch of the next query tile's q and dout */
+static void bwd_rows_f(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
+                       const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                       float *dq, float *dk, float *dv, int nthreads, int flags) {
     const int BR = t.br ? t.br : 48, BC = t.bc ? t.bc : 64, D = d->head_dim, H = d->num_heads, Hkv = d->num_kv_heads;
     const int group = H / Hkv, Sq = d->seqlen_q, Sk = d->seqlen_k;
     const float scale = d->softmax_scale > 0 ? d->softmax_scale : 1.0f / sqrtf((float)D), c = scale * LOG2E;
@@ -24,10 +30,10 @@ static void bwd_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_til
     if (nseg > nkb) nseg = nkb;
     float *mem = dfa__alloc_floats(2 * nq + 2 * nk + nl + (size_t)nseg * nq);
     float *qf = mem, *dof = qf + nq, *kf = dof + nq, *vf = kf + nk, *dsum = vf + nk, *part = dsum + nl;
-    dfa__gather_heads(DFA_F32, q, d->batch, Sq, H, D, qf, nthreads);
-    dfa__gather_heads(DFA_F32, dout, d->batch, Sq, H, D, dof, nthreads);
-    dfa__gather_heads(DFA_F32, k, d->batch, Sk, Hkv, D, kf, nthreads);
-    dfa__gather_heads(DFA_F32, v, d->batch, Sk, Hkv, D, vf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, q, d->batch, Sq, H, D, qf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, dout, d->batch, Sq, H, D, dof, nthreads);
+    dfa__gather_heads(kr, DFA_F32, k, d->batch, Sk, Hkv, D, kf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, v, d->batch, Sk, Hkv, D, vf, nthreads);
     memset(part, 0, sizeof(float) * (size_t)nseg * nq);
     for (int64_t r = 0; r < (int64_t)d->batch * Sq * H; r++) { /* (b, i, h) */
         const int64_t h = r % H, bi = r / H, b = bi / Sq, i = bi % Sq;
@@ -42,7 +48,8 @@ static void bwd_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_til
         float *p = dvt + (size_t)BC * D, *ds = p + (size_t)BR * BC, *bias = ds + (size_t)BR * BC;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntasks; task++) {
-            const int seg = (int)(task / ((int64_t)d->batch * Hkv)), bg = (int)(task % ((int64_t)d->batch * Hkv));
+            const int seg = (int)(flags & 1 ? task % nseg : task / ((int64_t)d->batch * Hkv));
+            const int bg = (int)(flags & 1 ? task / nseg : task % ((int64_t)d->batch * Hkv));
             const int b = bg / Hkv, g = bg % Hkv;
             float *dqp = part + (size_t)seg * nq;
             const int kb_end = (seg + 1) * per_seg < nkb ? (seg + 1) * per_seg : nkb;
@@ -61,6 +68,11 @@ static void bwd_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_til
                         const int rows = Sq - i0 < BR ? Sq - (int)i0 : BR;
                         const int64_t row0 = ((int64_t)b * H + h) * Sq + i0;
                         const float *qt = qf + row0 * D, *dot = dof + row0 * D;
+                        if (flags & 2 && i0 + BR < Sq) {
+                            const size_t nxt = (size_t)(Sq - i0 - BR < BR ? Sq - i0 - BR : BR) * D;
+                            prefetch_l2(qt + (size_t)BR * D, nxt);
+                            prefetch_l2(dot + (size_t)BR * D, nxt);
+                        }
                         for (int r = 0; r < rows; r++) bias[r] = lse[row0 + r] == -INFINITY ? INFINITY : lse[row0 + r] * LOG2E;
                         const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
                         kr->gemm_nn(rows, cols, D, qt, D, kt, BC, p, BC);
@@ -94,6 +106,22 @@ static void bwd_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_til
     free(mem);
 }
 
+static void bwd_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
+                     const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                     float *dq, float *dk, float *dv, int nthreads) {
+    bwd_rows_f(d, kr, t, q, k, v, o, lse, dout, dq, dk, dv, nthreads, 0);
+}
+static void bwd_rows_hm(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
+                        const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                        float *dq, float *dk, float *dv, int nthreads) {
+    bwd_rows_f(d, kr, t, q, k, v, o, lse, dout, dq, dk, dv, nthreads, 1);
+}
+static void bwd_rows_hm_pf(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
+                           const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                           float *dq, float *dk, float *dv, int nthreads) {
+    bwd_rows_f(d, kr, t, q, k, v, o, lse, dout, dq, dk, dv, nthreads, 3);
+}
+
 static void bwd_lib(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
                     const float *k, const float *v, const float *o, const float *lse, const float *dout,
                     float *dq, float *dk, float *dv, int nthreads) {
@@ -108,5 +136,10 @@ const lab_bwd_variant lab_bwd_variants[] = {
     {"rows-96x64", "rows with 96 x 64 tiles", bwd_rows, {96, 64}},
     {"rows-48x96", "rows with 48 x 96 tiles", bwd_rows, {48, 96}},
     {"rows-64x128", "rows with 64 x 128 tiles", bwd_rows, {64, 128}},
+    {"rows-hm", "rows, tasks head by head", bwd_rows_hm, {48, 64}},
+    {"rows-hm-64x128", "rows-hm with 64 x 128 tiles", bwd_rows_hm, {64, 128}},
+    {"rows-hm-pf", "rows-hm with software prefetch of the next q, dout tiles", bwd_rows_hm_pf, {48, 64}},
+    {"rows-hm-pf-64x128", "rows-hm-pf with 64 x 128 tiles", bwd_rows_hm_pf, {64, 128}},
+    {"rows-hm-pf-96x128", "rows-hm-pf with 96 x 128 tiles", bwd_rows_hm_pf, {96, 128}},
 };
 const int lab_bwd_count = sizeof lab_bwd_variants / sizeof lab_bwd_variants[0];

@@ -80,23 +80,33 @@ static void fwd_rowmajor(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab
    copied head-major; the softmax statistics are lane-wise. v1 accumulates O
    row-major (V as the streamed B operand); v2 accumulates O^T (V broadcast,
    P^T the B operand, which stays in L1) and transposes once at the end. ---- */
+/* Asks for n floats at p to be brought into L2 (one request per cache line). */
+static void prefetch_l2(const float *p, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 2);
+}
+
 static void fwd_transposed(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
                            const float *k, const float *v, float *o, float *lse, int nthreads, int ot) {
+    const int pf = (ot & 2) != 0, head_major = (ot & 4) != 0;
+    ot &= 1;
     const int BR = t.br ? t.br : 48, BC = t.bc ? t.bc : 64, D = d->head_dim, H = d->num_heads, Hkv = d->num_kv_heads;
     const int nqb = (d->seqlen_q + BR - 1) / BR;
     const int64_t heads = (int64_t)d->batch * H, ntasks = heads * nqb;
     const float c = scale_log2_of(d);
     const size_t nk = (size_t)d->batch * d->seqlen_k * Hkv * D;
     float *kf = malloc(sizeof(float) * nk * 2), *vf = kf + nk;
-    dfa__gather_heads(DFA_F32, k, d->batch, d->seqlen_k, Hkv, D, kf, nthreads);
-    dfa__gather_heads(DFA_F32, v, d->batch, d->seqlen_k, Hkv, D, vf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, k, d->batch, d->seqlen_k, Hkv, D, kf, nthreads);
+    dfa__gather_heads(kr, DFA_F32, v, d->batch, d->seqlen_k, Hkv, D, vf, nthreads);
 #pragma omp parallel num_threads(nthreads)
     {
         float *qt = dfa__alloc_floats((size_t)BR * D * 2 + (size_t)BC * BR + 3 * BR);
         float *acc = qt + (size_t)BR * D, *st = acc + (size_t)BR * D, *m = st + (size_t)BC * BR, *l = m + BR, *al = l + BR;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntasks; task++) {
-            const int qb = nqb - 1 - (int)(task / heads), bh = (int)(task % heads), b = bh / H, h = bh % H;
+            /* head-major: all query tiles of one head before the next, so that the head's K and V
+               stay in the last-level cache; otherwise tile-major (all heads' K and V in flight) */
+            const int qb = nqb - 1 - (int)(head_major ? task % nqb : task / heads);
+            const int bh = (int)(head_major ? task / nqb : task % heads), b = bh / H, h = bh % H;
             const int g = h / (H / Hkv), i0 = qb * BR, rows = d->seqlen_q - i0 < BR ? d->seqlen_q - i0 : BR;
             const float *qrows = q + (((int64_t)b * d->seqlen_q + i0) * H + h) * D;
             const float *kh = kf + ((int64_t)b * Hkv + g) * d->seqlen_k * D, *vh = vf + ((int64_t)b * Hkv + g) * d->seqlen_k * D;
@@ -108,9 +118,12 @@ static void fwd_transposed(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, l
             const int kend = visible(d, i0 + rows - 1);
             for (int j0 = 0; j0 < kend; j0 += BC) {
                 const int cols = kend - j0 < BC ? kend - j0 : BC;
+                if (pf) prefetch_l2(vh + (int64_t)j0 * D, (size_t)cols * D); /* needed after the S gemm */
                 kr->gemm_nn(cols, BR, D, kh + (int64_t)j0 * D, D, qt, BR, st, BR);
                 const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
                 kr->softmax_cols(st, BR, cols, rows, c, delta, m, l, al);
+                if (pf && j0 + BC < kend) /* the next K tile, during P V */
+                    prefetch_l2(kh + (int64_t)(j0 + BC) * D, (size_t)(kend - j0 - BC < BC ? kend - j0 - BC : BC) * D);
                 if (!ot) {
                     if (j0 > 0) kr->scale_rows(acc, D, rows, D, al);
                     kr->gemm_tn_acc(rows, D, cols, st, BR, vh + (int64_t)j0 * D, D, acc, D);
@@ -132,6 +145,14 @@ static void fwd_t_rows(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_t
                        const float *k, const float *v, float *o, float *lse, int nthreads) {
     fwd_transposed(d, kr, t, q, k, v, o, lse, nthreads, 0);
 }
+static void fwd_t_rows_pf(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
+                          const float *k, const float *v, float *o, float *lse, int nthreads) {
+    fwd_transposed(d, kr, t, q, k, v, o, lse, nthreads, 2);
+}
+static void fwd_t_rows_pf_hm(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
+                             const float *k, const float *v, float *o, float *lse, int nthreads) {
+    fwd_transposed(d, kr, t, q, k, v, o, lse, nthreads, 2 | 4);
+}
 static void fwd_t_ot(const dfa_attn_desc *d, const dfa__cpu_kernels *kr, lab_tiles t, const float *q,
                      const float *k, const float *v, float *o, float *lse, int nthreads) {
     fwd_transposed(d, kr, t, q, k, v, o, lse, nthreads, 1);
@@ -151,6 +172,13 @@ const lab_fwd_variant lab_fwd_variants[] = {
     {"t-rows", "S^T = K Q^T, lane-wise softmax, O += (P^T)^T V; k, v head-major", fwd_t_rows, {48, 64}},
     {"t-rows-96", "t-rows with 96 x 64 tiles", fwd_t_rows, {96, 64}},
     {"t-rows-48x128", "t-rows with 48 x 128 tiles", fwd_t_rows, {48, 128}},
+    {"t-rows-64", "t-rows with 64 x 64 tiles", fwd_t_rows, {64, 64}},
+    {"t-rows-pf", "t-rows, software prefetch of the next K and V tiles into L2", fwd_t_rows_pf, {48, 64}},
+    {"t-rows-96-pf", "t-rows-pf with 96 x 64 tiles", fwd_t_rows_pf, {96, 64}},
+    {"t-rows-96x96-pf", "t-rows-pf with 96 x 96 tiles", fwd_t_rows_pf, {96, 96}},
+    {"t-rows-pf-hm", "t-rows-pf, tasks head by head (one head's K, V in L3 at a time)", fwd_t_rows_pf_hm, {48, 64}},
+    {"t-rows-96-pf-hm", "t-rows-pf-hm with 96 x 64 tiles", fwd_t_rows_pf_hm, {96, 64}},
+    {"t-rows-96x96-pf-hm", "t-rows-pf-hm with 96 x 96 tiles", fwd_t_rows_pf_hm, {96, 96}},
     {"t-ot", "S^T = K Q^T, O^T += V^T P^T (P^T stays in L1)", fwd_t_ot, {48, 64}},
     {"t-ot-96", "t-ot with 96 x 64 tiles", fwd_t_ot, {96, 64}},
 };

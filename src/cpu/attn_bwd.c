@@ -121,8 +121,8 @@ static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg,
                 const int rows = d->seqlen_q - i0 < BR ? d->seqlen_q - (int)i0 : BR;
                 bwd_pair(a, w, b, g * group + hh, (int)i0, rows, j0, cols, kh, dq_part);
             }
-        dfa__tile_out(d->dtype, a->dk, k_first, k_stride, cols, D, w.dk, D, a->scale);
-        dfa__tile_out(d->dtype, a->dv, k_first, k_stride, cols, D, w.dv, D, 1.0f);
+        dfa__tile_out(a->kr, d->dtype, a->dk, k_first, k_stride, cols, D, w.dk, D, a->scale);
+        dfa__tile_out(a->kr, d->dtype, a->dv, k_first, k_stride, cols, D, w.dv, D, 1.0f);
     }
 }
 
@@ -169,18 +169,18 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
     for (int64_t row = 0; row < qrows; row++) {
         float *buf = scratch + per_thread * (size_t)dfa__cpu_thread_id();
         const int64_t b = row / d->seqlen_q, i = row % d->seqlen_q;
-        dfa__load_f32(d->dtype, dfa__elem_c(d->dtype, o, row * H * D), buf, (int64_t)H * D);
-        dfa__load_f32(d->dtype, dfa__elem_c(d->dtype, dout, row * H * D), buf + (size_t)H * D, (int64_t)H * D);
+        kr->load_f32(d->dtype, dfa__elem_c(d->dtype, o, row * H * D), buf, (int64_t)H * D);
+        kr->load_f32(d->dtype, dfa__elem_c(d->dtype, dout, row * H * D), buf + (size_t)H * D, (int64_t)H * D);
         float *dots = buf + (size_t)2 * H * D;
         kr->rowdot(H, D, buf + (size_t)H * D, D, buf, D, dots); /* rounded like dP = dO V^T */
         for (int h = 0; h < H; h++) dsum[(b * H + h) * d->seqlen_q + i] = dots[h];
     }
 
     float *qf = conv_buf, *dof = qf + nq, *kf = dof + nq, *vf = kf + nk;
-    dfa__gather_heads(d->dtype, q, d->batch, d->seqlen_q, H, D, qf, nthreads);
-    dfa__gather_heads(d->dtype, dout, d->batch, d->seqlen_q, H, D, dof, nthreads);
-    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, D, kf, nthreads);
-    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, D, vf, nthreads);
+    dfa__gather_heads(kr, d->dtype, q, d->batch, d->seqlen_q, H, D, qf, nthreads);
+    dfa__gather_heads(kr, d->dtype, dout, d->batch, d->seqlen_q, H, D, dof, nthreads);
+    dfa__gather_heads(kr, d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, D, kf, nthreads);
+    dfa__gather_heads(kr, d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, D, vf, nthreads);
     const bwd_args args = {d, kr, qf, kf, vf, dof, lse, dsum, dq_part, dk, dv, dfa__softmax_scale(d)};
     const int64_t ntasks = (int64_t)d->batch * d->num_kv_heads * nseg;
     /* Segment 0 first: under a causal mask the earliest keys have the most queries. */
@@ -208,7 +208,7 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
             }
             for (int c = 0; c < D; c++) out[c] *= scale;
         }
-        dfa__store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, row * n), n);
+        kr->store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, row * n), n);
     }
     free(mem);
     return DFA_OK;

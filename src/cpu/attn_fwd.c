@@ -5,7 +5,7 @@
  * columns): the query tile is transposed once per task, K and V are read in
  * place by broadcasts, and the softmax statistics of each query become
  * vertical (lane-wise) operations with no horizontal reductions. Then
- * acc += P^T^T V. K and V are first copied head-major in float32 (each head's
+ * acc += P V. K and V are first copied head-major in float32 (each head's
  * rows contiguous; linear in sequence length), which keeps the hardware
  * prefetchers streaming; beyond that, memory is a few tiles per thread.
  */
@@ -69,7 +69,7 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     const float *kh = a->k + head_first, *vh = a->v + head_first;
 
     int ldq;
-    const float *qrows = dfa__tile_in(d->dtype, a->q, q_first, q_stride, rows, D, w.qbuf, &ldq);
+    const float *qrows = dfa__tile_in(kr, d->dtype, a->q, q_first, q_stride, rows, D, w.qbuf, &ldq);
     kr->transpose(rows, D, qrows, ldq, w.qt, BR);
     if (rows < BR)
         for (int c = 0; c < D; c++) memset(w.qt + (size_t)c * BR + rows, 0, sizeof(float) * (size_t)(BR - rows));
@@ -82,16 +82,19 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     const int kend = dfa__visible_keys(d, i0 + rows - 1); /* the last row sees the most keys */
     for (int j0 = 0; j0 < kend; j0 += BC) {
         const int cols = kend - j0 < BC ? kend - j0 : BC;
+        dfa__prefetch_l2(vh + (int64_t)j0 * D, (size_t)cols * D); /* read after the scores */
         kr->gemm_nn(cols, BR, D, kh + (int64_t)j0 * D, D, w.qt, BR, w.st, BR);
         const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
         kr->softmax_cols(w.st, BR, cols, rows, scale_log2, delta, w.m, w.l, w.alpha);
+        if (j0 + BC < kend) /* the next K tile, while P V runs */
+            dfa__prefetch_l2(kh + (int64_t)(j0 + BC) * D, (size_t)(kend - j0 - BC < BC ? kend - j0 - BC : BC) * D);
         if (j0 > 0) kr->scale_rows(w.acc, D, rows, D, w.alpha);
         kr->gemm_tn_acc(rows, D, cols, w.st, BR, vh + (int64_t)j0 * D, D, w.acc, D);
     }
 
     for (int r = 0; r < rows; r++) {
         const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f; /* a row that saw no key: o = 0 */
-        dfa__tile_out(d->dtype, a->o, q_first + r * q_stride, q_stride, 1, D, w.acc + (size_t)r * D, D, inv);
+        dfa__tile_out(kr, d->dtype, a->o, q_first + r * q_stride, q_stride, 1, D, w.acc + (size_t)r * D, D, inv);
         if (a->lse)
             a->lse[((int64_t)b * H + h) * d->seqlen_q + i0 + r] =
                 w.l[r] > 0.0f ? (w.m[r] + log2f(w.l[r])) * LN2 : -INFINITY;
@@ -121,18 +124,21 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, co
     if (!mem) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch", sizeof(float) * floats);
     float *scratch = mem;
 
+    const dfa__cpu_kernels *kr = dfa__cpu_kernels_get();
     float *kf = mem + per_thread * (size_t)nthreads, *vf = kf + kv_f32;
-    dfa__gather_heads(d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, kf, nthreads);
-    dfa__gather_heads(d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, vf, nthreads);
-    const fwd_args args = {d, dfa__cpu_kernels_get(), q, kf, vf, o, lse};
+    dfa__gather_heads(kr, d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, kf, nthreads);
+    dfa__gather_heads(kr, d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, vf, nthreads);
+    const fwd_args args = {d, kr, q, kf, vf, o, lse};
 
     const int nqb = (d->seqlen_q + BR - 1) / BR;
     const int64_t heads = (int64_t)d->batch * d->num_heads, ntasks = heads * nqb;
-    /* Last query tiles first: under a causal mask they see the most keys. */
+    /* Head by head, so that the threads share one head's K and V in the last-level
+       cache; within a head the last query tiles first, as under a causal mask they
+       see the most keys (dynamic scheduling then evens out the tail). */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int64_t t = 0; t < ntasks; t++) {
-        const int qtile = nqb - 1 - (int)(t / heads);
-        const int bh = (int)(t % heads);
+        const int qtile = nqb - 1 - (int)(t % nqb);
+        const int bh = (int)(t / nqb);
         fwd_tile(&args, bh / d->num_heads, bh % d->num_heads, qtile,
                  fwd_scratch_at(scratch + per_thread * (size_t)dfa__cpu_thread_id(), d->head_dim));
     }

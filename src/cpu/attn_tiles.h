@@ -9,9 +9,10 @@
 #include "kernels.h"
 
 /* Forward: query rows per task (a multiple of 16: the transposed score tile's
-   columns fill whole vectors) and keys per step. */
-#define DFA__FWD_BR 48
-#define DFA__FWD_BC 64
+   columns fill whole vectors) and keys per step. 96 x 96 measured best in the
+   kernel lab (bench/cpu) on AVX-512 at D = 64 and 128, S = 1k..16k. */
+#define DFA__FWD_BR 96
+#define DFA__FWD_BC 96
 /* Backward: query rows and keys of one (query tile, key tile) pair. */
 #define DFA__BWD_BR 48
 #define DFA__BWD_BC 64
@@ -27,6 +28,16 @@ static inline int dfa__tile_delta(int64_t qpos, int64_t kpos, int cols) {
     return (int)delta;
 }
 
+/* Asks for the n floats at p to be brought into L2, one request per cache line
+   (a tile the next step will read, issued a step ahead). */
+static inline void dfa__prefetch_l2(const float *p, size_t n) {
+#if defined(__GNUC__)
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 2);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 /* 64-byte aligned float scratch (free with free()); NULL on failure or n == 0 overflow. */
 float *dfa__alloc_floats(size_t n);
 
@@ -34,7 +45,7 @@ float *dfa__alloc_floats(size_t n);
    type t: dst[b][h][s][:] = src[b][s][h][:], in parallel. Each head's rows are then
    contiguous, which the hardware prefetchers follow (rows of one head in the
    caller's layout are often exactly 4 KiB apart: one page per row). */
-void dfa__gather_heads(dfa_dtype t, const void *src, int batch, int seqlen, int heads, int head_dim, float *dst,
-                       int nthreads);
+void dfa__gather_heads(const dfa__cpu_kernels *kr, dfa_dtype t, const void *src, int batch, int seqlen, int heads,
+                       int head_dim, float *dst, int nthreads);
 
 #endif

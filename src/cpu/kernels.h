@@ -14,6 +14,10 @@
 #ifndef DFA_CPU_KERNELS_H
 #define DFA_CPU_KERNELS_H
 
+#include <stdint.h>
+
+#include "distflash.h"
+
 /* Causal mask of a score tile: element (query row i, key column j) of the tile
    is visible iff j - i <= delta. DFA__NO_MASK means every element is visible. */
 #define DFA__NO_MASK 0x3fffffff
@@ -68,6 +72,12 @@ typedef struct {
 
     /* dst[j][i] = src[i][j] for i < rows, j < cols (dst row stride ldd). */
     void (*transpose)(int rows, int cols, const float *src, int lds, float *dst, int ldd);
+
+    /* n values of storage type t to float32 and back, with exactly the bits of
+       dfa__load_f32 / dfa__store_f32 (src/common/dtype.h: round to nearest even,
+       NaN stays NaN). */
+    void (*load_f32)(dfa_dtype t, const void *src, float *dst, int64_t n);
+    void (*store_f32)(dfa_dtype t, const float *src, void *dst, int64_t n);
 } dfa__cpu_kernels;
 
 /* The table for this processor (honours DFA_CPU_ISA). Never NULL. */

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../common/dtype.h"
+
 #define AI static inline __attribute__((always_inline))
 #define W 8 /* floats per vector */
 
@@ -316,6 +318,39 @@ static void rowdot(int rows, int n, const float *a, int lda, const float *b, int
     }
 }
 
+/* bf16 <-> float32 eight at a time (the same integer rounding as dtype.h); tails and
+   other types as dtype.h. */
+static void load_f32(dfa_dtype t, const void *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    if (t == DFA_BF16) {
+        const uint16_t *s = src;
+        for (; i + W <= n; i += W) {
+            const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16);
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+        }
+    }
+    dfa__load_f32(t, dfa__elem_c(t, src, i), dst + i, n - i);
+}
+
+static void store_f32(dfa_dtype t, const float *src, void *dst, int64_t n) {
+    int64_t i = 0;
+    if (t == DFA_BF16) {
+        uint16_t *d = dst;
+        const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+        for (; i + W <= n; i += W) {
+            const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+            /* |u| > inf as signed compare: both operands are non-negative */
+            const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+            const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+            __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+            r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+            const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+            _mm_storeu_si128((__m128i *)(d + i), packed);
+        }
+    }
+    dfa__store_f32(t, src + i, dfa__elem(t, dst, i), n - i);
+}
+
 static const dfa__cpu_kernels table = {
     .name = "avx2",
     .gemm_nt = gemm_nt,
@@ -329,6 +364,8 @@ static const dfa__cpu_kernels table = {
     .scale_rows = scale_rows,
     .rowdot = rowdot,
     .transpose = transpose,
+    .load_f32 = load_f32,
+    .store_f32 = store_f32,
 };
 
 const dfa__cpu_kernels *dfa__cpu_kernels_avx2(void) { return &table; }

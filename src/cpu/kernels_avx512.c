@@ -18,6 +18,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "../common/dtype.h"
+
 #define AI static inline __attribute__((always_inline))
 #define W 16 /* floats per vector */
 
@@ -341,6 +343,38 @@ static void rowdot(int rows, int n, const float *a, int lda, const float *b, int
     }
 }
 
+/* bf16 <-> float32 sixteen at a time (the same integer rounding as dtype.h); other types as dtype.h. */
+static void load_f32(dfa_dtype t, const void *src, float *dst, int64_t n) {
+    if (t != DFA_BF16) {
+        dfa__load_f32(t, src, dst, n);
+        return;
+    }
+    const uint16_t *s = src;
+    for (int64_t i = 0; i < n; i += W) {
+        const __mmask16 lm = tail_mask(n - i > W ? W : (int)(n - i));
+        const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, s + i)), 16);
+        _mm512_mask_storeu_ps(dst + i, lm, _mm512_castsi512_ps(w));
+    }
+}
+
+static void store_f32(dfa_dtype t, const float *src, void *dst, int64_t n) {
+    if (t != DFA_BF16) {
+        dfa__store_f32(t, src, dst, n);
+        return;
+    }
+    uint16_t *d = dst;
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    for (int64_t i = 0; i < n; i += W) {
+        const __mmask16 lm = tail_mask(n - i > W ? W : (int)(n - i));
+        const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(lm, src + i));
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+        _mm256_mask_storeu_epi16(d + i, lm, _mm512_cvtepi32_epi16(r));
+    }
+}
+
 static const dfa__cpu_kernels table = {
     .name = "avx512",
     .gemm_nt = gemm_nt,
@@ -354,6 +388,8 @@ static const dfa__cpu_kernels table = {
     .scale_rows = scale_rows,
     .rowdot = rowdot,
     .transpose = transpose,
+    .load_f32 = load_f32,
+    .store_f32 = store_f32,
 };
 
 const dfa__cpu_kernels *dfa__cpu_kernels_avx512(void) { return &table; }

@@ -2,6 +2,7 @@
    the SIMD tables are tested against. */
 #include <math.h>
 
+#include "../common/dtype.h"
 #include "kernels.h"
 
 static void gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
@@ -101,6 +102,9 @@ static void transpose(int rows, int cols, const float *src, int lds, float *dst,
         for (int j = 0; j < cols; j++) dst[(long)j * ldd + i] = src[(long)i * lds + j];
 }
 
+static void load_f32(dfa_dtype t, const void *src, float *dst, int64_t n) { dfa__load_f32(t, src, dst, n); }
+static void store_f32(dfa_dtype t, const float *src, void *dst, int64_t n) { dfa__store_f32(t, src, dst, n); }
+
 static const dfa__cpu_kernels table = {
     .name = "scalar",
     .gemm_nt = gemm_nt,
@@ -114,6 +118,8 @@ static const dfa__cpu_kernels table = {
     .scale_rows = scale_rows,
     .rowdot = rowdot,
     .transpose = transpose,
+    .load_f32 = load_f32,
+    .store_f32 = store_f32,
 };
 
 const dfa__cpu_kernels *dfa__cpu_kernels_scalar(void) { return &table; }

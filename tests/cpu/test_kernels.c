@@ -5,6 +5,7 @@
  * attention passes rely on (rowdot rounds like a GEMM element; the largest
  * score of a softmax column gets exactly 1). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,41 @@ static void test_rows(const dfa__cpu_kernels *t) {
     CHECK(outside == 0, "%s: row operations wrote %d values outside the tile", t->name, outside);
 }
 
+/* Storage conversions: the same bits as src/common/dtype.h, specials included. */
+static void test_convert(const dfa__cpu_kernels *t) {
+    const dfa__cpu_kernels *ref = dfa__cpu_kernels_scalar();
+    static const dfa_dtype types[] = {DFA_BF16, DFA_F16, DFA_F32};
+    int bad = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int rep = 0; rep < 40; rep++) {
+            const dfa_dtype ty = types[ti];
+            const int n = tl_rand_int(0, 100);
+            const size_t es = ty == DFA_F32 ? 4 : 2;
+            float *x = malloc(sizeof(float) * (n + 1)), *y1 = malloc(sizeof(float) * (n + 1)),
+                  *y2 = malloc(sizeof(float) * (n + 1));
+            unsigned char *h1 = malloc(es * (n + 1)), *h2 = malloc(es * (n + 1));
+            for (int i = 0; i < n; i++) {
+                uint32_t u = (uint32_t)tl_rand_u64(); /* any bit pattern: NaNs, infinities, denormals */
+                if (rep % 2) { /* or ordinary values, some exactly halfway between two bf16 values */
+                    const float f = (float)tl_rand_normal();
+                    memcpy(&u, &f, 4);
+                    if (i % 3 == 0) u = (u & 0xffff0000u) | 0x8000u;
+                }
+                memcpy(&x[i], &u, 4);
+            }
+            memset(h1, 0x5a, es * (n + 1)), memset(h2, 0x5a, es * (n + 1));
+            t->store_f32(ty, x, h1, n);
+            ref->store_f32(ty, x, h2, n);
+            bad += memcmp(h1, h2, es * (n + 1)) != 0;
+            memset(y1, 0x5a, sizeof(float) * (n + 1)), memset(y2, 0x5a, sizeof(float) * (n + 1));
+            t->load_f32(ty, h2, y1, n);
+            ref->load_f32(ty, h2, y2, n);
+            bad += memcmp(y1, y2, sizeof(float) * (n + 1)) != 0;
+            free(x), free(y1), free(y2), free(h1), free(h2);
+        }
+    CHECK(bad == 0, "%s: %d storage conversions differ from dtype.h's bits", t->name, bad);
+}
+
 int main(void) {
     tl_init("test_kernels");
     const dfa__cpu_kernels *tables[] = {dfa__cpu_kernels_avx512(), dfa__cpu_kernels_avx2(), dfa__cpu_kernels_scalar()};
@@ -247,6 +283,7 @@ int main(void) {
         test_exp2(t);
         test_softmax_cols(t);
         test_rows(t);
+        test_convert(t);
         tested++;
     }
     printf("tables tested: %d; in use: %s\n", tested, dfa_cpu_isa());

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
+# peers. Logs go to $OUT (or out/), a short summary is printed last.
+#   STAGES="build sass gputest test lab pick sanitize bench peers det fit"  (default: see below)
+#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out}; mkdir -p "$OUT"
+STAGES=${STAGES:-"build sass test sanitize lab bench peers"}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+export NCCL_NVLS_ENABLE=0
+summary=()
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+
+# at most 8 files come back: info.txt test.log sanitize.log lab.log bench.log peers.log ours.json peers.json
+INFO="$OUT/info.txt"
+{ date -u; nvidia-smi; nvcc --version | tail -2; cat /proc/loadavg; } > "$INFO" 2>&1
+
+B=build-gpu
+if has build; then
+  stamp build
+  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDFA_WITH_MPI=OFF -DDFA_CUDA_VERBOSE_PTXAS=ON \
+        -DDFA_CUDA_GENCODE="-gencode=arch=compute_90a,code=sm_90a" > /tmp/build.log 2>&1 &&
+  cmake --build $B -j 16 >> /tmp/build.log 2>&1
+  rc=$?; summary+=("build rc=$rc"); [ $rc = 0 ] || { cp /tmp/build.log "$OUT/"; tail -40 /tmp/build.log; exit 1; }
+  grep -A3 "Compiling entry" /tmp/build.log | grep -E "Compiling|spill|Used" | paste - - - >> "$INFO"
+fi
+if has sass; then
+  stamp sass
+  cuobjdump --dump-sass $B/src/libdistflash.a > /tmp/sass.txt 2>&1
+  awk '/Function :/{f=$3} /HGMMA/{g[f]++} /HMMA/{h[f]++} /LDSM/{l[f]++} /UTMALDG/{t[f]++} /LDL|STL/{s[f]++}
+       END{for (f in g) print "HGMMA", g[f], f; for (f in h) print "HMMA", h[f], f; for (f in t) print "UTMALDG", t[f], f; for (f in s) print "LDL/STL", s[f], f}' \
+       /tmp/sass.txt | sort > /tmp/sass_summary.txt
+  cat /tmp/sass_summary.txt >> "$INFO"
+  summary+=("sass: $(grep -c ^HGMMA /tmp/sass_summary.txt) kernels with HGMMA, $(grep -c ^HMMA /tmp/sass_summary.txt) with HMMA")
+fi
+if has test; then
+  stamp test
+  T=$B/tests/gpu
+  { timeout 120 $T/test_gpu_errors; echo "rc=$?";
+    DFA_GPU_TEST_KERNEL=mma timeout 400 $T/test_gpu_attn; echo "rc=$?";
+    DFA_GPU_TEST_KERNEL=wgmma timeout 300 $T/test_gpu_attn; echo "rc=$?"; } > "$OUT/test.log" 2>&1
+  summary+=("gpu tests: $(grep -E 'checks,|^rc=' "$OUT/test.log" | tr '\n' ' ')")
+  grep -E "FAIL" "$OUT/test.log" | head -30 | cut -c1-400
+fi
+if has gputest; then   # the README's command: ctest -L gpu (sanitizer runs included), verbose
+  stamp gputest
+  DFA_CTEST_ARGS="-V" timeout 500 scripts/test --gpu > "$OUT/test.log" 2>&1
+  rc=$?; summary+=("scripts/test --gpu rc=$rc: $(grep -E 'tests passed|checks,|ERROR SUMMARY' "$OUT/test.log" | sort | uniq -c | tr '\n' ' ')")
+  grep -E "FAIL|Failed" "$OUT/test.log" | head -20 | cut -c1-300
+fi
+if has lab; then
+  stamp lab
+  $B/bench/gpu/dfa_lab_cuda ${LAB_ARGS:---dims 64,128 --seqlens 8k,32k --causal 0,1} 2>&1 | tee "$OUT/lab.log"
+fi
+if has pick; then   # the fastest backward variant in the lab (d=128, 32k, causal) that matched the CPU
+  stamp pick
+  best=$(awk '$1=="bwd" && $2=="wgmma" && !/determ/ {n=split($0,f,"|"); split(f[1],a," "); split(f[3],b," ");
+              if (a[length(a)-2]==128 && a[length(a)-1]==32768 && a[length(a)]==1 && f[2]+0 < 1e-2 && b[2]>bt) {bt=b[2]; bn=$0}}
+              END{print bn}' "$OUT/lab.log")
+  case "$best" in *"bulk fused"*) V=3;; *"bulk-red"*) V=2;; *"atomic fused"*) V=1;; *) V=0;; esac
+  echo "fastest backward variant: $V ($best)" | tee -a "$OUT/test.log"
+  if [ "$V" != 0 ]; then
+    DFA_CUDA_BWD_VARIANT=$V DFA_GPU_TEST_KERNEL=wgmma timeout 300 $B/tests/gpu/test_gpu_attn >> "$OUT/test.log" 2>&1
+    rc=$?; summary+=("variant $V wgmma tests rc=$rc: $(tail -1 "$OUT/test.log")")
+    [ $rc = 0 ] && export DFA_CUDA_BWD_VARIANT=$V
+  fi
+fi
+if has sanitize; then
+  stamp sanitize
+  (cd $B && ctest -L gpu -R "memcheck|racecheck" --output-on-failure --timeout 300) > "$OUT/sanitize.log" 2>&1
+  rc=$?; summary+=("sanitizer rc=$rc: $(grep -E 'tests passed' "$OUT/sanitize.log")")
+  grep -E "ERROR SUMMARY|Hazard|Invalid|FAIL" "$OUT/sanitize.log" | sort | uniq -c | head -15
+fi
+if has bench; then
+  stamp bench
+  $B/bench/gpu/dfa_bench_cuda --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
+fi
+if has peers; then
+  stamp peers
+  PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py ${PEER_ARGS:-} --json "$OUT/peers.json" > "$OUT/peers.log" 2>&1
+  tail -3 "$OUT/peers.log"
+  [ -f "$OUT/ours.json" ] && python3 bench/gpu/table.py "$OUT/ours.json" "$OUT/peers.json" | tee -a "$OUT/bench.log"
+fi
+if has det; then   # deterministic dq: speed at d=128 32k, and the longest sequence that fits without dq_acc
+  stamp det
+  $B/bench/gpu/dfa_bench_cuda --device cuda --deterministic --dims 128 --seqlens 32k 2>&1 | tee -a "$OUT/bench.log"
+  $B/bench/gpu/dfa_bench_cuda --device cuda --deterministic --fit auto 2>&1 | tee -a "$OUT/bench.log"
+fi
+if has fit; then
+  stamp fit
+  $B/bench/gpu/dfa_bench_cuda --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
+fi
+stamp done
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,244 @@
+/* The CUDA kernel lab: every kernel variant side by side. Each variant is first
+ * checked against the CPU library on a moderate shape (fresh random inputs,
+ * max |gpu - cpu| relative to max |cpu|), then timed on the bench shapes
+ * (h = 4096/d heads, b = max(1, 32768/S)); medians of CUDA event timings.
+ *
+ *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
+ *
+ * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
+ * and the backward kernels (mma.sync; wgmma) with either dq path (f32 atomics;
+ * deterministic dq pass). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distflash_cuda.h"
+
+#define LAB_CUDA(call)                                                                                     \
+    do {                                                                                                   \
+        cudaError_t e_ = (call);                                                                           \
+        if (e_ != cudaSuccess) {                                                                           \
+            fprintf(stderr, "lab: %s failed: %s\n", #call, cudaGetErrorString(e_));                        \
+            exit(1);                                                                                       \
+        }                                                                                                  \
+    } while (0)
+
+typedef struct {
+    const char *name, *fwd_kernel, *fwd_variant, *bwd_kernel;
+    int bwd, deterministic;
+    const char *bwd_variant;
+} variant;
+
+static const variant variants[] = {
+    {"fwd mma.sync", "mma", "0", "mma", 0, 0, NULL},
+    {"bwd mma atomic dq", "mma", "0", "mma", 1, 0, NULL},
+    {"bwd mma determ. dq", "mma", "0", "mma", 1, 1, NULL},
+    {"fwd wgmma", "wgmma", "0", "mma", 0, 0, NULL},
+    {"fwd wgmma ping-pong", "wgmma", "1", "mma", 0, 0, NULL},
+    {"bwd wgmma atomic dq", "wgmma", "1", "wgmma", 1, 0, NULL},
+    {"bwd wgmma atomic fused", "wgmma", "1", "wgmma", 1, 0, "1"},
+    {"bwd wgmma bulk-red dq", "wgmma", "1", "wgmma", 1, 0, "2"},
+    {"bwd wgmma bulk fused", "wgmma", "1", "wgmma", 1, 0, "3"},
+    {"bwd wgmma determ. dq", "wgmma", "1", "wgmma", 1, 1, NULL},
+};
+
+static uint64_t rng = 88172645463325252ull;
+static float rnd(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    double u = 0;
+    for (int j = 0; j < 4; j++) u += (double)((rng >> (16 * j)) & 0xffff) / 65536.0;
+    return (float)((u - 2.0) * 1.7320508);
+}
+static uint16_t to_bf16(float f) {
+    uint32_t w;
+    memcpy(&w, &f, 4);
+    return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t w = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+
+/* n random bf16 values on the device (a random block of at most 16M values, repeated) */
+static void *dev_random(size_t n, uint16_t **host_copy) {
+    const size_t blk = n < ((size_t)16 << 20) ? n : ((size_t)16 << 20);
+    uint16_t *h = malloc(blk * 2);
+    for (size_t i = 0; i < blk; i++) h[i] = to_bf16(rnd());
+    void *d;
+    LAB_CUDA(cudaMalloc(&d, n * 2));
+    for (size_t off = 0; off < n; off += blk)
+        LAB_CUDA(cudaMemcpy((uint16_t *)d + off, h, (n - off < blk ? n - off : blk) * 2, cudaMemcpyHostToDevice));
+    if (host_copy && blk == n) *host_copy = h;
+    else free(h);
+    return d;
+}
+
+static void set_variant(const variant *v) {
+    if (v->fwd_kernel) setenv("DFA_CUDA_FWD_KERNEL", v->fwd_kernel, 1);
+    else unsetenv("DFA_CUDA_FWD_KERNEL");
+    if (v->fwd_variant) setenv("DFA_CUDA_FWD_VARIANT", v->fwd_variant, 1);
+    else unsetenv("DFA_CUDA_FWD_VARIANT");
+    setenv("DFA_CUDA_BWD_KERNEL", v->bwd_kernel, 1);
+    if (v->bwd_variant) setenv("DFA_CUDA_BWD_VARIANT", v->bwd_variant, 1);
+    else unsetenv("DFA_CUDA_BWD_VARIANT");
+}
+
+static double rel_diff(const uint16_t *a, const uint16_t *ref, size_t n) {
+    double m = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = fabs((double)from_bf16(a[i]) - from_bf16(ref[i]));
+        if (!(x <= m)) m = x;
+        if (fabs(from_bf16(ref[i])) > r) r = fabs(from_bf16(ref[i]));
+    }
+    return m / (r > 0 ? r : 1);
+}
+
+/* Largest relative difference of the variant's outputs from the CPU library's. */
+static double check(const variant *v, int D, int S, int causal) {
+    dfa_attn_desc d = dfa_attn_desc_init(1, S, S, 4, 2, D);
+    d.dtype = DFA_BF16;
+    d.causal = causal;
+    d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    const size_t nq = (size_t)S * 4 * D, nk = (size_t)S * 2 * D, nl = (size_t)4 * S;
+    uint16_t *hq, *hk, *hv, *hdo;
+    void *q = dev_random(nq, &hq), *k = dev_random(nk, &hk), *v_ = dev_random(nk, &hv), *dout = dev_random(nq, &hdo);
+    uint16_t *co = malloc(nq * 2), *go = malloc(nq * 2), *cdq = malloc(nq * 2), *cdk = malloc(nk * 2), *cdv = malloc(nk * 2);
+    float *cl = malloc(nl * 4);
+    if (dfa_attn_fwd(&d, hq, hk, hv, co, cl) || dfa_attn_bwd(&d, hq, hk, hv, co, cl, hdo, cdq, cdk, cdv)) {
+        fprintf(stderr, "lab: CPU reference failed: %s\n", dfa_last_error());
+        exit(1);
+    }
+    void *o, *dq, *dk, *dv;
+    float *lse;
+    LAB_CUDA(cudaMalloc(&o, nq * 2)); LAB_CUDA(cudaMalloc(&dq, nq * 2));
+    LAB_CUDA(cudaMalloc(&dk, nk * 2)); LAB_CUDA(cudaMalloc(&dv, nk * 2)); LAB_CUDA(cudaMalloc((void **)&lse, nl * 4));
+    LAB_CUDA(cudaMemset(o, 0xff, nq * 2));
+    double worst = 0;
+    if (dfa_attn_fwd_cuda(&d, q, k, v_, o, lse, 0)) {
+        fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
+        return INFINITY;
+    }
+    LAB_CUDA(cudaDeviceSynchronize());
+    LAB_CUDA(cudaMemcpy(go, o, nq * 2, cudaMemcpyDeviceToHost));
+    worst = rel_diff(go, co, nq);
+    if (v->bwd) {
+        /* the CPU's o and lse feed both backwards, so only the backward is compared */
+        LAB_CUDA(cudaMemcpy(o, co, nq * 2, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemcpy(lse, cl, nl * 4, cudaMemcpyHostToDevice));
+        LAB_CUDA(cudaMemset(dq, 0xff, nq * 2)); LAB_CUDA(cudaMemset(dk, 0xff, nk * 2)); LAB_CUDA(cudaMemset(dv, 0xff, nk * 2));
+        if (dfa_attn_bwd_cuda(&d, q, k, v_, o, lse, dout, dq, dk, dv, 0)) {
+            fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
+            return INFINITY;
+        }
+        LAB_CUDA(cudaDeviceSynchronize());
+        LAB_CUDA(cudaMemcpy(go, dq, nq * 2, cudaMemcpyDeviceToHost));
+        double e = rel_diff(go, cdq, nq);
+        LAB_CUDA(cudaMemcpy(go, dk, nk * 2, cudaMemcpyDeviceToHost));
+        e = fmax(e, rel_diff(go, cdk, nk));
+        LAB_CUDA(cudaMemcpy(go, dv, nk * 2, cudaMemcpyDeviceToHost));
+        worst = fmax(e, rel_diff(go, cdv, nk));
+    }
+    cudaFree(q); cudaFree(k); cudaFree(v_); cudaFree(dout); cudaFree(o); cudaFree(dq); cudaFree(dk); cudaFree(dv);
+    cudaFree(lse);
+    free(hq); free(hk); free(hv); free(hdo); free(co); free(go); free(cdq); free(cdk); free(cdv); free(cl);
+    return worst;
+}
+
+static int cmpf(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median ms of the variant's pass (forward, or backward alone) on the bench shape. */
+static float timeit(const variant *v, int D, int S, int causal, int reps) {
+    const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+    dfa_attn_desc d = dfa_attn_desc_init(b, S, S, h, h, D);
+    d.dtype = DFA_BF16;
+    d.causal = causal;
+    d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    const size_t n = (size_t)b * S * h * D;
+    void *q = dev_random(n, NULL), *k = dev_random(n, NULL), *vv = dev_random(n, NULL), *dout = dev_random(n, NULL);
+    void *o, *dq, *dk, *dv;
+    float *lse;
+    LAB_CUDA(cudaMalloc(&o, n * 2)); LAB_CUDA(cudaMalloc(&dq, n * 2)); LAB_CUDA(cudaMalloc(&dk, n * 2));
+    LAB_CUDA(cudaMalloc(&dv, n * 2)); LAB_CUDA(cudaMalloc((void **)&lse, (size_t)b * h * S * 4));
+    cudaEvent_t e0, e1;
+    LAB_CUDA(cudaEventCreate(&e0));
+    LAB_CUDA(cudaEventCreate(&e1));
+    float ts[64];
+    if (reps > 64) reps = 64;
+    if (dfa_attn_fwd_cuda(&d, q, k, vv, o, lse, 0)) {
+        fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
+        return NAN;
+    }
+    for (int r = -2; r < reps; r++) {
+        LAB_CUDA(cudaEventRecord(e0, 0));
+        const dfa_status st = v->bwd ? dfa_attn_bwd_cuda(&d, q, k, vv, o, lse, dout, dq, dk, dv, 0)
+                                     : dfa_attn_fwd_cuda(&d, q, k, vv, o, lse, 0);
+        LAB_CUDA(cudaEventRecord(e1, 0));
+        LAB_CUDA(cudaEventSynchronize(e1));
+        if (st) {
+            fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
+            return NAN;
+        }
+        if (r >= 0) LAB_CUDA(cudaEventElapsedTime(&ts[r], e0, e1));
+    }
+    qsort(ts, (size_t)reps, sizeof(float), cmpf);
+    cudaFree(q); cudaFree(k); cudaFree(vv); cudaFree(dout); cudaFree(o); cudaFree(dq); cudaFree(dk); cudaFree(dv);
+    cudaFree(lse);
+    return ts[reps / 2];
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s) return -1;
+        if (*end == 'k') { x *= 1024; end++; }
+        out[n++] = (int)x;
+        if (*end == ',') end++;
+        s = end;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    int dims[4] = {128}, nd = 1, seqs[8] = {8192, 32768}, ns = 2, causals[2] = {1}, nc = 1, check_s = 1000, reps = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--dims")) nd = parse_list(argv[i + 1], dims, 4);
+        else if (!strcmp(argv[i], "--seqlens")) ns = parse_list(argv[i + 1], seqs, 8);
+        else if (!strcmp(argv[i], "--causal")) nc = parse_list(argv[i + 1], causals, 2);
+        else if (!strcmp(argv[i], "--check")) check_s = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else { fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]\n"); return 2; }
+    }
+    uint64_t keep = UINT64_MAX;
+    cudaMemPool_t pool;
+    LAB_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+    LAB_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    printf("%-22s %4s %6s %2s | %10s | %9s %8s\n", "variant", "d", "S", "c", "rel diff", "ms", "TFLOP/s");
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const variant *v = &variants[vi];
+        set_variant(v);
+        for (int di = 0; di < nd; di++)
+            for (int ci = 0; ci < nc; ci++) {
+                const double diff = check(v, dims[di], check_s, causals[ci]);
+                for (int si = 0; si < ns; si++) {
+                    const int D = dims[di], S = seqs[si], causal = causals[ci];
+                    const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+                    const float ms = timeit(v, D, S, causal, reps);
+                    const double fl = 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
+                    printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f\n", v->name, D, S, causal, diff, ms,
+                           fl / (ms * 1e-3) / 1e12);
+                    fflush(stdout);
+                }
+            }
+    }
+    return 0;
+}

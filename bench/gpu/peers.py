@@ -1,0 +1,67 @@
+"""Peer numbers for `distflash bench --device cuda`: PyTorch SDPA's flash
+(FlashAttention-2) and cuDNN backends on the same shapes (bf16, h = 4096/d heads,
+b = max(1, 32768/S)), timed the same way (CUDA events, median after warm-up),
+FLOPs as in DESIGN.md. Adapted from ../shared/peers/gpu_anchors.py (single()).
+
+    python3 bench/gpu/peers.py [--dims 64,128] [--seqlens 2048,8192,32768] [--json out.json]
+"""
+import argparse, json, sys
+import torch, torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+
+
+def bench(fn, warm=3, rep=10):
+    for _ in range(warm): fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rep):
+        a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b))
+    ts.sort(); return ts[len(ts) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--seqlens", default="2048,8192,32768")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(),
+          torch.cuda.get_device_name(), flush=True)
+    rows = []
+    for d in map(int, a.dims.split(",")):
+        for s in map(int, a.seqlens.split(",")):
+            h = 4096 // d; b = max(1, 32768 // s)
+            for causal in (c == "1" for c in a.causal.split(",")):
+                q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                k = torch.randn_like(q, requires_grad=True); v = torch.randn_like(q, requires_grad=True)
+                do = torch.randn_like(q)
+                fl = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+                for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        with sdpa_kernel(be):
+                            msf = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), rep=a.reps)
+                            def fb():
+                                F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+                            torch.cuda.reset_peak_memory_stats()
+                            msb = bench(fb, rep=a.reps)
+                            peak = torch.cuda.max_memory_allocated() / 2**20
+                        r = dict(backend=name, d=d, s=s, b=b, h=h, causal=causal, fwd_ms=msf,
+                                 fwd_tflops=fl / (msf * 1e-3) / 1e12, fwdbwd_ms=msb,
+                                 fwdbwd_tflops=3.5 * fl / (msb * 1e-3) / 1e12, peak_mib=peak)
+                        rows.append(r)
+                        print(f"{name:6s} d={d:3d} S={s:6d} b={b:2d} h={h:2d} causal={int(causal)}  fwd {msf:8.3f} ms "
+                              f"{r['fwd_tflops']:6.1f} TF  fwd+bwd {msb:8.3f} ms {r['fwdbwd_tflops']:6.1f} TF  "
+                              f"peak {peak:7.0f} MiB", flush=True)
+                    except Exception as e:
+                        print(f"{name} d={d} S={s} causal={causal}: FAILED {type(e).__name__}: {str(e)[:160]}")
+                del q, k, v, do
+                torch.cuda.empty_cache()
+    if a.json:
+        json.dump(rows, open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

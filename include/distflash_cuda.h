@@ -1,0 +1,83 @@
+/*
+ * distflash on one CUDA device: the single-device calls of distflash.h on
+ * device memory, with a trailing cudaStream_t.
+ *
+ * Semantics, layouts, argument checks and statuses are those of dfa_attn_fwd,
+ * dfa_attn_bwd and dfa_attn_merge (distflash.h): same descriptor, same causal
+ * rule with q_start/k_start, GQA/MQA, fully masked rows give o = 0 and
+ * lse = -inf, lse in natural log, dq/dk/dv overwritten. In addition:
+ *
+ *  - Pointers are device pointers (cudaMalloc, cudaMallocAsync, managed or
+ *    mapped memory) on the current device; host memory is refused with
+ *    DFA_ERR_INVALID_ARGUMENT naming the argument. q, k, v, o, dout, dq, dk,
+ *    dv must be 16-byte aligned and lse 4-byte aligned (cudaMalloc gives 256).
+ *  - Storage: DFA_BF16 and DFA_F16, accumulation in float32. DFA_F32 storage is
+ *    not implemented for fwd/bwd on the device: DFA_ERR_UNSUPPORTED (use the
+ *    CPU calls). The merge supports all three types.
+ *  - Devices: compute capability 8.0 or newer (DFA_ERR_UNSUPPORTED otherwise).
+ *    On sm_90 (H100/H200), head_dim 64 and 128 run the Hopper kernels (wgmma
+ *    with TMA loads; the forward warp-specialised); every other case runs the
+ *    mma.sync kernels (any multiple of 8 up to 256).
+ *  - Stream ordering: every call only enqueues work on `stream` (0 is the
+ *    legacy default stream) and returns without synchronising. Inputs must be
+ *    ready in stream order, and outputs are ready when the stream reaches that
+ *    point; the caller keeps the buffers alive until then. Argument errors are
+ *    found before anything is enqueued (outputs untouched). A CUDA failure is
+ *    reported as DFA_ERR_BACKEND (DFA_ERR_OUT_OF_MEMORY for scratch) with
+ *    CUDA's message; an asynchronous fault surfaces at the caller's next
+ *    synchronisation, as with any kernel.
+ *  - Scratch: the backward takes dfa_attn_bwd_cuda_scratch_bytes() of device
+ *    memory with cudaMallocAsync on `stream` from the device's current memory
+ *    pool and gives it back with cudaFreeAsync on the same stream, so the
+ *    memory is reused in stream order. Applications that call often should
+ *    raise the pool's release threshold (cudaMemPoolAttrReleaseThreshold) so
+ *    the pool keeps it between calls; the library leaves pool settings alone.
+ *    The forward and the merge take no scratch.
+ *  - Determinism: forward and merge are bitwise reproducible. The backward's
+ *    dq is summed with float32 atomics by default (run-to-run bit differences
+ *    of dq only); with d->flags |= DFA_FLAG_DETERMINISTIC a separate pass
+ *    computes each dq row in a fixed order (same bits every run, about 1.7x
+ *    the backward time on an H200, and no f32 dq accumulator in the scratch).
+ *  - Thread safety: calls are reentrant and may be made from several host
+ *    threads at once, on the same or on different streams; calls on one
+ *    stream run in their order. Concurrent calls must not write the same
+ *    outputs.
+ *
+ * Debug knobs (read at each call; for tests and the kernel lab):
+ * DFA_CUDA_FWD_KERNEL / DFA_CUDA_BWD_KERNEL = mma|wgmma force a kernel family
+ * (wgmma: DFA_ERR_UNSUPPORTED where it cannot run); DFA_CUDA_FWD_VARIANT and
+ * DFA_CUDA_BWD_VARIANT pick lab variants of the Hopper kernels.
+ */
+#ifndef DISTFLASH_CUDA_H
+#define DISTFLASH_CUDA_H
+
+#include <cuda_runtime_api.h>
+
+#include "distflash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Forward: o = softmax(scale q k^T + mask) v and lse (may be NULL), as dfa_attn_fwd. */
+dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
+                             float *lse, cudaStream_t stream);
+
+/* Backward: dq, dk, dv from o and lse of the forward (or of a merge), as dfa_attn_bwd. */
+dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
+                             const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream);
+
+/* Fold a partial result into an accumulated one in place, as dfa_attn_merge (f32/bf16/f16). */
+dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
+                               const float *lse_part, cudaStream_t stream);
+
+/* Device scratch bytes one dfa_attn_bwd_cuda call with this descriptor takes (0 if d is
+   invalid): 8 bytes per (batch, head, query row), plus a float32 copy of dq unless
+   DFA_FLAG_DETERMINISTIC is set. The forward and the merge take none. */
+size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTFLASH_CUDA_H */

@@ -1,0 +1,421 @@
+/* Internal: the FlashAttention-2 backward kernels (mma.sync, ldmatrix, cp.async).
+ *
+ *   dfa__bwd_dsum_kernel  D_i = rowsum(dO_i * O_i), and lse in base 2 for the main pass
+ *   dfa__bwd_kv_kernel    one CTA per (key block, kv head, batch): keeps K_j, V_j in shared
+ *                         memory and dK_j, dV_j in registers while it walks every query
+ *                         block of every query head of its group (GQA needs no reduction);
+ *                         with DQ_ATOMIC it also adds dS K into an f32 dq accumulator
+ *   dfa__bwd_dq_kernel    the deterministic dq: one CTA per (query block, head, batch)
+ *                         recomputes P and dS over its keys and owns its dq rows
+ *   dfa__bwd_dq_convert   f32 accumulator * scale -> storage type
+ *
+ * In the key-block kernel each warp owns 16 keys and computes S^T = K Q^T and
+ * dP^T = V dO^T directly, so P^T and dS^T come out in the A-fragment layout that
+ * dV += P^T dO and dK += dS^T Q need. For DP = 256 two warps share 16 keys and
+ * split dK/dV columns (DSPLIT = 2) to keep the accumulators in registers. */
+#ifndef DFA_CUDA_BWD_MMA_CUH
+#define DFA_CUDA_BWD_MMA_CUH
+
+#include "tile.cuh"
+
+typedef struct {
+    const uint16_t *q, *k, *v, *o, *dout;
+    const float *lse;
+    float *dsum;   /* [batch, heads, seqlen_q] D_i */
+    float *lse2;   /* [batch, heads, seqlen_q] lse * log2(e); +inf where the row sees nothing */
+    float *dq_acc; /* [batch, seqlen_q, heads, head_dim] f32, atomic path only */
+    uint16_t *dq, *dk, *dv;
+    int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim;
+    int causal;
+    long long offset;
+    float scale, scale_log2;
+} dfa__bwd_params;
+
+/* One warp per (batch, row, head) in the memory order of o. */
+template <int BF16> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p) {
+    const long long rows = (long long)p.batch * p.seqlen_q * p.num_heads;
+    const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const uint16_t *o = p.o + r * p.head_dim, *dO = p.dout + r * p.head_dim;
+    float sum = 0.0f;
+    for (int c = lane * 8; c < p.head_dim; c += 256) {
+        const uint4 a = *(const uint4 *)(o + c), b = *(const uint4 *)(dO + c);
+        const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 x = dfa__unpack2<BF16>(av[i]), y = dfa__unpack2<BF16>(bv[i]);
+            sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+        }
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+    if (lane == 0) {
+        const long long h = r % p.num_heads, bi = r / p.num_heads, b = bi / p.seqlen_q, i = bi % p.seqlen_q;
+        const long long li = (b * p.num_heads + h) * p.seqlen_q + i;
+        const float L = p.lse[li];
+        p.dsum[li] = sum;
+        p.lse2[li] = L == -INFINITY ? INFINITY : L * DFA__LOG2E;
+    }
+}
+
+template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_cfg {
+    static constexpr int NW = (BN / 16) * DSPLIT, NT = 32 * NW;
+    static constexpr int DS_LD = BM + 8; /* padded row of the dS^T tile */
+    static constexpr int SMEM = (2 * BN * DP + 4 * BM * DP + (DQ_ATOMIC ? BN * DS_LD : 0)) * 2 + 4 * BM * 4;
+};
+
+template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16>
+__global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(const dfa__bwd_params p) {
+    typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, DQ_ATOMIC> C;
+    constexpr int NW = C::NW, NT = C::NT, KS = DP / 16, Q8 = BM / 8, DW = DP / DSPLIT, DW8 = DW / 8;
+    constexpr int DS_LD = C::DS_LD;
+    extern __shared__ __align__(128) unsigned char dfa__smem[];
+    const uint32_t sK = dfa__smem_addr(dfa__smem), sV = sK + BN * DP * 2;
+    const uint32_t sQ0 = sV + BN * DP * 2, sO0 = sQ0 + 2 * BM * DP * 2; /* dO tiles */
+    const uint32_t sdS = sO0 + 2 * BM * DP * 2;
+    float *sL = (float *)(dfa__smem + (2 * BN * DP + 4 * BM * DP + (DQ_ATOMIC ? BN * DS_LD : 0)) * 2);
+    float *sD = sL + 2 * BM;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int kw = warp % (BN / 16), dsp = warp / (BN / 16);
+    const int nn = (p.seqlen_k + BN - 1) / BN;
+    const int nb_ = (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
+    const int b = bg / p.num_kv_heads, kvh = bg % p.num_kv_heads;
+    const int group = p.num_heads / p.num_kv_heads;
+    const int n0 = nb_ * BN;
+    const long long qstride = (long long)p.num_heads * p.head_dim, kstride = (long long)p.num_kv_heads * p.head_dim;
+    const uint16_t *kg = p.k + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+
+    /* query blocks that see any key of this block */
+    int mb_begin = 0;
+    if (p.causal) {
+        const long long first = (long long)n0 - p.offset; /* first query that sees key n0 */
+        mb_begin = first <= 0 ? 0 : (first >= p.seqlen_q ? (p.seqlen_q + BM - 1) / BM : (int)(first / BM));
+    }
+    const int mb_end = (p.seqlen_q + BM - 1) / BM;
+    const int nmb = mb_end - mb_begin, total = nmb * group;
+
+    /* the smallest query index that sees each of this lane's two keys (INT_MAX: none) */
+    int qmin[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + kw * 16 + g + 8 * r;
+        long long qm = p.causal ? (long long)key - p.offset : 0;
+        qm = qm < 0 ? 0 : qm;
+        qmin[r] = key >= p.seqlen_k || qm > p.seqlen_q ? 0x7fffffff : (int)qm;
+    }
+
+    float dk[DW8][4], dv[DW8][4];
+#pragma unroll
+    for (int j = 0; j < DW8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
+
+    /* loads of iteration `it` into buffer `buf` */
+#define DFA__BWD_LOAD(it_, buf_)                                                                                  \
+    do {                                                                                                          \
+        const int hh_ = (it_) / nmb, mq_ = (mb_begin + (it_) % nmb) * BM;                                         \
+        const int h_ = kvh * group + hh_;                                                                         \
+        const long long qoff_ = (long long)b * p.seqlen_q * qstride + (long long)h_ * p.head_dim;                \
+        dfa__load_tile<DP, BM, NT>(sQ0 + (buf_) * BM * DP * 2, p.q + qoff_, qstride, mq_, p.seqlen_q, p.head_dim, \
+                                   tid);                                                                          \
+        dfa__load_tile<DP, BM, NT>(sO0 + (buf_) * BM * DP * 2, p.dout + qoff_, qstride, mq_, p.seqlen_q,         \
+                                   p.head_dim, tid);                                                              \
+        for (int i_ = tid; i_ < BM; i_ += NT) {                                                                   \
+            const int row_ = mq_ + i_;                                                                            \
+            const long long li_ = ((long long)b * p.num_heads + h_) * p.seqlen_q + row_;                         \
+            sL[(buf_) * BM + i_] = row_ < p.seqlen_q ? p.lse2[li_] : INFINITY;                                    \
+            sD[(buf_) * BM + i_] = row_ < p.seqlen_q ? p.dsum[li_] : 0.0f;                                        \
+        }                                                                                                         \
+    } while (0)
+
+    dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n0, p.seqlen_k, p.head_dim, tid);
+    dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n0, p.seqlen_k, p.head_dim, tid);
+    if (total > 0) DFA__BWD_LOAD(0, 0);
+    dfa__cp_async_commit();
+
+    for (int it = 0; it < total; it++) {
+        const int buf = it & 1;
+        const int hh = it / nmb, m0 = (mb_begin + it % nmb) * BM, h = kvh * group + hh;
+        if (it + 1 < total) DFA__BWD_LOAD(it + 1, buf ^ 1);
+        dfa__cp_async_commit();
+        dfa__cp_async_wait<1>();
+        __syncthreads();
+        const uint32_t sQ = sQ0 + buf * BM * DP * 2, sO = sO0 + buf * BM * DP * 2;
+        const float *L = sL + buf * BM, *Dv = sD + buf * BM;
+
+        /* dP^T = V dO^T and S^T = K Q^T for this warp's 16 keys */
+        float dp[Q8][4], st[Q8][4];
+#pragma unroll
+        for (int j = 0; j < Q8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dp[j][e] = st[j][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t av[4], ak[4];
+            dfa__ldmatrix_x4(av, dfa__addr_a<DP>(sV, kw * 16, kk * 16, lane));
+            dfa__ldmatrix_x4(ak, dfa__addr_a<DP>(sK, kw * 16, kk * 16, lane));
+#pragma unroll
+            for (int nb = 0; nb < BM / 16; nb++) {
+                uint32_t r[4];
+                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(sO, nb * 16, kk * 16, lane));
+                dfa__mma16816<BF16>(dp[2 * nb], av, r[0], r[1]);
+                dfa__mma16816<BF16>(dp[2 * nb + 1], av, r[2], r[3]);
+                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(sQ, nb * 16, kk * 16, lane));
+                dfa__mma16816<BF16>(st[2 * nb], ak, r[0], r[1]);
+                dfa__mma16816<BF16>(st[2 * nb + 1], ak, r[2], r[3]);
+            }
+        }
+        /* P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D) */
+        const bool need_mask = n0 + BN > p.seqlen_k ||
+                               (p.causal && (long long)m0 + p.offset < (long long)n0 + BN - 1);
+#pragma unroll
+        for (int j = 0; j < Q8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qc = j * 8 + 2 * t + (e & 1);
+                float pv = exp2f(fmaf(st[j][e], p.scale_log2, -L[qc]));
+                if (need_mask && m0 + qc < qmin[e >> 1]) pv = 0.0f;
+                st[j][e] = pv;
+                dp[j][e] = pv * (dp[j][e] - Dv[qc]);
+            }
+        /* dV += P^T dO, dK += dS^T Q (this warp's column slice) */
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t ap[4], as[4];
+            ap[0] = dfa__pack2<BF16>(st[2 * kk][0], st[2 * kk][1]);
+            ap[1] = dfa__pack2<BF16>(st[2 * kk][2], st[2 * kk][3]);
+            ap[2] = dfa__pack2<BF16>(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+            ap[3] = dfa__pack2<BF16>(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+            as[0] = dfa__pack2<BF16>(dp[2 * kk][0], dp[2 * kk][1]);
+            as[1] = dfa__pack2<BF16>(dp[2 * kk][2], dp[2 * kk][3]);
+            as[2] = dfa__pack2<BF16>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            as[3] = dfa__pack2<BF16>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            if (DQ_ATOMIC && dsp == 0) {
+                /* dS^T rows (keys) of this warp, for the dQ product below */
+                const uint32_t row0 = sdS + (uint32_t)((kw * 16 + g) * DS_LD + kk * 16 + 2 * t) * 2;
+                const uint32_t row1 = row0 + 8 * DS_LD * 2;
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(row0), "r"(as[0]));
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(row1), "r"(as[1]));
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(row0 + 16), "r"(as[2]));
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(row1 + 16), "r"(as[3]));
+            }
+#pragma unroll
+            for (int db = 0; db < DW / 16; db++) {
+                uint32_t r[4];
+                dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(sO, kk * 16, dsp * DW + db * 16, lane));
+                dfa__mma16816<BF16>(dv[2 * db], ap, r[0], r[1]);
+                dfa__mma16816<BF16>(dv[2 * db + 1], ap, r[2], r[3]);
+                dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(sQ, kk * 16, dsp * DW + db * 16, lane));
+                dfa__mma16816<BF16>(dk[2 * db], as, r[0], r[1]);
+                dfa__mma16816<BF16>(dk[2 * db + 1], as, r[2], r[3]);
+            }
+        }
+        if (DQ_ATOMIC) {
+            /* dQ (BM x DP) += dS (BM x BN) K (BN x DP); warp -> 16 rows x CW columns */
+            constexpr int RT = BM / 16, CG = NW / RT, CW = DP / CG;
+            static_assert(NW % RT == 0 && CW % 16 == 0, "dQ warp tiling");
+            __syncthreads();
+            const int rt = warp % RT, cg = warp / RT;
+            float dqa[CW / 8][4];
+#pragma unroll
+            for (int j = 0; j < CW / 8; j++) dqa[j][0] = dqa[j][1] = dqa[j][2] = dqa[j][3] = 0.0f;
+            const int i4 = lane >> 3;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[4];
+                const int key = kk * 16 + (lane & 7) + ((i4 >> 1) << 3), qc = rt * 16 + ((i4 & 1) << 3);
+                dfa__ldmatrix_x4_trans(a, sdS + (uint32_t)(key * DS_LD + qc) * 2);
+#pragma unroll
+                for (int db = 0; db < CW / 16; db++) {
+                    uint32_t r[4];
+                    dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(sK, kk * 16, cg * CW + db * 16, lane));
+                    dfa__mma16816<BF16>(dqa[2 * db], a, r[0], r[1]);
+                    dfa__mma16816<BF16>(dqa[2 * db + 1], a, r[2], r[3]);
+                }
+            }
+            float *dqg = p.dq_acc + (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = m0 + rt * 16 + g + 8 * r;
+                if (row >= p.seqlen_q) continue;
+                float *dst = dqg + (long long)row * qstride;
+#pragma unroll
+                for (int j = 0; j < CW / 8; j++) {
+                    const int c = cg * CW + j * 8 + 2 * t;
+                    if (c >= p.head_dim) continue;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                    atomicAdd((float2 *)(dst + c), make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]));
+#else
+                    atomicAdd(dst + c, dqa[j][2 * r]);
+                    atomicAdd(dst + c + 1, dqa[j][2 * r + 1]);
+#endif
+                }
+            }
+        }
+        __syncthreads(); /* buffers of this iteration are refilled two iterations on */
+    }
+#undef DFA__BWD_LOAD
+    dfa__cp_async_wait<0>();
+
+    /* dK = scale * dS^T Q, dV = P^T dO: rows n0 + kw*16 + g (+8), columns of this warp's slice */
+    uint16_t *dkg = p.dk + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    uint16_t *dvg = p.dv + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + kw * 16 + g + 8 * r;
+        if (key >= p.seqlen_k) continue;
+#pragma unroll
+        for (int j = 0; j < DW8; j++) {
+            const int c = dsp * DW + j * 8 + 2 * t;
+            if (c >= p.head_dim) continue;
+            *(uint32_t *)(dkg + (long long)key * kstride + c) =
+                dfa__pack2<BF16>(dk[j][2 * r] * p.scale, dk[j][2 * r + 1] * p.scale);
+            *(uint32_t *)(dvg + (long long)key * kstride + c) = dfa__pack2<BF16>(dv[j][2 * r], dv[j][2 * r + 1]);
+        }
+    }
+}
+
+template <int DP, int NW, int BN> struct dfa__bwd_dq_cfg {
+    static constexpr int BM = 16 * NW, NT = 32 * NW;
+    static constexpr int SMEM = (2 * BM * DP + 4 * BN * DP) * 2; /* Q, dO, K x2, V x2 */
+};
+
+/* Deterministic dq: every dq row is summed by one warp in key order. */
+template <int DP, int NW, int BN, int BF16>
+__global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_params p) {
+    typedef dfa__bwd_dq_cfg<DP, NW, BN> C;
+    constexpr int BM = C::BM, NT = C::NT, KS = DP / 16, NT8 = BN / 8, OT8 = DP / 8;
+    extern __shared__ __align__(128) unsigned char dfa__smem[];
+    const uint32_t sQ = dfa__smem_addr(dfa__smem), sO = sQ + BM * DP * 2;
+    const uint32_t sK = sO + BM * DP * 2, sV = sK + 2 * BN * DP * 2;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int heads = p.batch * p.num_heads;
+    const int nm = (p.seqlen_q + BM - 1) / BM;
+    const int mb = nm - 1 - (int)(blockIdx.x / heads), bh = (int)(blockIdx.x % heads);
+    const int b = bh / p.num_heads, h = bh % p.num_heads, kvh = h / (p.num_heads / p.num_kv_heads);
+    const int m0 = mb * BM;
+    const long long qstride = (long long)p.num_heads * p.head_dim, kstride = (long long)p.num_kv_heads * p.head_dim;
+    const long long qoff = (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
+    const uint16_t *kg = p.k + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+
+    const int n_end = dfa__key_end(m0, BM, p.seqlen_k, p.causal, p.offset);
+    const int nblocks = (n_end + BN - 1) / BN;
+
+    const int row_a = m0 + warp * 16 + g;
+    const int lim[2] = {dfa__row_limit(row_a, p.seqlen_k, p.causal, p.offset),
+                        dfa__row_limit(row_a + 8, p.seqlen_k, p.causal, p.offset)};
+    float L[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_a + 8 * r;
+        const long long li = (long long)bh * p.seqlen_q + row;
+        L[r] = row < p.seqlen_q ? p.lse2[li] : INFINITY;
+        Dr[r] = row < p.seqlen_q ? p.dsum[li] : 0.0f;
+    }
+
+    float acc[OT8][4];
+#pragma unroll
+    for (int j = 0; j < OT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+    if (nblocks > 0) {
+        dfa__load_tile<DP, BM, NT>(sQ, p.q + qoff, qstride, m0, p.seqlen_q, p.head_dim, tid);
+        dfa__load_tile<DP, BM, NT>(sO, p.dout + qoff, qstride, m0, p.seqlen_q, p.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, 0, p.seqlen_k, p.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, 0, p.seqlen_k, p.head_dim, tid);
+        dfa__cp_async_commit();
+    }
+    for (int it = 0; it < nblocks; it++) {
+        const int buf = it & 1, n0 = it * BN;
+        if (it + 1 < nblocks) {
+            dfa__load_tile<DP, BN, NT>(sK + (buf ^ 1) * BN * DP * 2, kg, kstride, n0 + BN, p.seqlen_k, p.head_dim,
+                                       tid);
+            dfa__load_tile<DP, BN, NT>(sV + (buf ^ 1) * BN * DP * 2, vg, kstride, n0 + BN, p.seqlen_k, p.head_dim,
+                                       tid);
+        }
+        dfa__cp_async_commit();
+        dfa__cp_async_wait<1>();
+        __syncthreads();
+        const uint32_t kb = sK + buf * BN * DP * 2, vb = sV + buf * BN * DP * 2;
+        float s[NT8][4], dp[NT8][4];
+#pragma unroll
+        for (int j = 0; j < NT8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t aq[4], ao[4];
+            dfa__ldmatrix_x4(aq, dfa__addr_a<DP>(sQ, warp * 16, kk * 16, lane));
+            dfa__ldmatrix_x4(ao, dfa__addr_a<DP>(sO, warp * 16, kk * 16, lane));
+#pragma unroll
+            for (int nb = 0; nb < BN / 16; nb++) {
+                uint32_t r[4];
+                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(kb, nb * 16, kk * 16, lane));
+                dfa__mma16816<BF16>(s[2 * nb], aq, r[0], r[1]);
+                dfa__mma16816<BF16>(s[2 * nb + 1], aq, r[2], r[3]);
+                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(vb, nb * 16, kk * 16, lane));
+                dfa__mma16816<BF16>(dp[2 * nb], ao, r[0], r[1]);
+                dfa__mma16816<BF16>(dp[2 * nb + 1], ao, r[2], r[3]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = n0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
+                float pv = exp2f(fmaf(s[j][e], p.scale_log2, -L[r]));
+                if (col > lim[r]) pv = 0.0f;
+                dp[j][e] = pv * (dp[j][e] - Dr[r]);
+            }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4];
+            a[0] = dfa__pack2<BF16>(dp[2 * kk][0], dp[2 * kk][1]);
+            a[1] = dfa__pack2<BF16>(dp[2 * kk][2], dp[2 * kk][3]);
+            a[2] = dfa__pack2<BF16>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            a[3] = dfa__pack2<BF16>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int db = 0; db < DP / 16; db++) {
+                uint32_t r[4];
+                dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(kb, kk * 16, db * 16, lane));
+                dfa__mma16816<BF16>(acc[2 * db], a, r[0], r[1]);
+                dfa__mma16816<BF16>(acc[2 * db + 1], a, r[2], r[3]);
+            }
+        }
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+    }
+    dfa__cp_async_wait<0>();
+    uint16_t *dqg = p.dq + qoff;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_a + 8 * r;
+        if (row >= p.seqlen_q) continue;
+#pragma unroll
+        for (int j = 0; j < OT8; j++) {
+            const int c = j * 8 + 2 * t;
+            if (c < p.head_dim)
+                *(uint32_t *)(dqg + (long long)row * qstride + c) =
+                    dfa__pack2<BF16>(acc[j][2 * r] * p.scale, acc[j][2 * r + 1] * p.scale);
+        }
+    }
+}
+
+/* dq = scale * dq_acc, 8 elements per thread. */
+template <int BF16> __global__ void dfa__bwd_dq_convert(const dfa__bwd_params p, long long n8) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const float4 a = ((const float4 *)p.dq_acc)[2 * i], c = ((const float4 *)p.dq_acc)[2 * i + 1];
+    uint4 r;
+    r.x = dfa__pack2<BF16>(a.x * p.scale, a.y * p.scale);
+    r.y = dfa__pack2<BF16>(a.z * p.scale, a.w * p.scale);
+    r.z = dfa__pack2<BF16>(c.x * p.scale, c.y * p.scale);
+    r.w = dfa__pack2<BF16>(c.z * p.scale, c.w * p.scale);
+    ((uint4 *)p.dq)[i] = r;
+}
+
+#endif

@@ -1,0 +1,220 @@
+/* Internal: the Hopper forward kernel (FlashAttention-3 design): wgmma with
+ * TMA loads and warp specialisation, for head dims 64 and 128 (sm_90a only).
+ *
+ * A CTA has three warpgroups. Warpgroup 0 is the producer: one thread issues the
+ * bulk tensor copies of the CTA's Q tile and of every K and V tile into a
+ * two-stage ring, each stage guarded by a "full" mbarrier (bytes landed) and an
+ * "empty" one (both consumers done with it). Warpgroups 1 and 2 each own 64
+ * query rows: S = Q K^T with both operands in shared memory, the online softmax
+ * in registers, then O += P V with P straight from registers (RS form). The
+ * producer hands registers to the consumers with setmaxnreg, but ptxas 13.0
+ * still allocates the consumer code within the even 168-register share (see
+ * bench/gpu/NOTES.md), so the consumers are written to fit in 168. PINGPONG
+ * (the default) staggers the two consumers' Q K^T with named barriers.
+ *
+ * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
+ * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. */
+#ifndef DFA_CUDA_FWD_WGMMA_CUH
+#define DFA_CUDA_FWD_WGMMA_CUH
+
+#include <cuda.h>
+
+#include "fwd_mma.cuh"
+#include "wgmma_gen.cuh"
+
+template <int D, int BN> struct dfa__fwd_wgmma_cfg {
+    static constexpr int BM = 128, STAGES = 2, NT = 384;
+    static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
+    static constexpr int BAR_OFF = QBYTES + 2 * STAGES * KVBYTES;
+    static constexpr int SMEM = BAR_OFF + 128 + 1024; /* barriers + room to align to 1024 */
+};
+
+template <int N, int BF16> static __device__ __forceinline__ void dfa__wgmma_ss(float *d, uint64_t a, uint64_t b, int sc) {
+    if (BF16) {
+        if (N == 64) dfa__wgmma_ss_bf16_n64(d, a, b, sc);
+        else if (N == 128) dfa__wgmma_ss_bf16_n128(d, a, b, sc);
+        else dfa__wgmma_ss_bf16_n192(d, a, b, sc);
+    } else {
+        if (N == 64) dfa__wgmma_ss_f16_n64(d, a, b, sc);
+        else if (N == 128) dfa__wgmma_ss_f16_n128(d, a, b, sc);
+        else dfa__wgmma_ss_f16_n192(d, a, b, sc);
+    }
+}
+template <int N, int BF16>
+static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a, uint64_t b, int sc) {
+    if (BF16) {
+        if (N == 64) dfa__wgmma_rs_bf16_n64(d, a, b, sc);
+        else dfa__wgmma_rs_bf16_n128(d, a, b, sc);
+    } else {
+        if (N == 64) dfa__wgmma_rs_f16_n64(d, a, b, sc);
+        else dfa__wgmma_rs_f16_n128(d, a, b, sc);
+    }
+}
+
+/* PINGPONG: the two consumer warpgroups take turns issuing their Q K^T products
+   (named barriers 1 and 2), so one's softmax runs under the other's matrix work. */
+template <int D, int BN, int BF16, int PINGPONG>
+__global__ void __launch_bounds__(384, 1)
+    dfa__fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                          const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef dfa__fwd_wgmma_cfg<D, BN> C;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
+    extern __shared__ __align__(128) unsigned char dfa__smem[];
+    const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
+    const uint32_t bar = base + C::BAR_OFF; /* q_full, k_full[S], k_empty[S], v_full[S], v_empty[S] */
+    const uint32_t q_full = bar;
+#define K_FULL(s) (bar + 8u * (1 + (s)))
+#define K_EMPTY(s) (bar + 8u * (1 + STAGES + (s)))
+#define V_FULL(s) (bar + 8u * (1 + 2 * STAGES + (s)))
+#define V_EMPTY(s) (bar + 8u * (1 + 3 * STAGES + (s)))
+
+    const int tid = threadIdx.x;
+    const int heads = p.batch * p.num_heads;
+    const int nm = (p.seqlen_q + BM - 1) / BM;
+    const int mb = nm - 1 - (int)(blockIdx.x / heads), bh = (int)(blockIdx.x % heads);
+    const int b = bh / p.num_heads, h = bh % p.num_heads, kvh = h / (p.num_heads / p.num_kv_heads);
+    const int m0 = mb * BM;
+    const long long qstride = (long long)p.num_heads * p.head_dim;
+    uint16_t *og = p.o + (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
+    float *lseg = p.lse ? p.lse + (long long)bh * p.seqlen_q : (float *)0;
+    const int n_end = dfa__key_end(m0, BM, p.seqlen_k, p.causal, p.offset);
+    const int nblocks = (n_end + BN - 1) / BN;
+
+    if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf */
+        for (int i = tid; i < BM * (D / 8); i += C::NT) {
+            const int r = m0 + i / (D / 8), c = (i % (D / 8)) * 8;
+            if (r < p.seqlen_q) *(uint4 *)(og + (long long)r * qstride + c) = make_uint4(0, 0, 0, 0);
+        }
+        if (lseg)
+            for (int i = tid; i < BM; i += C::NT)
+                if (m0 + i < p.seqlen_q) lseg[m0 + i] = -INFINITY;
+        return;
+    }
+
+    if (tid == 0) {
+        dfa__mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            dfa__mbar_init(K_FULL(s), 1);
+            dfa__mbar_init(V_FULL(s), 1);
+            dfa__mbar_init(K_EMPTY(s), 256);
+            dfa__mbar_init(V_EMPTY(s), 256);
+        }
+        dfa__fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        dfa__setmaxnreg_dec<40>();
+        if (tid == 0) {
+            dfa__mbar_expect_tx(q_full, C::QBYTES);
+#pragma unroll
+            for (int cb = 0; cb < NCB; cb++) dfa__tma_load_4d(sQ + cb * BM * 128, &tq, q_full, cb * 64, h, m0, b);
+            for (int it = 0; it < nblocks; it++) {
+                const int s = it % STAGES;
+                const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
+                dfa__mbar_wait(K_EMPTY(s), ph ^ 1u);
+                dfa__mbar_expect_tx(K_FULL(s), C::KVBYTES);
+#pragma unroll
+                for (int cb = 0; cb < NCB; cb++)
+                    dfa__tma_load_4d(sK + s * C::KVBYTES + cb * BN * 128, &tk, K_FULL(s), cb * 64, kvh, it * BN, b);
+                dfa__mbar_wait(V_EMPTY(s), ph ^ 1u);
+                dfa__mbar_expect_tx(V_FULL(s), C::KVBYTES);
+#pragma unroll
+                for (int cb = 0; cb < NCB; cb++)
+                    dfa__tma_load_4d(sV + s * C::KVBYTES + cb * BN * 128, &tv, V_FULL(s), cb * 64, kvh, it * BN, b);
+            }
+        }
+        return;
+    }
+
+    dfa__setmaxnreg_inc<232>();
+    const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
+    const int row0 = m0 + c * 64 + warp * 16;
+    const int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.seqlen_k, p.causal, p.offset),
+                        dfa__row_limit(row0 + (lane >> 2) + 8, p.seqlen_k, p.causal, p.offset)};
+    float o[OT8 * 4];
+#pragma unroll
+    for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    if (PINGPONG && c == 1) dfa__named_arrive(1, 256); /* warpgroup 1 goes first */
+    dfa__mbar_wait(q_full, 0);
+    for (int it = 0; it < nblocks; it++) {
+        const int s = it % STAGES, n0 = it * BN;
+        const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
+        float sc[NT8 * 4];
+#pragma unroll
+        for (int i = 0; i < NT8 * 4; i++) sc[i] = 0.0f;
+        dfa__mbar_wait(K_FULL(s), ph);
+        if (PINGPONG) dfa__named_sync(1 + c, 256);
+        dfa__wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);
+            const uint64_t db = dfa__wgmma_desc(sK + s * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);
+            dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);
+        }
+        dfa__wgmma_commit();
+        if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+        dfa__mbar_arrive(K_EMPTY(s));
+
+        float(*s4)[4] = (float(*)[4])sc;
+        const bool need_mask = n0 + BN > p.seqlen_k ||
+                               (p.causal && (long long)n0 + BN - 1 > (long long)m0 + p.offset);
+        if (need_mask) {
+#pragma unroll
+            for (int j = 0; j < NT8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);
+                    if (col > lim[e >> 1]) s4[j][e] = -INFINITY;
+                }
+        }
+        float alpha[2];
+        dfa__softmax_tile<NT8>(s4, m, l, p.scale_log2, alpha);
+#pragma unroll
+        for (int j = 0; j < OT8; j++) {
+            o[4 * j] *= alpha[0];
+            o[4 * j + 1] *= alpha[0];
+            o[4 * j + 2] *= alpha[1];
+            o[4 * j + 3] *= alpha[1];
+        }
+        uint32_t pf[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            pf[kk][0] = dfa__pack2<BF16>(s4[2 * kk][0], s4[2 * kk][1]);
+            pf[kk][1] = dfa__pack2<BF16>(s4[2 * kk][2], s4[2 * kk][3]);
+            pf[kk][2] = dfa__pack2<BF16>(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
+            pf[kk][3] = dfa__pack2<BF16>(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
+        }
+        dfa__mbar_wait(V_FULL(s), ph);
+        dfa__wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            const uint64_t dv = dfa__wgmma_desc(sV + s * C::KVBYTES + kk * 16 * 128, BN * 128);
+            dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);
+        }
+        dfa__wgmma_commit();
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+        dfa__mbar_arrive(V_EMPTY(s));
+    }
+    dfa__store_o_lse<OT8, BF16>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.seqlen_q, p.head_dim, lane);
+#undef K_FULL
+#undef K_EMPTY
+#undef V_FULL
+#undef V_EMPTY
+#else
+    (void)tq; (void)tk; (void)tv; (void)p;
+    __trap();
+#endif
+}
+
+#endif

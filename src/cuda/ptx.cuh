@@ -1,0 +1,186 @@
+/* Internal: the few PTX instructions the kernels are built from, as inline
+ * functions. Tensor cores (mma.sync m16n8k16, wgmma), ldmatrix, cp.async,
+ * mbarrier and the bulk tensor copy (TMA). Everything else is plain CUDA C.
+ *
+ * Fragment layouts of mma.sync m16n8k16 (g = lane / 4, t = lane % 4):
+ *   A (16x16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+ *   B (16x8) : b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+ *   C (16x8) : c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+ * Two adjacent C tiles (n 0-7 and 8-15) are, once rounded to 16 bits, exactly
+ * the A fragment of the next product: P never leaves registers. The wgmma
+ * accumulator of a warp (16 rows of the 64) repeats the C layout every 8 columns. */
+#ifndef DFA_CUDA_PTX_CUH
+#define DFA_CUDA_PTX_CUH
+
+#include <stdint.h>
+
+#define DFA__LOG2E 1.4426950408889634f
+#define DFA__LN2 0.6931471805599453f
+
+static __device__ __forceinline__ uint32_t dfa__smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Two floats rounded to nearest into one register of two 16-bit values, x in the low half. */
+template <int BF16> static __device__ __forceinline__ uint32_t dfa__pack2(float x, float y) {
+    uint32_t r;
+    if (BF16)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
+    return r;
+}
+
+/* The two 16-bit values of a register as floats (low half first). */
+template <int BF16> static __device__ __forceinline__ float2 dfa__unpack2(uint32_t v) {
+    float2 f;
+    if (BF16) {
+        f.x = __uint_as_float(v << 16);
+        f.y = __uint_as_float(v & 0xffff0000u);
+    } else {
+        unsigned short lo = (unsigned short)(v & 0xffffu), hi = (unsigned short)(v >> 16);
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f.x) : "h"(lo));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f.y) : "h"(hi));
+    }
+    return f;
+}
+
+/* c += a * b on the tensor cores, 16-bit inputs, f32 accumulators. */
+template <int BF16>
+static __device__ __forceinline__ void dfa__mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ void dfa__ldmatrix_x4(uint32_t *r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+static __device__ __forceinline__ void dfa__ldmatrix_x4_trans(uint32_t *r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes = 0 writes zeros (padding rows/columns). */
+static __device__ __forceinline__ void dfa__cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void dfa__cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void dfa__cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* ---- Hopper: mbarrier, TMA, wgmma, register reallocation (sm_90a) ---- */
+
+static __device__ __forceinline__ void dfa__mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void dfa__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void dfa__mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* Waits until the phase of the given parity has completed. A fresh barrier counts
+   its phase "-1" (parity 1) as complete, so producers start waiting on parity 1. */
+static __device__ __forceinline__ void dfa__mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    const long long t0 = clock64();
+    do {
+        /* a wait of ~10 s means a lost copy or arrival: fail the launch instead of hanging */
+        if (clock64() - t0 > 20000000000LL) __trap();
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+static __device__ __forceinline__ void dfa__fence_barrier_init(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* A 4-d box of a tensor map into shared memory; completion is counted on bar. */
+static __device__ __forceinline__ void dfa__tma_load_4d(uint32_t dst, const void *tmap, uint32_t bar, int c0, int c1,
+                                                        int c2, int c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+                 ::"r"(dst), "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+#else
+    (void)dst; (void)tmap; (void)bar; (void)c0; (void)c1; (void)c2; (void)c3;
+#endif
+}
+
+static __device__ __forceinline__ void dfa__wgmma_fence(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void dfa__wgmma_commit(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void dfa__wgmma_wait(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+/* Keeps the compiler from touching accumulators while an asynchronous wgmma owns them. */
+static __device__ __forceinline__ void dfa__reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+
+/* Shared-memory matrix descriptor, 128-byte swizzle: rows of 128 bytes, 8-row groups
+   1024 bytes apart (SBO); LBO is the distance between 64-element column blocks (only
+   read for MN-major operands wider than 64). */
+static __device__ __forceinline__ uint64_t dfa__wgmma_desc(uint32_t addr, uint32_t lbo_bytes) {
+    uint64_t d = 0;
+    d |= (uint64_t)((addr & 0x3ffffu) >> 4);
+    d |= (uint64_t)((lbo_bytes >> 4) & 0x3fffu) << 16;
+    d |= (uint64_t)(1024u >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
+template <int N> static __device__ __forceinline__ void dfa__setmaxnreg_inc(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+template <int N> static __device__ __forceinline__ void dfa__setmaxnreg_dec(void) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+
+/* Orders this thread's ordinary shared-memory stores before later reads by the tensor
+   cores or the copy engine (the async proxy); a barrier must follow. */
+static __device__ __forceinline__ void dfa__fence_proxy_async(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void dfa__named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+static __device__ __forceinline__ void dfa__named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+#endif

@@ -1,0 +1,172 @@
+/* Every bad input to the CUDA entry points: the CPU calls' statuses for the
+ * CPU calls' checks, plus the device's own (f32 storage, alignment, host
+ * pointers); the message names the argument and no output is touched. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/testlib.h"
+#include "distflash_cuda.h"
+#include "gpu_util.h"
+
+enum { B = 2, SQ = 5, SK = 7, H = 4, HKV = 2, D = 16 };
+enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
+#define ES 2 /* bf16 */
+
+static void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *o2;
+static float *lse, *lse2;
+static unsigned char snap[4][NQ * ES];
+static float snap_lse[NL];
+
+static void fill(void *p, size_t bytes) {
+    unsigned char *h = malloc(bytes);
+    for (size_t i = 0; i < bytes; i += 2) { /* small random bf16 values */
+        const float f = (float)tl_rand_normal();
+        unsigned int u;
+        memcpy(&u, &f, 4);
+        h[i] = (unsigned char)(u >> 16);
+        h[i + 1] = (unsigned char)(u >> 24);
+    }
+    CUDA_OK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static void snapshot(void) {
+    fill(o, NQ * ES);
+    fill(dq, NQ * ES);
+    fill(dk, NK * ES);
+    fill(dv, NK * ES);
+    float l[NL];
+    for (int i = 0; i < NL; i++) l[i] = (float)tl_rand_normal();
+    CUDA_OK(cudaMemcpy(lse, l, sizeof l, cudaMemcpyHostToDevice));
+    to_host(snap[0], o, NQ * ES);
+    to_host(snap[1], dq, NQ * ES);
+    to_host(snap[2], dk, NK * ES);
+    to_host(snap[3], dv, NK * ES);
+    to_host(snap_lse, lse, sizeof snap_lse);
+}
+
+static int untouched(void) {
+    static unsigned char now[NQ * ES];
+    static float nl[NL];
+    int same = 1;
+    to_host(now, o, NQ * ES);
+    same &= !memcmp(now, snap[0], NQ * ES);
+    to_host(now, dq, NQ * ES);
+    same &= !memcmp(now, snap[1], NQ * ES);
+    to_host(now, dk, NK * ES);
+    same &= !memcmp(now, snap[2], NK * ES);
+    to_host(now, dv, NK * ES);
+    same &= !memcmp(now, snap[3], NK * ES);
+    to_host(nl, lse, sizeof nl);
+    same &= !memcmp(nl, snap_lse, sizeof nl);
+    return same;
+}
+
+#define EXPECT(call, status, word)                                                                         \
+    do {                                                                                                   \
+        snapshot();                                                                                        \
+        dfa_status s_ = (call);                                                                            \
+        CHECK(s_ == (status), "%s returned %s, expected %s (%s)", #call, dfa_status_string(s_),             \
+              dfa_status_string(status), dfa_last_error());                                                \
+        CHECK(strstr(dfa_last_error(), (word)) != NULL, "%s: message '%s' does not name '%s'", #call,      \
+              dfa_last_error(), (word));                                                                   \
+        CHECK(untouched(), "%s touched an output on error", #call);                                       \
+        CUDA_OK(cudaGetLastError());                                                                       \
+    } while (0)
+
+static dfa_attn_desc good(void) { return tl_desc(B, SQ, SK, H, HKV, D, DFA_BF16, 1, 2, 0); }
+
+static void bad_desc(dfa_attn_desc d, dfa_status want, const char *word, int merge_reads_it) {
+    EXPECT(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0), want, word);
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, dv, 0), want, word);
+    if (merge_reads_it) EXPECT(dfa_attn_merge_cuda(&d, o, lse, o2, lse2, 0), want, word);
+}
+
+static void test_descriptors(void) {
+    dfa_attn_desc d;
+    EXPECT(dfa_attn_fwd_cuda(NULL, q, k, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "descriptor");
+    EXPECT(dfa_attn_bwd_cuda(NULL, q, k, v, o2, lse2, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "descriptor");
+    EXPECT(dfa_attn_merge_cuda(NULL, o, lse, o2, lse2, 0), DFA_ERR_INVALID_ARGUMENT, "descriptor");
+    const int bad_sizes[] = {0, -1, INT_MIN};
+    for (int i = 0; i < 3; i++) {
+        d = good(); d.batch = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "batch", 1);
+        d = good(); d.seqlen_q = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "seqlen_q", 1);
+        d = good(); d.seqlen_k = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "seqlen_k", 0);
+        d = good(); d.num_heads = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_heads", 1);
+        d = good(); d.num_kv_heads = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_kv_heads", 0);
+        d = good(); d.head_dim = bad_sizes[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "head_dim", 1);
+    }
+    d = good(); d.num_kv_heads = 3; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "num_kv_heads", 0);
+    const int bad_dims[] = {4, 12, 33, 264, 512};
+    for (int i = 0; i < 5; i++) {
+        d = good(); d.head_dim = bad_dims[i]; bad_desc(d, DFA_ERR_UNSUPPORTED, "head_dim", 1);
+    }
+    d = good(); d.dtype = (dfa_dtype)7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "dtype", 1);
+    d = good(); d.causal = 2; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "causal", 0);
+    const float bad_scales[] = {NAN, -1.0f, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        d = good(); d.softmax_scale = bad_scales[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "softmax_scale", 0);
+    }
+    d = good(); d.q_start = INT64_MAX; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "q_start", 0);
+    d = good(); d.k_start = INT64_MIN; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "k_start", 0);
+    d = good(); d.flags = 0x80; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "flags", 1);
+    d = good(); d.batch = INT_MAX; d.seqlen_q = INT_MAX; d.num_heads = INT_MAX / 256; d.num_kv_heads = 1; d.head_dim = 256;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "overflow", 1);
+    /* the device's own: f32 storage (fwd/bwd), alignment, host memory */
+    d = good(); d.dtype = DFA_F32;
+    EXPECT(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0), DFA_ERR_UNSUPPORTED, "DFA_F32");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, dv, 0), DFA_ERR_UNSUPPORTED, "DFA_F32");
+}
+
+static void test_pointers(void) {
+    dfa_attn_desc d = good();
+    EXPECT(dfa_attn_fwd_cuda(&d, NULL, k, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "q");
+    EXPECT(dfa_attn_fwd_cuda(&d, q, NULL, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "k");
+    EXPECT(dfa_attn_fwd_cuda(&d, q, k, NULL, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "v");
+    EXPECT(dfa_attn_fwd_cuda(&d, q, k, v, NULL, lse, 0), DFA_ERR_INVALID_ARGUMENT, "o");
+    EXPECT(dfa_attn_bwd_cuda(&d, NULL, k, v, o2, lse2, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "q");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, NULL, lse2, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "o");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, NULL, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "lse");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, NULL, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dout");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, NULL, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dq");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, NULL, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dk");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, NULL, 0), DFA_ERR_INVALID_ARGUMENT, "dv");
+    EXPECT(dfa_attn_merge_cuda(&d, NULL, lse, o2, lse2, 0), DFA_ERR_INVALID_ARGUMENT, "o_acc");
+    EXPECT(dfa_attn_merge_cuda(&d, o, NULL, o2, lse2, 0), DFA_ERR_INVALID_ARGUMENT, "lse_acc");
+    EXPECT(dfa_attn_merge_cuda(&d, o, lse, NULL, lse2, 0), DFA_ERR_INVALID_ARGUMENT, "o_part");
+    EXPECT(dfa_attn_merge_cuda(&d, o, lse, o2, NULL, 0), DFA_ERR_INVALID_ARGUMENT, "lse_part");
+    /* overlaps */
+    EXPECT(dfa_attn_fwd_cuda(&d, o, k, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "overlaps input q");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dq, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dq and dk");
+    EXPECT(dfa_attn_merge_cuda(&d, o, lse, o, lse2, 0), DFA_ERR_INVALID_ARGUMENT, "o_part");
+    /* misaligned and host pointers */
+    EXPECT(dfa_attn_fwd_cuda(&d, (char *)q + 2, k, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "aligned");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, (char *)dout + 8, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dout");
+    static unsigned char host_q[NQ * ES] __attribute__((aligned(16)));
+    EXPECT(dfa_attn_fwd_cuda(&d, host_q, k, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "device memory");
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, host_q, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dk");
+    /* a good call clears the message; the scratch query */
+    CHECK(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0) == DFA_OK && dfa_last_error()[0] == '\0',
+          "a successful call left the error message '%s'", dfa_last_error());
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) > 0, "scratch bytes of a good descriptor is 0");
+    CHECK(dfa_attn_bwd_cuda_scratch_bytes(NULL) == 0, "scratch bytes of NULL is not 0");
+}
+
+int main(void) {
+    tl_init("test_gpu_errors");
+    if (!have_gpu()) return 77; /* ctest: skipped */
+    q = dev_alloc(NQ * ES); k = dev_alloc(NK * ES); v = dev_alloc(NK * ES); o = dev_alloc(NQ * ES);
+    dout = dev_alloc(NQ * ES); dq = dev_alloc(NQ * ES); dk = dev_alloc(NK * ES); dv = dev_alloc(NK * ES);
+    o2 = dev_alloc(NQ * ES); lse = dev_alloc(4 * NL); lse2 = dev_alloc(4 * NL);
+    fill(q, NQ * ES); fill(k, NK * ES); fill(v, NK * ES); fill(dout, NQ * ES); fill(o2, NQ * ES);
+    float l[NL];
+    for (int i = 0; i < NL; i++) l[i] = (float)tl_rand_normal();
+    CUDA_OK(cudaMemcpy(lse2, l, sizeof l, cudaMemcpyHostToDevice));
+    test_descriptors();
+    test_pointers();
+    return tl_finish("test_gpu_errors");
+}

@@ -160,6 +160,12 @@ double tl_max_abs(const double *ref, int64_t n) {
     return m;
 }
 
+double tl_tolerance(dfa_dtype t, tl_quantity what, double naive_err, const double *ref, int64_t n) {
+    double ulps = t == DFA_F32 ? 0x1p-18 : t == DFA_F16 ? 0x1p-11 : 0x1p-8;
+    if (what == TL_GRADIENT && t != DFA_F32) ulps *= 2;
+    return 2.0 * naive_err + ulps * fmax(1.0, tl_max_abs(ref, n));
+}
+
 dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t, int causal, int64_t q_start,
                       int64_t k_start) {
     dfa_attn_desc x = dfa_attn_desc_init(b, sq, sk, h, hkv, d);

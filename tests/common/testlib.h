@@ -43,6 +43,15 @@ double *tl_to_f64(dfa_dtype t, const void *p, int64_t n); /* malloc'd copy */
 double tl_max_err(dfa_dtype t, const void *a, const double *ref, int64_t n);
 double tl_max_abs(const double *ref, int64_t n);
 
+/* The low-precision tolerance rule shared by every test: a result may be at most twice as far
+   from the float64 oracle as a naive same-precision computation (naive_err), plus an absolute
+   term of about one unit in the last place of the storage type at the largest reference value
+   (a result next to a rounding midpoint may round either way after any float32 error), and two
+   for gradients (they also inherit the rounding of the stored o through D = rowsum(dO * o),
+   which with very few keys can dominate). float32: a few float32 ulps. */
+typedef enum { TL_OUTPUT, TL_GRADIENT } tl_quantity;
+double tl_tolerance(dfa_dtype t, tl_quantity what, double naive_err, const double *ref, int64_t n);
+
 /* ---- descriptors ---- */
 dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t, int causal, int64_t q_start,
                       int64_t k_start);

@@ -11,19 +11,10 @@
 #include "../common/oracle.h"
 #include "../common/testlib.h"
 
-/* Absolute term of the tolerance, relative to the largest reference value: about one unit in
-   the last place of the storage type there (a value whose exact result sits next to a rounding
-   midpoint may round either way after any float32 error), and a few ulps of float32. */
-static double atol_rel(dfa_dtype t) { return t == DFA_F32 ? 0x1p-18 : t == DFA_F16 ? 0x1p-11 : 0x1p-8; }
-
-typedef struct {
-    double err, naive_err, ref_max;
-} cmp;
-
-static void check_close(const char *what, const dfa_attn_desc *d, dfa_dtype t, const void *got,
+static void check_close(const char *what, tl_quantity kind, const dfa_attn_desc *d, dfa_dtype t, const void *got,
                         const void *naive, const double *ref, int64_t n) {
     const double err = tl_max_err(t, got, ref, n), naive_err = tl_max_err(t, naive, ref, n);
-    const double tol = 2.0 * naive_err + atol_rel(t) * fmax(1.0, tl_max_abs(ref, n));
+    const double tol = tl_tolerance(t, kind, naive_err, ref, n);
     CHECK(err <= tol, "%s: max error %.3g > tol %.3g (naive same-precision error %.3g) for %s", what, err, tol,
           naive_err, tl_desc_str(d));
 }
@@ -53,7 +44,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
     double *oref = malloc(sizeof(double) * (size_t)nq), *lref = malloc(sizeof(double) * (size_t)nl);
     oracle_fwd(d, fq, fk, fv, oref, lref);
     naive_fwd_lowp(d, q, k, v, onaive);
-    check_close("o", d, t, o, onaive, oref, nq);
+    check_close("o", TL_OUTPUT, d, t, o, onaive, oref, nq);
 
     int lse_bad = 0, masked_bad = 0;
     for (int64_t i = 0; i < nl; i++) {
@@ -87,9 +78,9 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
                *gv = malloc(sizeof(double) * (size_t)nk);
         oracle_bwd(d, fq, fk, fv, fdo, gq, gk, gv);
         naive_bwd_lowp(d, q, k, v, dout, nq_, nk_, nv_);
-        check_close("dq", d, t, dq, nq_, gq, nq);
-        check_close("dk", d, t, dk, nk_, gk, nk);
-        check_close("dv", d, t, dv, nv_, gv, nk);
+        check_close("dq", TL_GRADIENT, d, t, dq, nq_, gq, nq);
+        check_close("dk", TL_GRADIENT, d, t, dk, nk_, gk, nk);
+        check_close("dv", TL_GRADIENT, d, t, dv, nv_, gv, nk);
         free(dout); free(dq); free(dk); free(dv); free(nq_); free(nk_); free(nv_);
         free(fdo); free(gq); free(gk); free(gv);
     }

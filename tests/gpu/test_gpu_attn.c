@@ -20,14 +20,12 @@
 static int cc;
 static const char *only_kernel; /* DFA_GPU_TEST_KERNEL=mma|wgmma: check one family of kernels */
 
-static double atol_rel(dfa_dtype t) { return t == DFA_F16 ? 0x1p-13 : 0x1p-10; }
-
 /* max |got - ref| <= 2 * naive error + atol; returns the tolerance used */
 static double check_close(const char *what, const char *kernel, const dfa_attn_desc *d, const void *got,
                           const void *naive, const double *ref, int64_t n) {
     const dfa_dtype t = d->dtype;
     const double err = tl_max_err(t, got, ref, n), naive_err = tl_max_err(t, naive, ref, n);
-    const double tol = 2.0 * naive_err + atol_rel(t) * fmax(1.0, tl_max_abs(ref, n));
+    const double tol = tl_tolerance(t, what[0] == 'd' ? TL_GRADIENT : TL_OUTPUT, naive_err, ref, n);
     CHECK(err <= tol, "%s [%s]: max error %.3g > tol %.3g (naive same-precision error %.3g) for %s", what, kernel, err,
           tol, naive_err, tl_desc_str(d));
     return tol;

@@ -21,8 +21,6 @@
 
 static int rank, nranks;
 
-static double atol_rel(dfa_dtype t) { return t == DFA_F32 ? 0x1p-18 : t == DFA_F16 ? 0x1p-11 : 0x1p-8; }
-
 /* Rows [r0, r0 + n) of a [batch, N, width] tensor, as [batch, n, width]. */
 static void *slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width) {
     const size_t es = tl_dtype_size(t), row = (size_t)width * es;
@@ -54,8 +52,9 @@ static void check_slice(const char *what, const char *cfg, dfa_dtype t, const vo
    single-device kernel's business, so it is printed as a note, not failed here. */
 static double tolerance(const char *what, const char *cfg, dfa_dtype t, const void *naive, const void *single,
                         const double *ref, int64_t n) {
-    const double atol = atol_rel(t) * fmax(1.0, tl_max_abs(ref, n));
-    const double core = 2 * tl_max_err(t, naive, ref, n) + atol, lib = 2 * tl_max_err(t, single, ref, n) + atol;
+    const tl_quantity kind = what[0] == 'd' ? TL_GRADIENT : TL_OUTPUT;
+    const double core = tl_tolerance(t, kind, tl_max_err(t, naive, ref, n), ref, n);
+    const double lib = tl_tolerance(t, kind, tl_max_err(t, single, ref, n), ref, n);
     if (rank == 0 && tl_max_err(t, single, ref, n) > core)
         printf("note: the single-process %s misses the core tolerance (%.3g > %.3g) for %s\n", what,
                tl_max_err(t, single, ref, n), core, cfg);

@@ -1,0 +1,134 @@
+/* The forward and the hand-written backward of the model (see model.h for the equations
+ * and acts.h for what each checkpoint policy keeps). */
+#include <math.h>
+#include <string.h>
+
+#include "model/acts.h"
+#include "model/attention.h"
+#include "model/matmul.h"
+#include "model/ops.h"
+
+/* One layer's parameters, located in the flat array. */
+typedef struct {
+    const float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w3, *w2;
+} layer_params;
+
+static layer_params layer_at(const dfa__model_config *c, const dfa__param_layout *p, const float *base, int l) {
+    size_t d = (size_t)c->d_model, F = (size_t)c->ffn, hd = d / (size_t)c->n_heads;
+    size_t qd = hd * (size_t)c->n_heads, kvd = hd * (size_t)c->n_kv_heads;
+    layer_params w;
+    w.attn_norm = base + p->attn_norm + l * d;
+    w.wq = base + p->wq + l * d * qd;
+    w.wk = base + p->wk + l * d * kvd;
+    w.wv = base + p->wv + l * d * kvd;
+    w.wo = base + p->wo + l * qd * d;
+    w.mlp_norm = base + p->mlp_norm + l * d;
+    w.w1 = base + p->w1 + l * d * F;
+    w.w3 = base + p->w3 + l * d * F;
+    w.w2 = base + p->w2 + l * F * d;
+    return w;
+}
+
+/* The attention input of a layer: norm, projections, RoPE. */
+static void attention_inputs(const dfa__model_config *c, const layer_params *w, dfa__acts *a, dfa__layer_acts *la) {
+    dfa__rmsnorm_fwd(la->n1, la->rstd1, la->x, w->attn_norm, a->n, a->d, 1e-5f);
+    dfa__gemm_nn(la->q, la->n1, w->wq, a->n, a->d, a->qd, 0);
+    dfa__gemm_nn(la->k, la->n1, w->wk, a->n, a->d, a->kvd, 0);
+    dfa__gemm_nn(la->v, la->n1, w->wv, a->n, a->d, a->kvd, 0);
+    dfa__rope(la->q, a->cosv, a->sinv, a->batch, a->rows, c->n_heads, a->hd, 0);
+    dfa__rope(la->k, a->cosv, a->sinv, a->batch, a->rows, c->n_kv_heads, a->hd, 0);
+}
+
+/* Everything after attention: output projection, residual, MLP; writes x_next. */
+static void attention_outputs(const layer_params *w, dfa__acts *a, dfa__layer_acts *la, float *x_next) {
+    size_t nd = (size_t)a->n * a->d, nF = (size_t)a->n * a->F;
+    memcpy(la->xmid, la->x, sizeof(float) * nd);
+    dfa__gemm_nn(la->xmid, la->o, w->wo, a->n, a->qd, a->d, 1);
+    dfa__rmsnorm_fwd(la->n2, la->rstd2, la->xmid, w->mlp_norm, a->n, a->d, 1e-5f);
+    dfa__gemm_nn(la->a, la->n2, w->w1, a->n, a->d, a->F, 0);
+    dfa__gemm_nn(la->b, la->n2, w->w3, a->n, a->d, a->F, 0);
+    dfa__swiglu_fwd(la->g, la->a, la->b, (long)nF);
+    if (x_next) {
+        memcpy(x_next, la->xmid, sizeof(float) * nd);
+        dfa__gemm_nn(x_next, la->g, w->w2, a->n, a->F, a->d, 1);
+    }
+}
+
+double dfa__model_forward(const dfa__model_config *c, const float *params, dfa__acts *a, dfa__attention *attn,
+                          const uint8_t *tokens, const uint8_t *targets, const float *weights, float grad_scale,
+                          uint8_t *argmax, char *err, size_t errlen) {
+    dfa__param_layout p = dfa__param_layout_of(c);
+    const float *wte = params + p.wte;
+    for (int r = 0; r < a->n; r++) memcpy(a->layer[0].x + (size_t)r * a->d, wte + (size_t)tokens[r] * a->d, sizeof(float) * a->d);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_params w = layer_at(c, &p, params, l);
+        dfa__layer_acts *la = &a->layer[l];
+        attention_inputs(c, &w, a, la);
+        if (dfa__attention_fwd(attn, c, a->batch, a->rows, la->q, la->k, la->v, la->o, la->lse, err, errlen))
+            return NAN;
+        attention_outputs(&w, a, la, l + 1 < c->n_layers ? a->layer[l + 1].x : a->xfinal);
+    }
+    dfa__rmsnorm_fwd(a->nf, a->rstdf, a->xfinal, params + p.final_norm, a->n, a->d, 1e-5f);
+    dfa__gemm_nn(a->logits, a->nf, params + p.wout, a->n, a->d, DFA__VOCAB, 0);
+    return dfa__cross_entropy(a->logits, targets, weights, grad_scale, a->n, DFA__VOCAB, argmax);
+}
+
+int dfa__model_backward(const dfa__model_config *c, const float *params, float *grads, dfa__acts *a,
+                        dfa__attention *attn, const uint8_t *tokens, char *err, size_t errlen) {
+    dfa__param_layout p = dfa__param_layout_of(c);
+    int n = a->n, d = a->d, F = a->F, qd = a->qd, kvd = a->kvd;
+    size_t nd = (size_t)n * d;
+
+    /* head and final norm; dlogits is in a->logits */
+    dfa__gemm_tn_acc(grads + p.wout, a->nf, a->logits, n, d, DFA__VOCAB);
+    dfa__gemm_nt(a->dn, a->logits, params + p.wout, n, DFA__VOCAB, d, 0);
+    memset(a->dres, 0, sizeof(float) * nd);
+    dfa__rmsnorm_bwd(a->dres, grads + p.final_norm, a->dn, a->xfinal, a->rstdf, params + p.final_norm, n, d);
+
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        layer_params w = layer_at(c, &p, params, l);
+        layer_params g = layer_at(c, &p, grads, l);
+        dfa__layer_acts *la = &a->layer[l];
+        /* Rematerialise what the policy did not keep. Under `layer` this re-runs the
+           attention forward; under `attn-output` the kept o and lse make that unnecessary. */
+        if (a->policy != DFA__CKPT_NONE) {
+            attention_inputs(c, &w, a, la);
+            if (a->policy == DFA__CKPT_LAYER &&
+                dfa__attention_fwd(attn, c, a->batch, a->rows, la->q, la->k, la->v, la->o, la->lse, err, errlen))
+                return -1;
+            attention_outputs(&w, a, la, NULL);
+        }
+        /* MLP: x_next = xmid + g W2, g = silu(a) * b, a = n2 W1, b = n2 W3 */
+        dfa__gemm_tn_acc((float *)g.w2, la->g, a->dres, n, F, d);
+        dfa__gemm_nt(a->dg, a->dres, w.w2, n, d, F, 0);
+        dfa__swiglu_bwd(a->dg, a->db, a->dg, la->a, la->b, (long)n * F); /* dg now holds da */
+        dfa__gemm_tn_acc((float *)g.w1, la->n2, a->dg, n, d, F);
+        dfa__gemm_tn_acc((float *)g.w3, la->n2, a->db, n, d, F);
+        dfa__gemm_nt(a->dn, a->dg, w.w1, n, F, d, 0);
+        dfa__gemm_nt(a->dn, a->db, w.w3, n, F, d, 1);
+        dfa__rmsnorm_bwd(a->dres, (float *)g.mlp_norm, a->dn, la->xmid, la->rstd2, w.mlp_norm, n, d);
+        /* attention: xmid = x + o Wo */
+        dfa__gemm_tn_acc((float *)g.wo, la->o, a->dres, n, qd, d);
+        dfa__gemm_nt(a->dout, a->dres, w.wo, n, d, qd, 0);
+        if (dfa__attention_bwd(attn, c, a->batch, a->rows, la->q, la->k, la->v, la->o, la->lse, a->dout, a->dq, a->dk,
+                               a->dv, err, errlen))
+            return -1;
+        dfa__rope(a->dq, a->cosv, a->sinv, a->batch, a->rows, c->n_heads, a->hd, 1);
+        dfa__rope(a->dk, a->cosv, a->sinv, a->batch, a->rows, c->n_kv_heads, a->hd, 1);
+        dfa__gemm_tn_acc((float *)g.wq, la->n1, a->dq, n, d, qd);
+        dfa__gemm_tn_acc((float *)g.wk, la->n1, a->dk, n, d, kvd);
+        dfa__gemm_tn_acc((float *)g.wv, la->n1, a->dv, n, d, kvd);
+        dfa__gemm_nt(a->dn, a->dq, w.wq, n, qd, d, 0);
+        dfa__gemm_nt(a->dn, a->dk, w.wk, n, kvd, d, 1);
+        dfa__gemm_nt(a->dn, a->dv, w.wv, n, kvd, d, 1);
+        dfa__rmsnorm_bwd(a->dres, (float *)g.attn_norm, a->dn, la->x, la->rstd1, w.attn_norm, n, d);
+    }
+    /* embedding: rows in order, so repeated tokens sum deterministically */
+    float *dwte = grads + p.wte;
+    for (int r = 0; r < n; r++) {
+        float *dst = dwte + (size_t)tokens[r] * d;
+        const float *src = a->dres + (size_t)r * d;
+        for (int i = 0; i < d; i++) dst[i] += src[i];
+    }
+    return 0;
+}

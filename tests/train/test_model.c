@@ -1,0 +1,158 @@
+/* The model's hand-written backward against central finite differences on a tiny
+ * configuration, the three checkpoint policies against each other (same gradients, the
+ * attention-forward counts each one promises), and configuration checks. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/testlib.h"
+#include "model/model.h"
+
+typedef struct {
+    dfa__model_config c;
+    int batch, rows;
+    uint8_t *tokens, *targets;
+    float *weights;
+    float scale;
+    int64_t *pos;
+} problem;
+
+static problem make_problem(dfa__model_config c, int batch) {
+    problem p = {.c = c, .batch = batch, .rows = c.context};
+    int n = batch * p.rows;
+    p.tokens = malloc(n), p.targets = malloc(n), p.weights = malloc(sizeof(float) * n);
+    p.pos = malloc(sizeof(int64_t) * p.rows);
+    double wsum = 0;
+    for (int i = 0; i < n; i++) {
+        p.tokens[i] = (uint8_t)tl_rand_int(0, 255);
+        p.targets[i] = (uint8_t)tl_rand_int(0, 255);
+        p.weights[i] = (float)(0.5 + tl_rand_uniform());
+        wsum += p.weights[i];
+    }
+    p.scale = (float)(1.0 / wsum);
+    for (int i = 0; i < p.rows; i++) p.pos[i] = i;
+    return p;
+}
+
+static void free_problem(problem *p) { free(p->tokens), free(p->targets), free(p->weights), free(p->pos); }
+
+/* The mean weighted loss at params, and (if grads) its gradient. */
+static double loss_and_grad(const problem *p, dfa__ckpt_policy policy, const float *params, float *grads,
+                            dfa__attention *at) {
+    char err[256] = "";
+    dfa__acts *a = dfa__acts_create(&p->c, policy, p->batch, p->rows, p->pos, err, sizeof err);
+    CHECK(a != NULL, "acts: %s", err);
+    if (!a) return NAN;
+    double loss = dfa__model_forward(&p->c, params, a, at, p->tokens, p->targets, p->weights, p->scale, NULL, err,
+                                     sizeof err);
+    CHECK(isfinite(loss), "forward: %s", err);
+    if (grads) {
+        memset(grads, 0, sizeof(float) * dfa__param_layout_of(&p->c).total);
+        CHECK(dfa__model_backward(&p->c, params, grads, a, at, p->tokens, err, sizeof err) == 0, "backward: %s", err);
+    }
+    dfa__acts_free(a);
+    return loss * p->scale;
+}
+
+static void test_gradients(void) {
+    /* GQA 4:2, head_dim 8, two layers, an odd context */
+    dfa__model_config c = {.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 24,
+                           .context = 13, .rope_base = 10000.0f, .init_std = 0.3f};
+    problem p = make_problem(c, 2);
+    size_t total = dfa__param_layout_of(&c).total;
+    float *params = malloc(sizeof(float) * total), *grads = malloc(sizeof(float) * total);
+    dfa__model_init(&c, params, 7);
+    /* perturb the norm gains so their gradients are not at a symmetric point */
+    dfa__param_tensor t[16];
+    int nt = dfa__param_tensors(&c, t);
+    for (int i = 0; i < nt; i++)
+        if (!t[i].is_matrix)
+            for (size_t j = 0; j < t[i].count; j++) params[t[i].offset + j] = (float)(1.0 + 0.3 * tl_rand_normal());
+    dfa__attention at = {0};
+    loss_and_grad(&p, DFA__CKPT_NONE, params, grads, &at);
+    /* central differences on a few entries of every tensor; the loss is float32 inside,
+       so the step is large enough to stand above its rounding */
+    for (int i = 0; i < nt; i++) {
+        double worst = 0, scale = 0;
+        for (int s = 0; s < 6; s++) {
+            size_t j = t[i].offset + (size_t)tl_rand_int(0, (int)t[i].count - 1);
+            float keep = params[j];
+            double h = 1e-2 * fmax(1.0, fabs(keep));
+            params[j] = (float)(keep + h);
+            double up = loss_and_grad(&p, DFA__CKPT_NONE, params, NULL, &at);
+            params[j] = (float)(keep - h);
+            double down = loss_and_grad(&p, DFA__CKPT_NONE, params, NULL, &at);
+            params[j] = keep;
+            double fd = (up - down) / (2 * h);
+            worst = fmax(worst, fabs(fd - grads[j]));
+            scale = fmax(scale, fabs(fd));
+        }
+        CHECK(worst <= 2e-3 * scale + 2e-5, "%s: finite differences differ by %.3g (gradient scale %.3g)", t[i].name,
+              worst, scale);
+    }
+    free(params), free(grads), free_problem(&p);
+}
+
+static void test_policies(void) {
+    dfa__model_config c = {.n_layers = 3, .d_model = 48, .n_heads = 6, .n_kv_heads = 3, .ffn = 40,
+                           .context = 37, .rope_base = 500.0f, .init_std = 0.2f};
+    problem p = make_problem(c, 3);
+    size_t total = dfa__param_layout_of(&c).total;
+    float *params = malloc(sizeof(float) * total), *ref = malloc(sizeof(float) * total), *grads = malloc(sizeof(float) * total);
+    dfa__model_init(&c, params, 11);
+    const long want_fwd[3] = {3, 6, 3}; /* attention forwards per step: none, layer, attn-output */
+    double ref_loss = 0;
+    for (int policy = DFA__CKPT_NONE; policy <= DFA__CKPT_ATTN_OUTPUT; policy++) {
+        dfa__attention at = {0};
+        double loss = loss_and_grad(&p, (dfa__ckpt_policy)policy, params, policy ? grads : ref, &at);
+        CHECK(at.fwd_calls == want_fwd[policy] && at.bwd_calls == 3, "%s: %ld attention forwards, %ld backwards",
+              dfa__ckpt_policy_name((dfa__ckpt_policy)policy), at.fwd_calls, at.bwd_calls);
+        if (policy == 0) {
+            ref_loss = loss;
+            continue;
+        }
+        CHECK(loss == ref_loss, "%s: loss %.17g differs from none's %.17g", dfa__ckpt_policy_name((dfa__ckpt_policy)policy),
+              loss, ref_loss);
+        CHECK(memcmp(grads, ref, sizeof(float) * total) == 0, "%s: gradients differ from none's",
+              dfa__ckpt_policy_name((dfa__ckpt_policy)policy));
+    }
+    free(params), free(ref), free(grads), free_problem(&p);
+}
+
+static void test_config_checks(void) {
+    dfa__model_config good = {.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .ffn = 128,
+                              .context = 1024, .rope_base = 10000.0f, .init_std = 0.02f};
+    char err[256];
+    CHECK(dfa__model_config_check(&good, 4, err, sizeof err) == 0, "good config refused: %s", err);
+    struct {
+        const char *what, *expect;
+        dfa__model_config c;
+        int ranks;
+    } bad[] = {
+        {"heads not dividing d_model", "heads = 6 does not divide d_model = 64", good, 1},
+        {"kv heads not dividing heads", "kv-heads = 3", good, 1},
+        {"context not divisible by ranks", "context = 1024 is not divisible by the 3 ranks", good, 3},
+        {"head_dim not a multiple of 8", "head_dim", good, 1},
+        {"zero layers", "layers = 0", good, 1},
+        {"NaN init", "init-std", good, 1},
+    };
+    bad[0].c.n_heads = 6;
+    bad[1].c.n_kv_heads = 3;
+    bad[3].c.n_heads = 16, bad[3].c.n_kv_heads = 16; /* head_dim 4 */
+    bad[4].c.n_layers = 0;
+    bad[5].c.init_std = NAN;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        int rc = dfa__model_config_check(&bad[i].c, bad[i].ranks, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, bad[i].expect), "%s: rc %d, message \"%s\"", bad[i].what, rc, err);
+    }
+}
+
+int main(void) {
+    tl_init("test_model");
+    test_gradients();
+    test_policies();
+    test_config_checks();
+    return tl_finish("test_model");
+}

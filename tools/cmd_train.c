@@ -1,10 +1,183 @@
+/* `distflash train`: the small LLaMA-style trainer (src/model, src/train). Under
+ * `mpirun -np P` the ranks split every sequence (sequence parallelism). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "commands.h"
+#include "train/trainer.h"
+
+static void usage(FILE *f) {
+    dfa__train_config d = dfa__train_defaults();
+    fprintf(f,
+            "usage: [mpirun -np P] distflash train [options]\n\n"
+            "Trains a byte-level LLaMA-style model (RMSNorm, RoPE at global positions, GQA attention through\n"
+            "distflash, SwiGLU) with AdamW. Under mpirun every rank holds context/P positions of each sequence.\n\n"
+            "model:\n"
+            "  --layers N --d-model D --heads H --kv-heads K --ffn F        [%d, %d, %d, %d, %d]\n"
+            "  --context T            positions per sequence, all ranks      [%d]\n"
+            "  --rope-base B --init-std S                                    [%g, %g]\n"
+            "training:\n"
+            "  --steps N --batch B    schedule length, sequences per step    [%d, %d]\n"
+            "  --lr LR --lr-min LR --warmup N                                [%g, %g, %d]\n"
+            "  --weight-decay W --clip C                                     [%g, %g]\n"
+            "  --seed S               weights and data                       [%llu]\n"
+            "  --checkpoint none|layer|attn-output   activation checkpointing [%s]\n"
+            "  --sp balanced|ring     sequence-parallel attention schedule   [balanced]\n"
+            "  --overlap 0|1          overlap communication with compute     [%d]\n"
+            "  --threads N            OpenMP threads per rank                [cores / ranks]\n"
+            "data and evaluation:\n"
+            "  --data FILE            train on a byte file (default: built-in passkey retrieval)\n"
+            "  --answer-weight W      passkey: loss weight of the key's digits [%g]\n"
+            "  --eval-every N --eval-seqs N   held-out evaluation            [%d, %d]\n"
+            "output:\n"
+            "  --log FILE.csv --plot FILE.png   per-step log and its plot (gnuplot)\n"
+            "  --save FILE [--save-every N]     checkpoint file (at the end, and every N steps)\n"
+            "  --resume FILE                    continue from a checkpoint (bitwise as if never stopped)\n"
+            "  --stop-after N                   stop after step N of the schedule (then --resume)\n"
+            "  --quiet                          no progress line\n",
+            d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
+            d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
+            (unsigned long long)d.seed, dfa__ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.eval_every,
+            d.eval_seqs);
+}
+
+static int parse_int(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || *end || end == v || x < INT_MIN || x > INT_MAX) {
+        fprintf(stderr, "distflash train: %s needs an integer, got \"%s\"\n", flag, v ? v : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *v, float *out) {
+    char *end;
+    float x = v ? strtof(v, &end) : 0;
+    if (!v || *end || end == v || !isfinite(x)) {
+        fprintf(stderr, "distflash train: %s needs a finite number, got \"%s\"\n", flag, v ? v : "");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Threads per rank: an explicit --threads, else OMP_NUM_THREADS, else the cores shared
+   among the ranks of this node. */
+static int default_threads(void) {
+    if (getenv("OMP_NUM_THREADS")) return 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long ranks = local ? atol(local) : 1;
+    if (cores < 1) cores = 1;
+    if (ranks < 1) ranks = 1;
+    return cores / ranks > 0 ? (int)(cores / ranks) : 1;
+}
 
 int cmd_train(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "distflash: this command is not built yet\n");
-    return 2;
+    dfa__train_config c = dfa__train_defaults();
+    int threads = default_threads(), quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
+        if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
+        struct { const char *flag; int *p; } ints[] = {
+            {"--layers", &c.model.n_layers}, {"--d-model", &c.model.d_model}, {"--heads", &c.model.n_heads},
+            {"--kv-heads", &c.model.n_kv_heads}, {"--ffn", &c.model.ffn}, {"--context", &c.model.context},
+            {"--steps", &c.steps}, {"--batch", &c.batch}, {"--warmup", &c.warmup}, {"--overlap", &c.overlap},
+            {"--threads", &threads}, {"--eval-every", &c.eval_every}, {"--eval-seqs", &c.eval_seqs},
+            {"--save-every", &c.save_every}, {"--stop-after", &c.stop_after}};
+        struct { const char *flag; float *p; } floats[] = {
+            {"--rope-base", &c.model.rope_base}, {"--init-std", &c.model.init_std}, {"--lr", &c.lr},
+            {"--lr-min", &c.lr_min}, {"--weight-decay", &c.weight_decay}, {"--clip", &c.clip},
+            {"--answer-weight", &c.answer_weight}};
+        struct { const char *flag; const char **p; } strs[] = {
+            {"--data", &c.data_path}, {"--log", &c.csv_path}, {"--plot", &c.plot_path},
+            {"--save", &c.save_path}, {"--resume", &c.resume_path}};
+        int found = 0;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+            if (!strcmp(a, ints[k].flag)) {
+                if (parse_int(a, v, ints[k].p)) return 2;
+                found = 1;
+            }
+        for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++)
+            if (!strcmp(a, floats[k].flag)) {
+                if (parse_float(a, v, floats[k].p)) return 2;
+                found = 1;
+            }
+        for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
+            if (!strcmp(a, strs[k].flag)) {
+                if (!v) return fprintf(stderr, "distflash train: %s needs a value\n", a), 2;
+                *strs[k].p = v;
+                found = 1;
+            }
+        if (!strcmp(a, "--seed")) {
+            char *end;
+            if (!v || (c.seed = strtoull(v, &end, 10), *end || end == v))
+                return fprintf(stderr, "distflash train: --seed needs a non-negative integer\n"), 2;
+            found = 1;
+        } else if (!strcmp(a, "--checkpoint")) {
+            int p = dfa__ckpt_policy_parse(v);
+            if (p < 0) return fprintf(stderr, "distflash train: --checkpoint takes none, layer or attn-output\n"), 2;
+            c.policy = (dfa__ckpt_policy)p;
+            found = 1;
+        } else if (!strcmp(a, "--sp")) {
+            if (v && !strcmp(v, "balanced")) c.schedule = DFA_SCHEDULE_BALANCED;
+            else if (v && !strcmp(v, "ring")) c.schedule = DFA_SCHEDULE_RING;
+            else return fprintf(stderr, "distflash train: --sp takes balanced or ring\n"), 2;
+            found = 1;
+        }
+        if (!found) {
+            fprintf(stderr, "distflash train: unknown option %s (see distflash train --help)\n", a);
+            return 2;
+        }
+        i++; /* every option but --quiet and --help takes a value */
+    }
+    if (threads < 0) return fprintf(stderr, "distflash train: --threads must be >= 0\n"), 2;
+    if (threads > 0) {
+        dfa_set_num_threads(threads);
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+    }
+    if (c.plot_path && !c.csv_path) return fprintf(stderr, "distflash train: --plot needs --log FILE.csv\n"), 2;
+
+    dfa__group g;
+    char err[1024] = "";
+    if (dfa__group_open(&g, &argc, &argv, err, sizeof err)) {
+        fprintf(stderr, "distflash train: %s\n", err);
+        return 1;
+    }
+    c.out = g.rank == 0 ? stdout : NULL;
+    c.progress = !quiet;
+    dfa__train_report rep;
+    int rc = dfa__train(&c, &g, &rep, NULL, err, sizeof err);
+    if (rc) {
+        if (g.rank == 0) fprintf(stderr, "distflash train: %s\n", err);
+    } else if (g.rank == 0) {
+        int passkey = !c.data_path;
+        printf("done: steps %d..%d in %.1f s (median step %.3f s), %.0f tokens/s over %d rank%s\n", rep.first_step,
+               rep.steps_done, rep.seconds, rep.median_step_seconds, rep.tokens_per_second, g.size,
+               g.size > 1 ? "s" : "");
+        printf("loss %.4f; eval loss %.4f; %s %.4f%s\n", rep.loss, rep.eval_loss,
+               passkey ? "passkey exact-match accuracy" : "next-byte accuracy", rep.eval_acc,
+               passkey ? " (chance 1e-5)" : "");
+        printf("attention: %.1f forward and %.1f backward calls per step (checkpoint %s), %.3f s per step on rank 0\n",
+               rep.attn_fwd_calls_per_step, rep.attn_bwd_calls_per_step, dfa__ckpt_policy_name(c.policy),
+               rep.attn_seconds_per_step);
+        printf("memory: activations %.1f MiB per rank, peak resident %.1f MiB (largest rank)\n", rep.acts_mib,
+               rep.peak_rss_mib);
+    }
+    dfa__group_close(&g);
+    return rc ? 1 : 0;
 }

@@ -1,0 +1,369 @@
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/log.h"
+#include "train/optim.h"
+
+dfa__train_config dfa__train_defaults(void) {
+    dfa__train_config c;
+    memset(&c, 0, sizeof c);
+    c.model = (dfa__model_config){.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .ffn = 192,
+                                  .context = 2048, .rope_base = 10000.0f, .init_std = 0.02f};
+    c.batch = 4, c.steps = 300, c.lr = 3e-3f, c.lr_min = 3e-4f, c.warmup = 30;
+    c.beta1 = 0.9f, c.beta2 = 0.95f, c.weight_decay = 0.1f, c.clip = 1.0f;
+    c.seed = 1234, c.policy = DFA__CKPT_ATTN_OUTPUT, c.schedule = DFA_SCHEDULE_BALANCED, c.overlap = 1;
+    c.answer_weight = 1.0f, c.eval_every = 50, c.eval_seqs = 64, c.progress = 1;
+    return c;
+}
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int check_config(const dfa__train_config *c, int ranks, char *err, size_t errlen) {
+#define BAD(...) return (snprintf(err, errlen, __VA_ARGS__), -1)
+    if (dfa__model_config_check(&c->model, ranks, err, errlen)) return -1;
+    if (c->batch < 1) BAD("batch = %d; it must be >= 1", c->batch);
+    if (c->steps < 1) BAD("steps = %d; it must be >= 1", c->steps);
+    if (c->stop_after < 0 || c->stop_after > c->steps) BAD("stop-after = %d; it must be in 0..steps (%d)", c->stop_after, c->steps);
+    if (!(c->lr > 0) || !isfinite(c->lr)) BAD("lr = %g; it must be finite and > 0", c->lr);
+    if (!(c->lr_min >= 0) || c->lr_min > c->lr) BAD("lr-min = %g; it must be in [0, lr]", c->lr_min);
+    if (c->warmup < 0 || c->warmup > c->steps) BAD("warmup = %d; it must be in 0..steps (%d)", c->warmup, c->steps);
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) BAD("Adam betas must be in [0, 1)");
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay)) BAD("weight-decay = %g; it must be finite and >= 0", c->weight_decay);
+    if (!(c->clip >= 0) || !isfinite(c->clip)) BAD("clip = %g; it must be finite and >= 0 (0: no clipping)", c->clip);
+    if (c->policy < DFA__CKPT_NONE || c->policy > DFA__CKPT_ATTN_OUTPUT) BAD("unknown checkpoint policy %d", (int)c->policy);
+    if (c->eval_every < 0 || c->eval_seqs < 0) BAD("eval-every and eval-seqs must be >= 0");
+    if (c->save_every < 0) BAD("save-every = %d; it must be >= 0", c->save_every);
+    if (c->save_every && !c->save_path) BAD("save-every needs a checkpoint path (--save FILE)");
+    if ((long)c->batch * (c->model.context / ranks) > (1l << 30)) BAD("batch x context is too large");
+    return 0;
+#undef BAD
+}
+
+/* Everything one run holds. */
+typedef struct {
+    const dfa__train_config *cfg;
+    dfa__group *g;
+    dfa__data data;
+    dfa__attention attn;
+    dfa__acts *acts;
+    int rows;                 /* local positions per sequence */
+    size_t total;             /* parameters */
+    float *params, *grads, *m, *v;
+    uint8_t *seq, *tokens, *targets, *argmax;
+    float *seq_weight, *weights;
+    int *answer_pos;          /* per sequence of the batch */
+    int64_t *pos;
+    char *err;
+    size_t errlen;
+} run;
+
+/* This rank's rows of `batch` sequences of a split; returns the global sum of weights. */
+static double fill_batch(run *r, dfa__split split, uint64_t first_index) {
+    const dfa__train_config *c = r->cfg;
+    double wsum = 0;
+    for (int b = 0; b < c->batch; b++) {
+        dfa__data_sample(&r->data, split, first_index + (uint64_t)b, r->seq, r->seq_weight, &r->answer_pos[b]);
+        for (int t = 0; t < c->model.context; t++) wsum += r->seq_weight[t];
+        for (int i = 0; i < r->rows; i++) {
+            int64_t p = r->pos[i];
+            size_t at = (size_t)b * r->rows + i;
+            r->tokens[at] = r->seq[p];
+            r->targets[at] = r->seq[p + 1];
+            r->weights[at] = r->seq_weight[p];
+        }
+    }
+    return wsum;
+}
+
+/* Held-out evaluation: weighted loss, and the exact-match accuracy of the passkey (all its
+   digits predicted) or, for a byte file, the next-byte accuracy. */
+static int evaluate(run *r, double *loss_out, double *acc_out) {
+    const dfa__train_config *c = r->cfg;
+    int batches = (c->eval_seqs + c->batch - 1) / c->batch;
+    double stats[3] = {0, 0, 0}; /* weighted nll, weight, correct (sequences or bytes) */
+    double *wrong = calloc((size_t)c->batch, sizeof(double));
+    if (!wrong) return (snprintf(r->err, r->errlen, "out of memory"), -1);
+    for (int e = 0; e < batches; e++) {
+        double wsum = fill_batch(r, DFA__SPLIT_EVAL, (uint64_t)e * c->batch);
+        double nll = dfa__model_forward(&c->model, r->params, r->acts, &r->attn, r->tokens, r->targets, r->weights,
+                                        0.0f, r->argmax, r->err, r->errlen);
+        if (isnan(nll)) return free(wrong), -1;
+        stats[0] += nll, stats[1] += wsum;
+        for (int b = 0; b < c->batch; b++) {
+            wrong[b] = 0;
+            for (int i = 0; i < r->rows; i++) {
+                size_t at = (size_t)b * r->rows + i;
+                int64_t p = r->pos[i];
+                int in_answer = r->answer_pos[b] >= 0 && p >= r->answer_pos[b] && p < r->answer_pos[b] + DFA__PASSKEY_DIGITS;
+                int right = r->argmax[at] == r->targets[at];
+                if (r->answer_pos[b] < 0) stats[2] += right; /* byte accuracy, summed below */
+                else if (in_answer && !right) wrong[b] += 1;
+            }
+        }
+        if (dfa__group_sum_f64(r->g, wrong, c->batch, r->err, r->errlen)) return free(wrong), -1;
+        for (int b = 0; b < c->batch; b++)
+            if (r->answer_pos[b] >= 0 && wrong[b] == 0) stats[2] += r->g->rank == 0; /* counted once */
+    }
+    free(wrong);
+    double local_nll = stats[0], local_correct = stats[2];
+    double sums[2] = {local_nll, local_correct};
+    if (dfa__group_sum_f64(r->g, sums, 2, r->err, r->errlen)) return -1;
+    int passkey = r->data.kind == DFA__DATA_PASSKEY;
+    double denom = passkey ? (double)batches * c->batch : (double)batches * c->batch * c->model.context;
+    *loss_out = sums[0] / stats[1];
+    *acc_out = sums[1] / denom;
+    return 0;
+}
+
+static int fields_of(const dfa__train_config *c, const dfa__data *data, dfa__ckpt_field f[32]) {
+    int n = 0;
+#define FIELD(name, value) f[n++] = (dfa__ckpt_field){name, (double)(value)}
+    FIELD("layers", c->model.n_layers);
+    FIELD("d_model", c->model.d_model);
+    FIELD("heads", c->model.n_heads);
+    FIELD("kv_heads", c->model.n_kv_heads);
+    FIELD("ffn", c->model.ffn);
+    FIELD("context", c->model.context);
+    FIELD("rope_base", c->model.rope_base);
+    FIELD("init_std", c->model.init_std);
+    FIELD("batch", c->batch);
+    FIELD("steps", c->steps);
+    FIELD("lr", c->lr);
+    FIELD("lr_min", c->lr_min);
+    FIELD("warmup", c->warmup);
+    FIELD("beta1", c->beta1);
+    FIELD("beta2", c->beta2);
+    FIELD("weight_decay", c->weight_decay);
+    FIELD("clip", c->clip);
+    FIELD("seed", (double)(c->seed & ((1ull << 53) - 1)));
+    FIELD("data", data->kind);
+    FIELD("answer_weight", c->answer_weight);
+#undef FIELD
+    return n;
+}
+
+static double peak_rss_mib(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+static void format_eta(char *buf, size_t len, double seconds) {
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, len, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void free_run(run *r) {
+    dfa__acts_free(r->acts);
+    dfa__data_close(&r->data);
+    free(r->params), free(r->grads), free(r->m), free(r->v);
+    free(r->seq), free(r->tokens), free(r->targets), free(r->argmax);
+    free(r->seq_weight), free(r->weights), free(r->answer_pos), free(r->pos);
+}
+
+/* One optimiser step from the summed gradients. */
+static void update(run *r, int step) {
+    const dfa__train_config *c = r->cfg;
+    float factor = dfa__clip_factor(dfa__sum_squares(r->grads, r->total), c->clip);
+    if (factor != 1.0f) dfa__scale(r->grads, r->total, factor);
+    dfa__lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
+    float lr = dfa__lr_at(&sched, step);
+    dfa__adamw h = {c->beta1, c->beta2, 1e-8f, c->weight_decay};
+    dfa__param_tensor t[16];
+    int nt = dfa__param_tensors(&c->model, t);
+    for (int i = 0; i < nt; i++)
+        dfa__adamw_update(r->params + t[i].offset, r->grads + t[i].offset, r->m + t[i].offset, r->v + t[i].offset,
+                          t[i].count, &h, lr, (long)step + 1, t[i].is_matrix);
+}
+
+int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *rep, float **final_params, char *err,
+               size_t errlen) {
+    const dfa__train_config *c = cfg;
+    memset(rep, 0, sizeof *rep);
+    rep->eval_loss = rep->eval_acc = NAN;
+    if (check_config(c, g->size, err, errlen)) return -1;
+    run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = c, r.g = g, r.err = err, r.errlen = errlen;
+    r.attn = (dfa__attention){.comm = g->attn, .schedule = c->schedule, .overlap = c->overlap};
+    r.rows = c->model.context / g->size;
+    int bad = c->data_path ? dfa__data_file(&r.data, c->data_path, c->model.context, c->seed, err, errlen)
+                           : dfa__data_passkey(&r.data, c->model.context, c->seed, c->answer_weight, err, errlen);
+    if (dfa__group_any(g, bad)) {
+        if (!bad) snprintf(err, errlen, "another rank could not open the data");
+        return free_run(&r), -1;
+    }
+    r.total = dfa__param_layout_of(&c->model).total;
+    size_t n = (size_t)c->batch * r.rows;
+    r.params = malloc(sizeof(float) * r.total), r.grads = malloc(sizeof(float) * r.total);
+    r.m = calloc(r.total, sizeof(float)), r.v = calloc(r.total, sizeof(float));
+    r.seq = malloc((size_t)c->model.context + 1), r.seq_weight = malloc(sizeof(float) * c->model.context);
+    r.tokens = malloc(n), r.targets = malloc(n), r.argmax = malloc(n), r.weights = malloc(sizeof(float) * n);
+    r.answer_pos = malloc(sizeof(int) * c->batch), r.pos = malloc(sizeof(int64_t) * r.rows);
+    bad = !r.params || !r.grads || !r.m || !r.v || !r.seq || !r.seq_weight || !r.tokens || !r.targets || !r.argmax ||
+          !r.weights || !r.answer_pos || !r.pos;
+    if (bad) snprintf(err, errlen, "out of memory for %zu parameters and their optimiser state", r.total);
+    for (int i = 0; !bad && i < r.rows; i++) r.pos[i] = dfa_dist_position(c->schedule, g->rank, g->size, r.rows, i);
+    if (!bad && !(r.acts = dfa__acts_create(&c->model, c->policy, c->batch, r.rows, r.pos, err, errlen))) bad = 1;
+    if (dfa__group_any(g, bad)) {
+        if (!bad) snprintf(err, errlen, "another rank ran out of memory");
+        return free_run(&r), -1;
+    }
+
+    dfa__model_init(&c->model, r.params, c->seed);
+    dfa__ckpt_field fields[32];
+    int nfields = fields_of(c, &r.data, fields);
+    float *sections[3] = {r.params, r.m, r.v};
+    int64_t first = 0;
+    if (c->resume_path) {
+        bad = dfa__ckpt_load(c->resume_path, fields, nfields, &first, sections, 3, r.total, err, errlen) != 0;
+        if (!bad && (first < 0 || first > c->steps)) {
+            snprintf(err, errlen, "checkpoint %s: step %lld is outside this run's %d steps", c->resume_path,
+                     (long long)first, c->steps);
+            bad = 1;
+        }
+        if (dfa__group_any(g, bad)) {
+            if (!bad) snprintf(err, errlen, "another rank could not load the checkpoint %s", c->resume_path);
+            return free_run(&r), -1;
+        }
+    }
+    int end = c->stop_after ? c->stop_after : c->steps;
+    if (end < first) end = (int)first;
+    rep->first_step = (int)first, rep->params = r.total;
+    rep->acts_mib = dfa__acts_bytes(r.acts) / 1048576.0;
+
+    dfa__csv *csv = NULL;
+    if (g->rank == 0 && c->csv_path) {
+        static const char *const cols[] = {"step", "lr", "loss", "eval_loss", "eval_acc", "tokens_per_s", "elapsed_s"};
+        csv = dfa__csv_open(c->csv_path, cols, 7, err, errlen);
+        bad = csv == NULL;
+    }
+    if (dfa__group_any(g, bad)) {
+        if (!bad) snprintf(err, errlen, "rank 0 could not open the log %s", c->csv_path);
+        return free_run(&r), -1;
+    }
+    if (c->out && g->rank == 0)
+        fprintf(c->out, "distflash train: %zu parameters, %d layers, d_model %d, heads %d/%d, context %d on %d rank%s "
+                        "(%d positions each), batch %d, checkpoint policy %s, %s data\n",
+                r.total, c->model.n_layers, c->model.d_model, c->model.n_heads, c->model.n_kv_heads,
+                c->model.context, g->size, g->size > 1 ? "s" : "", r.rows, c->batch, dfa__ckpt_policy_name(c->policy),
+                c->data_path ? c->data_path : "passkey");
+
+    int steps_here = end - (int)first;
+    double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));
+    double t_start = now_seconds(), tokens_per_step = (double)c->batch * c->model.context;
+    int live = c->progress && c->out && g->rank == 0 && isatty(fileno(c->out));
+    int rc = step_times ? 0 : -1;
+    if (!step_times) snprintf(err, errlen, "out of memory");
+    double attn_seconds = 0;
+    long fwd_calls = 0, bwd_calls = 0;
+    for (int step = (int)first; rc == 0 && step < end; step++) {
+        double t0 = now_seconds();
+        long fwd0 = r.attn.fwd_calls, bwd0 = r.attn.bwd_calls;
+        double attn0 = r.attn.fwd_seconds + r.attn.bwd_seconds;
+        double wsum = fill_batch(&r, DFA__SPLIT_TRAIN, (uint64_t)step * c->batch);
+        memset(r.grads, 0, sizeof(float) * r.total);
+        double loss = dfa__model_forward(&c->model, r.params, r.acts, &r.attn, r.tokens, r.targets, r.weights,
+                                         (float)(1.0 / wsum), NULL, err, errlen);
+        if (isnan(loss) || dfa__model_backward(&c->model, r.params, r.grads, r.acts, &r.attn, r.tokens, err, errlen) ||
+            dfa__group_sum_f32(g, r.grads, r.total, err, errlen) || dfa__group_sum_f64(g, &loss, 1, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        loss /= wsum;
+        if (!isfinite(loss)) {
+            snprintf(err, errlen, "the loss is %g at step %d (diverged: lower --lr)", loss, step);
+            rc = -1;
+            break;
+        }
+        fwd_calls += r.attn.fwd_calls - fwd0, bwd_calls += r.attn.bwd_calls - bwd0;
+        attn_seconds += r.attn.fwd_seconds + r.attn.bwd_seconds - attn0;
+        update(&r, step);
+        step_times[step - first] = now_seconds() - t0;
+        rep->loss = loss;
+
+        int done = step + 1;
+        double eval_loss = NAN, eval_acc = NAN;
+        if (c->eval_seqs > 0 && ((c->eval_every && done % c->eval_every == 0) || done == end)) {
+            if (evaluate(&r, &eval_loss, &eval_acc)) {
+                rc = -1;
+                break;
+            }
+            rep->eval_loss = eval_loss, rep->eval_acc = eval_acc;
+        }
+        double elapsed = now_seconds() - t_start, tps = tokens_per_step * (done - first) / elapsed;
+        dfa__lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
+        double row[7] = {done, dfa__lr_at(&sched, step), loss, eval_loss, eval_acc, tps, elapsed};
+        if (csv && dfa__csv_row(csv, row, 7)) {
+            snprintf(err, errlen, "writing %s failed", c->csv_path);
+            rc = -1;
+        }
+        if (c->progress && c->out && g->rank == 0) {
+            char eta[32], acc[48] = "";
+            format_eta(eta, sizeof eta, elapsed / (done - first) * (end - done));
+            if (!isnan(rep->eval_acc)) snprintf(acc, sizeof acc, "  eval acc %.3f", rep->eval_acc);
+            int every = end / 20 > 0 ? end / 20 : 1;
+            if (live)
+                fprintf(c->out, "\rstep %d/%d  loss %.4f  %.0f tok/s  ETA %s%s\033[K", done, end, loss, tps, eta, acc);
+            else if (done % every == 0 || done == end || !isnan(eval_acc))
+                fprintf(c->out, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s%s\n", done, end, loss, tps, eta, acc);
+            fflush(c->out);
+        }
+        if (c->save_path && ((c->save_every && done % c->save_every == 0) || done == end)) {
+            bad = g->rank == 0 && dfa__ckpt_save(c->save_path, fields, nfields, done, sections, 3, r.total, err, errlen);
+            if (dfa__group_any(g, bad)) {
+                if (!bad) snprintf(err, errlen, "rank 0 could not save the checkpoint %s", c->save_path);
+                rc = -1;
+            }
+        }
+        if (dfa__group_any(g, rc != 0)) {
+            if (rc == 0) snprintf(err, errlen, "another rank failed");
+            rc = -1;
+        }
+    }
+    if (live) fprintf(c->out, "\n");
+    dfa__csv_close(csv);
+    rep->steps_done = rc == 0 ? end : rep->steps_done;
+    rep->seconds = now_seconds() - t_start;
+    if (steps_here > 0 && rc == 0) {
+        qsort(step_times, (size_t)steps_here, sizeof(double), cmp_double);
+        rep->median_step_seconds = step_times[steps_here / 2];
+        rep->tokens_per_second = tokens_per_step * steps_here / rep->seconds;
+        rep->attn_fwd_calls_per_step = (double)fwd_calls / steps_here;
+        rep->attn_bwd_calls_per_step = (double)bwd_calls / steps_here;
+        rep->attn_seconds_per_step = attn_seconds / steps_here;
+    }
+    free(step_times);
+    rep->peak_rss_mib = dfa__group_max(g, peak_rss_mib());
+    if (rc == 0 && c->plot_path && c->csv_path && g->rank == 0 && c->out) {
+        char msg[512] = "";
+        int p = dfa__plot_png(c->csv_path, c->plot_path, "distflash train", msg, sizeof msg);
+        if (p == 0) fprintf(c->out, "plot: %s\n", c->plot_path);
+        else fprintf(c->out, "plot: not drawn: %s\n", msg);
+    }
+    if (rc == 0 && final_params) {
+        *final_params = malloc(sizeof(float) * r.total);
+        if (*final_params) memcpy(*final_params, r.params, sizeof(float) * r.total);
+        else rc = (snprintf(err, errlen, "out of memory"), -1);
+    }
+    free_run(&r);
+    return rc;
+}

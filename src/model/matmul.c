@@ -1,66 +1,40 @@
-/* The three products behind a linear layer, written as register-blocked loops that the
- * compiler vectorises; target_clones builds AVX-512, AVX2 and portable copies and the
- * loader picks the best one for this processor. */
+/* The three products behind a linear layer, over a register-blocked micro-kernel
+ * (matmul_block.h) built twice: for AVX2+FMA and portable; the processor picks. */
 #include "model/matmul.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define DFA_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define DFA_CLONES
+#include "model/matmul_impl.h"
+
+#define DFA_MM_KERNEL dfa__mm_kernel_portable
+#include "model/matmul_block.h"
+
+/* The best kernel this processor runs (called by the caller's thread, before the parallel loop). */
+static const dfa__mm_kernel *pick(void) {
+    static const dfa__mm_kernel *chosen;
+    if (chosen) return chosen;
+    const dfa__mm_kernel *f = &dfa__mm_kernel_portable;
+#if defined(DFA_MM_HAVE_AVX2)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("DFA_MM_PORTABLE"))
+        f = &dfa__mm_kernel_avx2;
 #endif
-
-enum { ROWS = 4, COLS = 64 }; /* a 4 x 64 float accumulator block: 16 AVX-512 registers */
-
-/* C[r0:r0+rows, c0:c0+cols] (+)= sum_k A(r, k) * B[k, c], where A(r, k) = A[r*ars + k*aks]:
-   one block of rows x cols outputs, accumulated over all of K in registers. */
-DFA_CLONES
-static void block(float *C, int ldc, const float *A, long ars, long aks, const float *B, int ldb, int K, int rows,
-                  int cols, int accumulate) {
-    float acc[ROWS][COLS];
-    memset(acc, 0, sizeof acc);
-    if (rows == ROWS && cols == COLS) {
-        for (int k = 0; k < K; k++) {
-            const float *b = B + (long)k * ldb;
-            float a0 = A[0 * ars + k * aks], a1 = A[1 * ars + k * aks];
-            float a2 = A[2 * ars + k * aks], a3 = A[3 * ars + k * aks];
-            for (int j = 0; j < COLS; j++) {
-                acc[0][j] += a0 * b[j];
-                acc[1][j] += a1 * b[j];
-                acc[2][j] += a2 * b[j];
-                acc[3][j] += a3 * b[j];
-            }
-        }
-    } else {
-        for (int k = 0; k < K; k++) {
-            const float *b = B + (long)k * ldb;
-            for (int r = 0; r < rows; r++) {
-                float a = A[r * ars + k * aks];
-                for (int j = 0; j < cols; j++) acc[r][j] += a * b[j];
-            }
-        }
-    }
-    for (int r = 0; r < rows; r++) {
-        float *c = C + (long)r * ldc;
-        if (accumulate)
-            for (int j = 0; j < cols; j++) c[j] += acc[r][j];
-        else
-            for (int j = 0; j < cols; j++) c[j] = acc[r][j];
-    }
+    return chosen = f;
 }
 
 /* All blocks of C[M,N], where A(r, k) = A[r*ars + k*aks]; one block per task. */
 static void blocked_product(float *C, const float *A, long ars, long aks, const float *B, int M, int K, int N,
                             int accumulate) {
-    int row_blocks = (M + ROWS - 1) / ROWS, col_blocks = (N + COLS - 1) / COLS;
+    const dfa__mm_kernel *kernel = pick();
+    const int br = kernel->rows, bc = kernel->cols; /* block shape */
+    int row_blocks = (M + br - 1) / br, col_blocks = (N + bc - 1) / bc;
     long tasks = (long)row_blocks * col_blocks;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < tasks; t++) {
-        int r0 = (int)(t / col_blocks) * ROWS, c0 = (int)(t % col_blocks) * COLS;
-        int rows = M - r0 < ROWS ? M - r0 : ROWS, cols = N - c0 < COLS ? N - c0 : COLS;
-        block(C + (long)r0 * N + c0, N, A + r0 * ars, ars, aks, B + c0, N, K, rows, cols, accumulate);
+        int r0 = (int)(t / col_blocks) * br, c0 = (int)(t % col_blocks) * bc;
+        int rows = M - r0 < br ? M - r0 : br, cols = N - c0 < bc ? N - c0 : bc;
+        kernel->fn(C + (long)r0 * N + c0, N, A + r0 * ars, ars, aks, B + c0, N, K, rows, cols, accumulate);
     }
 }
 

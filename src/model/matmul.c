@@ -43,8 +43,22 @@ void dfa__gemm_nn(float *C, const float *A, const float *B, int M, int K, int N,
 }
 
 void dfa__gemm_tn_acc(float *C, const float *A, const float *B, int M, int K, int N) {
-    /* C[K,N] += sum_m A[m,k] B[m,n]: rows of C are columns of A (row stride 1, k stride K). */
-    blocked_product(C, A, 1, K, B, K, M, N, 1);
+    /* C[K,N] += sum_m A[m,k] B[m,n], over slabs of SLAB rows m: each slab's A is packed
+       transposed (K x SLAB, contiguous) so that a block of C streams short rows from L1/L2
+       instead of sweeping all M rows of A and B for every block. Slabs are summed in order. */
+    enum { SLAB = 256 };
+    float *at = malloc(sizeof(float) * (size_t)K * SLAB);
+    if (!at) { /* allocation-free fallback: the strided form */
+        blocked_product(C, A, 1, K, B, K, M, N, 1);
+        return;
+    }
+    for (int m0 = 0; m0 < M; m0 += SLAB) {
+        int mc = M - m0 < SLAB ? M - m0 : SLAB;
+        for (int i = 0; i < mc; i++)
+            for (int k = 0; k < K; k++) at[(long)k * mc + i] = A[(long)(m0 + i) * K + k];
+        blocked_product(C, at, mc, 1, B + (long)m0 * N, K, mc, N, 1);
+    }
+    free(at);
 }
 
 void dfa__gemm_nt(float *C, const float *A, const float *B, int M, int N, int K, int accumulate) {

@@ -18,19 +18,42 @@ typedef float v8u __attribute__((vector_size(LANES * 4), aligned(4))); /* unalig
 static void block(float *C, int ldc, const float *A, long ars, long aks, const float *B, int ldb, int K, int rows,
                   int cols, int accumulate) {
     if (rows == ROWS && cols == COLS) {
+        /* fully unrolled, so the compiler keeps acc in registers */
         v8 acc[ROWS][2];
+#pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = (v8){0};
         for (int k = 0; k < K; k++) {
             const float *b = B + (long)k * ldb;
             v8 b0 = *(const v8u *)b, b1 = *(const v8u *)(b + LANES);
             const float *a = A + k * aks;
+#pragma GCC unroll 8
             for (int r = 0; r < ROWS; r++) {
                 v8 x = (v8){0} + a[r * ars];
                 acc[r][0] += x * b0;
                 acc[r][1] += x * b1;
             }
         }
+#pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) {
+            v8u *c = (v8u *)(C + (long)r * ldc);
+            if (accumulate) c[0] += acc[r][0], c[1] += acc[r][1];
+            else c[0] = acc[r][0], c[1] = acc[r][1];
+        }
+        return;
+    }
+    if (cols == COLS) { /* fewer rows: the same vectors, with the row loop left rolled */
+        v8 acc[ROWS][2];
+        for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = (v8){0};
+        for (int k = 0; k < K; k++) {
+            const float *b = B + (long)k * ldb;
+            v8 b0 = *(const v8u *)b, b1 = *(const v8u *)(b + LANES);
+            for (int r = 0; r < rows; r++) {
+                v8 x = (v8){0} + A[r * ars + k * aks];
+                acc[r][0] += x * b0;
+                acc[r][1] += x * b1;
+            }
+        }
+        for (int r = 0; r < rows; r++) {
             v8u *c = (v8u *)(C + (long)r * ldc);
             if (accumulate) c[0] += acc[r][0], c[1] += acc[r][1];
             else c[0] = acc[r][0], c[1] = acc[r][1];

@@ -169,9 +169,11 @@ int cmd_train(int argc, char **argv) {
         printf("done: steps %d..%d in %.1f s (median step %.3f s), %.0f tokens/s over %d rank%s\n", rep.first_step,
                rep.steps_done, rep.seconds, rep.median_step_seconds, rep.tokens_per_second, g.size,
                g.size > 1 ? "s" : "");
-        printf("loss %.4f; eval loss %.4f; %s %.4f%s\n", rep.loss, rep.eval_loss,
+        printf("loss %.4f; eval loss %.4f; %s %.4f%s", rep.loss, rep.eval_loss,
                passkey ? "passkey exact-match accuracy" : "next-byte accuracy", rep.eval_acc,
                passkey ? " (chance 1e-5)" : "");
+        if (passkey) printf("; digits right %.4f (chance 0.1)", rep.eval_digit_acc);
+        printf(" over %d held-out sequences\n", (c.eval_seqs + c.batch - 1) / c.batch * c.batch);
         printf("attention: %.1f forward and %.1f backward calls per step (checkpoint %s), %.3f s per step on rank 0\n",
                rep.attn_fwd_calls_per_step, rep.attn_bwd_calls_per_step, dfa__ckpt_policy_name(c.policy),
                rep.attn_seconds_per_step);

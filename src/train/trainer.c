@@ -88,11 +88,12 @@ static double fill_batch(run *r, dfa__split split, uint64_t first_index) {
 }
 
 /* Held-out evaluation: weighted loss, and the exact-match accuracy of the passkey (all its
-   digits predicted) or, for a byte file, the next-byte accuracy. */
-static int evaluate(run *r, double *loss_out, double *acc_out) {
+   digits predicted) and its per-digit accuracy, or, for a byte file, the next-byte accuracy
+   (digit_out NaN). */
+static int evaluate(run *r, double *loss_out, double *acc_out, double *digit_out) {
     const dfa__train_config *c = r->cfg;
     int batches = (c->eval_seqs + c->batch - 1) / c->batch;
-    double stats[3] = {0, 0, 0}; /* weighted nll, weight, correct (sequences or bytes) */
+    double stats[4] = {0, 0, 0, 0}; /* weighted nll, weight, correct (sequences or bytes), wrong digits */
     double *wrong = calloc((size_t)c->batch, sizeof(double));
     if (!wrong) return (snprintf(r->err, r->errlen, "out of memory"), -1);
     for (int e = 0; e < batches; e++) {
@@ -114,16 +115,17 @@ static int evaluate(run *r, double *loss_out, double *acc_out) {
         }
         if (dfa__group_sum_f64(r->g, wrong, c->batch, r->err, r->errlen)) return free(wrong), -1;
         for (int b = 0; b < c->batch; b++)
-            if (r->answer_pos[b] >= 0 && wrong[b] == 0) stats[2] += r->g->rank == 0; /* counted once */
+            if (r->answer_pos[b] >= 0 && r->g->rank == 0) /* summed over the ranks already: count once */
+                stats[2] += wrong[b] == 0, stats[3] += wrong[b];
     }
     free(wrong);
-    double local_nll = stats[0], local_correct = stats[2];
-    double sums[2] = {local_nll, local_correct};
-    if (dfa__group_sum_f64(r->g, sums, 2, r->err, r->errlen)) return -1;
+    double sums[3] = {stats[0], stats[2], stats[3]};
+    if (dfa__group_sum_f64(r->g, sums, 3, r->err, r->errlen)) return -1;
     int passkey = r->data.kind == DFA__DATA_PASSKEY;
     double denom = passkey ? (double)batches * c->batch : (double)batches * c->batch * c->model.context;
     *loss_out = sums[0] / stats[1];
     *acc_out = sums[1] / denom;
+    *digit_out = passkey ? 1.0 - sums[2] / (denom * DFA__PASSKEY_DIGITS) : NAN;
     return 0;
 }
 
@@ -198,7 +200,7 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
                size_t errlen) {
     const dfa__train_config *c = cfg;
     memset(rep, 0, sizeof *rep);
-    rep->eval_loss = rep->eval_acc = NAN;
+    rep->eval_loss = rep->eval_acc = rep->eval_digit_acc = NAN;
     if (check_config(c, g->size, err, errlen)) return -1;
     run r;
     memset(&r, 0, sizeof r);
@@ -252,8 +254,9 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
 
     dfa__csv *csv = NULL;
     if (g->rank == 0 && c->csv_path) {
-        static const char *const cols[] = {"step", "lr", "loss", "eval_loss", "eval_acc", "tokens_per_s", "elapsed_s"};
-        csv = dfa__csv_open(c->csv_path, cols, 7, err, errlen);
+        static const char *const cols[] = {"step", "lr", "loss", "eval_loss", "eval_acc", "tokens_per_s", "elapsed_s",
+                                           "eval_digit_acc"};
+        csv = dfa__csv_open(c->csv_path, cols, 8, err, errlen);
         bad = csv == NULL;
     }
     if (dfa__group_any(g, bad)) {
@@ -301,25 +304,27 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
         rep->loss = loss;
 
         int done = step + 1;
-        double eval_loss = NAN, eval_acc = NAN;
+        double eval_loss = NAN, eval_acc = NAN, eval_digit = NAN;
         if (c->eval_seqs > 0 && ((c->eval_every && done % c->eval_every == 0) || done == end)) {
-            if (evaluate(&r, &eval_loss, &eval_acc)) {
+            if (evaluate(&r, &eval_loss, &eval_acc, &eval_digit)) {
                 rc = -1;
                 break;
             }
-            rep->eval_loss = eval_loss, rep->eval_acc = eval_acc;
+            rep->eval_loss = eval_loss, rep->eval_acc = eval_acc, rep->eval_digit_acc = eval_digit;
         }
         double elapsed = now_seconds() - t_start, tps = tokens_per_step * (done - first) / elapsed;
         dfa__lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
-        double row[7] = {done, dfa__lr_at(&sched, step), loss, eval_loss, eval_acc, tps, elapsed};
-        if (csv && dfa__csv_row(csv, row, 7)) {
+        double row[8] = {done, dfa__lr_at(&sched, step), loss, eval_loss, eval_acc, tps, elapsed, eval_digit};
+        if (csv && dfa__csv_row(csv, row, 8)) {
             snprintf(err, errlen, "writing %s failed", c->csv_path);
             rc = -1;
         }
         if (c->progress && c->out && g->rank == 0) {
-            char eta[32], acc[48] = "";
+            char eta[32], acc[64] = "";
             format_eta(eta, sizeof eta, elapsed / (done - first) * (end - done));
-            if (!isnan(rep->eval_acc)) snprintf(acc, sizeof acc, "  eval acc %.3f", rep->eval_acc);
+            if (!isnan(rep->eval_digit_acc))
+                snprintf(acc, sizeof acc, "  eval acc %.3f (digits %.3f)", rep->eval_acc, rep->eval_digit_acc);
+            else if (!isnan(rep->eval_acc)) snprintf(acc, sizeof acc, "  eval acc %.3f", rep->eval_acc);
             int every = end / 20 > 0 ? end / 20 : 1;
             if (live)
                 fprintf(c->out, "\rstep %d/%d  loss %.4f  %.0f tok/s  ETA %s%s\033[K", done, end, loss, tps, eta, acc);

@@ -40,6 +40,7 @@ typedef struct {
     int first_step, steps_done;       /* steps run by this call: [first_step, steps_done) */
     double loss;                      /* last step's training loss */
     double eval_loss, eval_acc;       /* last evaluation (NaN if none) */
+    double eval_digit_acc;            /* passkey: fraction of key digits predicted (NaN otherwise) */
     double seconds, median_step_seconds, tokens_per_second;
     double attn_fwd_calls_per_step, attn_bwd_calls_per_step;
     double attn_seconds_per_step;     /* forward + backward attention time, rank 0 */

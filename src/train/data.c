@@ -2,13 +2,14 @@
  *
  * Passkey layout (context + 1 bytes):
  *   [filler a][key statement][filler b][question][5 key digits]
- * The filler is made of a handful of short random sentences that the sequence draws from over
- * and over: after the first sight of a sentence the rest of each repeat is predictable only by
- * copying from earlier in the context, so the language-model loss on the filler trains the same
- * induction (match-and-copy) heads that retrieving the key needs. The key statement and the
- * question share the distinctive prefix "The passkey is <", and '<' appears nowhere else, so the
- * byte just before the answer points straight at the byte before the stated key. Digits appear
- * only in the key statement and in the answer. */
+ * The filler is one fixed paragraph repeated. bench/train/PASSKEY_NOTES.md has the measurements
+ * behind that choice: a tiny model predicts such filler almost perfectly within a few hundred
+ * steps and then spends its capacity and gradient on retrieval, while fillers built to train
+ * copying (random sentences repeated within a sequence, random-letter words, per-sequence
+ * successor chains) learned retrieval 10-15x slower in the token budgets that matter here.
+ * The key statement and the question share the prefix "The passkey is <", and '<' appears
+ * nowhere else, so the byte just before the answer points at the byte before the stated key.
+ * Digits appear only in the key statement and in the answer. */
 #include "train/data.h"
 
 #include <errno.h>
@@ -46,7 +47,7 @@ static uint64_t stream_key(uint64_t seed, int split, uint64_t index, uint64_t pu
     return dfa__rng_hash(k ^ purpose);
 }
 
-enum { PURPOSE_LAYOUT = 1, PURPOSE_SENTENCES = 2, PURPOSE_ORDER = 3, PURPOSE_WINDOW = 4 };
+enum { PURPOSE_LAYOUT = 1, PURPOSE_WINDOW = 4 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || errlen == 0) return;
@@ -58,218 +59,40 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 
 /* ---- passkey ---- */
 
-/* Lower-case words without digits, '<' or the words of the key phrases, so nothing in the
-   filler can be mistaken for the statement or the question. */
-static const char *const filler_words[] = {
-    "grass", "sky",   "sun",   "tree",  "river", "stone", "cloud", "wind",  "rain",   "hill",  "bird",
-    "fish",  "road",  "house", "light", "night", "day",   "sea",   "moon",  "star",   "green", "blue",
-    "red",   "small", "big",   "old",   "warm",  "cold",  "quiet", "dark",  "soft",   "runs",  "falls",
-    "sings", "grows", "flows", "rests", "moves", "over",  "under", "near",  "far",    "and",   "then",
-    "here",  "there", "a",     "slow",  "again", "often", "field", "leaf",  "snow",   "fire",  "boat",
-    "lake",  "path",  "door",  "wall",  "song",  "bread", "milk",  "horse", "garden",
-};
-#define N_FILLER_WORDS (sizeof filler_words / sizeof filler_words[0])
-
-/* The filler's shape; compile-time knobs so that bench/train/passkey_mirror.py can compare
-   designs (-D...) on the generator itself. Kind 0: sentences of filler_words; 1: sentences of
-   random-letter words (every byte of a first sight is new, so copying its repeats pays more per
-   byte); 2: a chain over a small alphabet where each symbol is followed by its own per-sequence
-   successor, except for random jumps; 3: the classic fixed filler sentences, repeated; 4: one
-   byte, '-', repeated (the least to attend to). */
-#ifndef DFA__FILLER_KIND
-#define DFA__FILLER_KIND 0
-#endif
-#ifndef DFA__CHAIN_JUMP_PER_256
-#define DFA__CHAIN_JUMP_PER_256 32
-#endif
-/* Sentences per sequence: few enough that each repeats many times even at 256 positions. */
-#ifndef DFA__FILLER_SENTENCES
-#define DFA__FILLER_SENTENCES 6
-#endif
-#ifndef DFA__FILLER_MIN_WORDS
-#define DFA__FILLER_MIN_WORDS 3
-#endif
-#ifndef DFA__FILLER_MAX_WORDS
-#define DFA__FILLER_MAX_WORDS 6
-#endif
-/* Most episodes (statement + question + answer, each with its own key and marker) in one
-   training sequence, drawn uniformly from 1..this: the retrieval skill learns from answers, so
-   more answers per sequence is more signal per token. Evaluation has one episode. */
-#ifndef DFA__TRAIN_EPISODES_MAX
-#define DFA__TRAIN_EPISODES_MAX 1
-#endif
-#define MIN_LETTERS 2
-#define MAX_LETTERS 7
-
-static const char key_prefix[] = " The passkey is "; /* then the marker, the digits, the suffix */
+static const char filler_text[] =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+static const char key_prefix[] = " The passkey is <";
 static const char key_suffix[] = ">. Remember it. ";
-static const char question[] = " What is the passkey? The passkey is "; /* then the marker, the digits */
-/* Episode markers of training sequences; evaluation always uses the first. None is a digit,
-   and none appears in any filler or in the phrases. */
-static const char markers[] = "<[{(|#@$%&*=+^~";
+static const char question[] = " What is the passkey? The passkey is <";
 
 #define LEN(s) (sizeof(s) - 1)
-#define STATEMENT_LEN (LEN(key_prefix) + 1 + DFA__PASSKEY_DIGITS + LEN(key_suffix))
-#define TAIL_LEN (LEN(question) + 1 + DFA__PASSKEY_DIGITS)
-
-/* Appends sentence j of the sequence's pool at out[*pos], stopping at `end`. */
-static void put_sentence(uint64_t sentences_key, int j, uint8_t *out, size_t *pos, size_t end) {
-    rng_stream r = {dfa__rng_hash(sentences_key ^ (uint64_t)j), 0};
-    int words = DFA__FILLER_MIN_WORDS + (int)rng_below(&r, DFA__FILLER_MAX_WORDS - DFA__FILLER_MIN_WORDS + 1);
-    for (int w = 0; w < words && *pos < end; w++) {
-        if (DFA__FILLER_KIND == 1) {
-            int letters = MIN_LETTERS + (int)rng_below(&r, MAX_LETTERS - MIN_LETTERS + 1);
-            for (int l = 0; l < letters && *pos < end; l++) out[(*pos)++] = (uint8_t)('a' + rng_below(&r, 26));
-        } else {
-            const char *word = filler_words[rng_below(&r, N_FILLER_WORDS)];
-            for (const char *c = word; *c && *pos < end; c++) out[(*pos)++] = (uint8_t)*c;
-        }
-        const char *sep = w + 1 < words ? " " : ". ";
-        for (const char *c = sep; *c && *pos < end; c++) out[(*pos)++] = (uint8_t)*c;
-    }
-}
-
-static const char classic_filler[] =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
-
-static const char chain_alphabet[] = "abcdefghijklmnopqrstuvwxyz .";
-#define CHAIN_SYMBOLS LEN(chain_alphabet)
-
-/* Fills out[0..end) with the chain: successor[i] is where symbol i leads in this sequence. */
-static void put_chain(uint64_t successor_key, uint64_t steps_key, uint8_t *out, size_t end) {
-    rng_stream r = {successor_key, 0};
-    uint8_t successor[CHAIN_SYMBOLS]; /* a random permutation (Fisher-Yates): long cycles, no merging */
-    for (size_t i = 0; i < CHAIN_SYMBOLS; i++) successor[i] = (uint8_t)i;
-    for (size_t i = CHAIN_SYMBOLS - 1; i > 0; i--) {
-        size_t j = rng_below(&r, i + 1);
-        uint8_t t = successor[i];
-        successor[i] = successor[j];
-        successor[j] = t;
-    }
-    rng_stream step = {steps_key, 0};
-    size_t cur = rng_below(&step, CHAIN_SYMBOLS);
-    for (size_t p = 0; p < end; p++) {
-        out[p] = (uint8_t)chain_alphabet[cur];
-        uint64_t u = rng_next(&step);
-        cur = (u & 255) < DFA__CHAIN_JUMP_PER_256 ? ((u >> 32) * CHAIN_SYMBOLS) >> 32 : successor[cur];
-    }
-}
-
-typedef struct {
-    size_t at;       /* bytes of filler before the piece */
-    int episode;
-    int is_question;
-} piece;
-
-static int piece_before(const piece *x, const piece *y) {
-    if (x->at != y->at) return x->at < y->at;
-    if (x->episode != y->episode) return x->episode < y->episode;
-    return x->is_question < y->is_question;
-}
-
-static size_t piece_len(const piece *p) { return p->is_question ? TAIL_LEN : STATEMENT_LEN; }
-
-static void put_piece(const piece *p, const char *keys, const char *marks, uint8_t *out) {
-    const char *text = p->is_question ? question : key_prefix;
-    size_t len = p->is_question ? LEN(question) : LEN(key_prefix);
-    memcpy(out, text, len);
-    out[len] = (uint8_t)marks[p->episode];
-    memcpy(out + len + 1, keys + DFA__PASSKEY_DIGITS * p->episode, DFA__PASSKEY_DIGITS);
-    if (!p->is_question) memcpy(out + len + 1 + DFA__PASSKEY_DIGITS, key_suffix, LEN(key_suffix));
-}
-
-static void put_filler(const dfa__data *d, dfa__split split, uint64_t index, uint8_t *bytes, size_t filler) {
-    const uint64_t sentences_key = stream_key(d->seed, (int)split, index, PURPOSE_SENTENCES);
-    rng_stream order = {stream_key(d->seed, (int)split, index, PURPOSE_ORDER), 0};
-    size_t pos = 0;
-    if (DFA__FILLER_KIND == 2)
-        put_chain(sentences_key, order.key, bytes, filler);
-    else if (DFA__FILLER_KIND == 3)
-        for (; pos < filler; pos++) bytes[pos] = (uint8_t)classic_filler[pos % LEN(classic_filler)];
-    else if (DFA__FILLER_KIND == 4)
-        memset(bytes, '-', filler);
-    else
-        while (pos < filler)
-            put_sentence(sentences_key, (int)rng_below(&order, DFA__FILLER_SENTENCES), bytes, &pos, filler);
-}
-
-#define MAX_EPISODES (DFA__TRAIN_EPISODES_MAX > 1 ? DFA__TRAIN_EPISODES_MAX : 1)
+#define STATEMENT_LEN (LEN(key_prefix) + DFA__PASSKEY_DIGITS + LEN(key_suffix))
+#define TAIL_LEN (LEN(question) + DFA__PASSKEY_DIGITS)
 
 static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index, uint8_t *bytes, float *weight,
                            int *answer_pos) {
     const size_t n = (size_t)d->context + 1;
+    const size_t filler = n - STATEMENT_LEN - TAIL_LEN;
+
     rng_stream layout = {stream_key(d->seed, (int)split, index, PURPOSE_LAYOUT), 0};
+    char key[DFA__PASSKEY_DIGITS];
+    for (int i = 0; i < DFA__PASSKEY_DIGITS; i++) key[i] = (char)('0' + rng_below(&layout, 10));
+    const size_t depth = (size_t)rng_below(&layout, (uint64_t)filler + 1); /* bytes of filler before the key */
 
-    size_t episodes = 1;
-    if (split == DFA__SPLIT_TRAIN && MAX_EPISODES > 1) {
-        size_t fit = n / (STATEMENT_LEN + TAIL_LEN), most = MAX_EPISODES < fit ? MAX_EPISODES : fit;
-        if (most > LEN(markers)) most = LEN(markers);
-        episodes = 1 + (size_t)rng_below(&layout, most);
-    }
-    char keys[DFA__PASSKEY_DIGITS * MAX_EPISODES], marks[MAX_EPISODES];
-    char pool[LEN(markers)];
-    memcpy(pool, markers, LEN(markers));
-    for (size_t e = 0; e < episodes; e++) {
-        for (int i = 0; i < DFA__PASSKEY_DIGITS; i++)
-            keys[DFA__PASSKEY_DIGITS * e + i] = (char)('0' + rng_below(&layout, 10));
-        if (episodes > 1) { /* distinct markers: a partial Fisher-Yates draw */
-            size_t j = e + (size_t)rng_below(&layout, LEN(markers) - e);
-            char t = pool[e];
-            pool[e] = pool[j];
-            pool[j] = t;
-        }
-        marks[e] = pool[e];
-    }
-    const size_t filler = n - episodes * (STATEMENT_LEN + TAIL_LEN);
+    /* The filler runs on across the statement, as if the statement had been pasted into it. */
+    for (size_t i = 0; i < depth; i++) bytes[i] = (uint8_t)filler_text[i % LEN(filler_text)];
+    uint8_t *s = bytes + depth;
+    memcpy(s, key_prefix, LEN(key_prefix));
+    memcpy(s + LEN(key_prefix), key, DFA__PASSKEY_DIGITS);
+    memcpy(s + LEN(key_prefix) + DFA__PASSKEY_DIGITS, key_suffix, LEN(key_suffix));
+    for (size_t i = depth; i < filler; i++) bytes[STATEMENT_LEN + i] = (uint8_t)filler_text[i % LEN(filler_text)];
 
-    /* Every episode but the last puts its statement and then its question at two uniform
-       depths; the last one's question ends the sequence. */
-    piece pieces[2 * MAX_EPISODES];
-    size_t np = 0;
-    for (size_t e = 0; e < episodes; e++) {
-        size_t a = (size_t)rng_below(&layout, (uint64_t)filler + 1);
-        pieces[np++] = (piece){a, (int)e, 0};
-        if (e + 1 < episodes) {
-            size_t b = (size_t)rng_below(&layout, (uint64_t)filler + 1);
-            if (b < a) {
-                pieces[np - 1].at = b;
-                b = a;
-            }
-            pieces[np++] = (piece){b, (int)e, 1};
-        }
-    }
-    for (size_t i = 1; i < np; i++) { /* insertion sort by depth */
-        piece p = pieces[i];
-        size_t j = i;
-        for (; j > 0 && piece_before(&p, &pieces[j - 1]); j--) pieces[j] = pieces[j - 1];
-        pieces[j] = p;
-    }
+    uint8_t *q = bytes + n - TAIL_LEN;
+    memcpy(q, question, LEN(question));
+    memcpy(q + LEN(question), key, DFA__PASSKEY_DIGITS);
 
-    /* Filler first, all of it at the front; then open the gaps, last piece first, so that
-       each move reads filler that has not been overwritten yet. */
-    put_filler(d, split, index, bytes, filler);
-    size_t before = 0; /* bytes of pieces before piece i */
-    for (size_t i = 0; i < np; i++) before += piece_len(&pieces[i]);
-    for (size_t i = np; i-- > 0;) {
-        const size_t end = i + 1 < np ? pieces[i + 1].at : filler;
-        memmove(bytes + pieces[i].at + before, bytes + pieces[i].at, end - pieces[i].at);
-        before -= piece_len(&pieces[i]);
-        put_piece(&pieces[i], keys, marks, bytes + pieces[i].at + before);
-    }
-    piece tail = {0, (int)episodes - 1, 1};
-    put_piece(&tail, keys, marks, bytes + n - TAIL_LEN);
-
-    for (int t = 0; t < d->context; t++) weight[t] = 1.0f;
-    /* Each answer's digits are the targets of the positions just before them. */
-    size_t at = 0;
-    for (size_t i = 0; i < np; i++) {
-        at += pieces[i].at - (i ? pieces[i - 1].at : 0);
-        if (pieces[i].is_question)
-            for (size_t k = 0; k < DFA__PASSKEY_DIGITS; k++) weight[at + LEN(question) + k] = d->answer_weight;
-        at += piece_len(&pieces[i]);
-    }
     const int first = d->context - DFA__PASSKEY_DIGITS;
-    for (int t = first; t < d->context; t++) weight[t] = d->answer_weight;
+    for (int t = 0; t < d->context; t++) weight[t] = t >= first ? d->answer_weight : 1.0f;
     *answer_pos = first;
 }
 

@@ -12,9 +12,14 @@ The data come from the C generator itself (src/train/data.c built as a shared ob
 called through ctypes), so the mirror trains on exactly the bytes the C trainer will see:
 train sequence index = step * batch + b, eval sequences are eval-split indices 0..n-1.
 
+The defaults are the best config found within a 3M-token budget (bench/train/PASSKEY_NOTES.md).
+The filler-design knobs used during the search (--cflags=-DDFA__FILLER_KIND=..., episodes)
+exist in src/train/data.c as of commit 576d8bb; the current generator has only the winner.
+
 Examples:
-  python3 bench/train/passkey_mirror.py --tokens 3e6 --context 2048      # one run, CPU, 1 thread
-  python3 bench/train/passkey_mirror.py --time-steps 3                     # seconds per step only
+  python3 bench/train/passkey_mirror.py                                    # the best config, CPU, 1 thread
+  python3 bench/train/passkey_mirror.py --time-steps 5 --context 2048      # seconds per step only
+  python3 bench/train/passkey_sweep.py CONFIGS out.jsonl 16 --device cuda  # many at once on a GPU
 """
 import argparse
 import ctypes
@@ -186,8 +191,8 @@ def evaluate(model, data, n, dev, chunk):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--context", type=int, default=2048)
-    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=0, help="0: same as heads")
@@ -199,7 +204,7 @@ def main():
     p.add_argument("--wd", type=float, default=0.1)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--tokens", type=float, default=3e6, help="training tokens (positions), sets the step count")
-    p.add_argument("--answer-weight", type=float, default=10.0)
+    p.add_argument("--answer-weight", type=float, default=1000.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-seed", type=int, default=1)
     p.add_argument("--eval-n", type=int, default=128)
@@ -209,7 +214,7 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--src", default=os.path.join(REPO, "src"), help="folder holding train/data.c and train/data.h")
     p.add_argument("--lib", default="", help="shared object to build and load (default: /tmp/dfa_data_PID.so)")
-    p.add_argument("--cflags", default="", help="-D knobs for data.c, e.g. '-DDFA__FILLER_RANDOM_WORDS=1'")
+    p.add_argument("--cflags", default="", help="-D flags for building data.c (the search's knobs: commit 576d8bb)")
     p.add_argument("--time-steps", type=int, default=0, help="only time this many steps (after one warm-up step)")
     p.add_argument("--tag", default="")
     p.add_argument("--json", default="", help="append the result as one JSON line here")

@@ -2,13 +2,14 @@
  *
  * Passkey layout (context + 1 bytes):
  *   [filler a][key statement][filler b][question][5 key digits]
- * The filler is made of a handful of short random sentences that the sequence draws from over
- * and over: after the first sight of a sentence the rest of each repeat is predictable only by
- * copying from earlier in the context, so the language-model loss on the filler trains the same
- * induction (match-and-copy) heads that retrieving the key needs. The key statement and the
- * question share the distinctive prefix "The passkey is <", and '<' appears nowhere else, so the
- * byte just before the answer points straight at the byte before the stated key. Digits appear
- * only in the key statement and in the answer. */
+ * The filler is one fixed paragraph repeated. bench/train/PASSKEY_NOTES.md has the measurements
+ * behind that choice: a tiny model predicts such filler almost perfectly within a few hundred
+ * steps and then spends its capacity and gradient on retrieval, while fillers built to train
+ * copying (random sentences repeated within a sequence, random-letter words, per-sequence
+ * successor chains) learned retrieval 10-15x slower in the token budgets that matter here.
+ * The key statement and the question share the prefix "The passkey is <", and '<' appears
+ * nowhere else, so the byte just before the answer points at the byte before the stated key.
+ * Digits appear only in the key statement and in the answer. */
 #include "train/data.h"
 
 #include <errno.h>
@@ -46,7 +47,7 @@ static uint64_t stream_key(uint64_t seed, int split, uint64_t index, uint64_t pu
     return dfa__rng_hash(k ^ purpose);
 }
 
-enum { PURPOSE_LAYOUT = 1, PURPOSE_SENTENCES = 2, PURPOSE_ORDER = 3, PURPOSE_WINDOW = 4 };
+enum { PURPOSE_LAYOUT = 1, PURPOSE_WINDOW = 4 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || errlen == 0) return;
@@ -58,23 +59,8 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 
 /* ---- passkey ---- */
 
-/* Lower-case words without digits, '<' or the words of the key phrases, so nothing in the
-   filler can be mistaken for the statement or the question. */
-static const char *const filler_words[] = {
-    "grass", "sky",   "sun",   "tree",  "river", "stone", "cloud", "wind",  "rain",   "hill",  "bird",
-    "fish",  "road",  "house", "light", "night", "day",   "sea",   "moon",  "star",   "green", "blue",
-    "red",   "small", "big",   "old",   "warm",  "cold",  "quiet", "dark",  "soft",   "runs",  "falls",
-    "sings", "grows", "flows", "rests", "moves", "over",  "under", "near",  "far",    "and",   "then",
-    "here",  "there", "a",     "slow",  "again", "often", "field", "leaf",  "snow",   "fire",  "boat",
-    "lake",  "path",  "door",  "wall",  "song",  "bread", "milk",  "horse", "garden",
-};
-#define N_FILLER_WORDS (sizeof filler_words / sizeof filler_words[0])
-
-/* Sentences per sequence: few enough that each repeats many times even at 256 positions. */
-#define N_SENTENCES 6
-#define MIN_WORDS 3
-#define MAX_WORDS 6
-
+static const char filler_text[] =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 static const char key_prefix[] = " The passkey is <";
 static const char key_suffix[] = ">. Remember it. ";
 static const char question[] = " What is the passkey? The passkey is <";
@@ -82,18 +68,6 @@ static const char question[] = " What is the passkey? The passkey is <";
 #define LEN(s) (sizeof(s) - 1)
 #define STATEMENT_LEN (LEN(key_prefix) + DFA__PASSKEY_DIGITS + LEN(key_suffix))
 #define TAIL_LEN (LEN(question) + DFA__PASSKEY_DIGITS)
-
-/* Appends sentence j of the sequence's pool at out[*pos], stopping at `end`. */
-static void put_sentence(uint64_t sentences_key, int j, uint8_t *out, size_t *pos, size_t end) {
-    rng_stream r = {dfa__rng_hash(sentences_key ^ (uint64_t)j), 0};
-    int words = MIN_WORDS + (int)rng_below(&r, MAX_WORDS - MIN_WORDS + 1);
-    for (int w = 0; w < words && *pos < end; w++) {
-        const char *word = filler_words[rng_below(&r, N_FILLER_WORDS)];
-        for (const char *c = word; *c && *pos < end; c++) out[(*pos)++] = (uint8_t)*c;
-        const char *sep = w + 1 < words ? " " : ". ";
-        for (const char *c = sep; *c && *pos < end; c++) out[(*pos)++] = (uint8_t)*c;
-    }
-}
 
 static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index, uint8_t *bytes, float *weight,
                            int *answer_pos) {
@@ -105,17 +79,13 @@ static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index,
     for (int i = 0; i < DFA__PASSKEY_DIGITS; i++) key[i] = (char)('0' + rng_below(&layout, 10));
     const size_t depth = (size_t)rng_below(&layout, (uint64_t)filler + 1); /* bytes of filler before the key */
 
-    /* Filler first, all of it at the front; then open the gap for the statement. */
-    const uint64_t sentences_key = stream_key(d->seed, (int)split, index, PURPOSE_SENTENCES);
-    rng_stream order = {stream_key(d->seed, (int)split, index, PURPOSE_ORDER), 0};
-    size_t pos = 0;
-    while (pos < filler) put_sentence(sentences_key, (int)rng_below(&order, N_SENTENCES), bytes, &pos, filler);
-    memmove(bytes + depth + STATEMENT_LEN, bytes + depth, filler - depth);
-
+    /* The filler runs on across the statement, as if the statement had been pasted into it. */
+    for (size_t i = 0; i < depth; i++) bytes[i] = (uint8_t)filler_text[i % LEN(filler_text)];
     uint8_t *s = bytes + depth;
     memcpy(s, key_prefix, LEN(key_prefix));
     memcpy(s + LEN(key_prefix), key, DFA__PASSKEY_DIGITS);
     memcpy(s + LEN(key_prefix) + DFA__PASSKEY_DIGITS, key_suffix, LEN(key_suffix));
+    for (size_t i = depth; i < filler; i++) bytes[STATEMENT_LEN + i] = (uint8_t)filler_text[i % LEN(filler_text)];
 
     uint8_t *q = bytes + n - TAIL_LEN;
     memcpy(q, question, LEN(question));

@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "data and evaluation:\n"
             "  --data FILE            train on a byte file (default: built-in passkey retrieval)\n"
             "  --answer-weight W      passkey: loss weight of the key's digits [%g]\n"
+            "  --length-warmup N      passkey: grow the task from 256 positions to the context over N steps [%d]\n"
             "  --eval-every N --eval-seqs N   held-out evaluation            [%d, %d]\n"
             "output:\n"
             "  --log FILE.csv --plot FILE.png   per-step log and its plot (gnuplot)\n"
@@ -45,7 +46,7 @@ static void usage(FILE *f) {
             "  --quiet                          no progress line\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
-            (unsigned long long)d.seed, dfa__ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.eval_every,
+            (unsigned long long)d.seed, dfa__ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,
             d.eval_seqs);
 }
 
@@ -96,7 +97,7 @@ int cmd_train(int argc, char **argv) {
             {"--kv-heads", &c.model.n_kv_heads}, {"--ffn", &c.model.ffn}, {"--context", &c.model.context},
             {"--steps", &c.steps}, {"--batch", &c.batch}, {"--warmup", &c.warmup}, {"--overlap", &c.overlap},
             {"--threads", &threads}, {"--eval-every", &c.eval_every}, {"--eval-seqs", &c.eval_seqs},
-            {"--save-every", &c.save_every}, {"--stop-after", &c.stop_after}};
+            {"--save-every", &c.save_every}, {"--stop-after", &c.stop_after}, {"--length-warmup", &c.length_warmup}};
         struct { const char *flag; float *p; } floats[] = {
             {"--rope-base", &c.model.rope_base}, {"--init-std", &c.model.init_std}, {"--lr", &c.lr},
             {"--lr-min", &c.lr_min}, {"--weight-decay", &c.weight_decay}, {"--clip", &c.clip},

@@ -45,6 +45,7 @@ static int check_config(const dfa__train_config *c, int ranks, char *err, size_t
     if (c->policy < DFA__CKPT_NONE || c->policy > DFA__CKPT_ATTN_OUTPUT) BAD("unknown checkpoint policy %d", (int)c->policy);
     if (c->eval_every < 0 || c->eval_seqs < 0) BAD("eval-every and eval-seqs must be >= 0");
     if (c->save_every < 0) BAD("save-every = %d; it must be >= 0", c->save_every);
+    if (c->length_warmup < 0) BAD("length-warmup = %d; it must be >= 0", c->length_warmup);
     if (c->save_every && !c->save_path) BAD("save-every needs a checkpoint path (--save FILE)");
     if ((long)c->batch * (c->model.context / ranks) > (1l << 30)) BAD("batch x context is too large");
     return 0;
@@ -57,8 +58,9 @@ typedef struct {
     dfa__group *g;
     dfa__data data;
     dfa__attention attn;
-    dfa__acts *acts;
-    int rows;                 /* local positions per sequence */
+    dfa__acts *acts;          /* for `batch` sequences of `span` positions */
+    int span;                 /* positions per sequence now (the context, or less in the length warm-up) */
+    int rows;                 /* local positions per sequence: span / ranks */
     size_t total;             /* parameters */
     float *params, *grads, *m, *v;
     uint8_t *seq, *tokens, *targets, *argmax;
@@ -69,13 +71,46 @@ typedef struct {
     size_t errlen;
 } run;
 
-/* This rank's rows of `batch` sequences of a split; returns the global sum of weights. */
+/* Positions per sequence at a training step. With a length warm-up the first length_warmup
+   steps train on shorter sequences, doubling from DFA__PASSKEY_MIN_CONTEXT (short sequences are
+   cheap, and a tiny model finds the key among 256 positions long before it can among
+   thousands); after that, the whole context. Each shorter stage gets the same number of tokens,
+   so a stage half as long runs twice the steps: 4/7, 2/7, 1/7 of the warm-up for 256, 512, 1024
+   below 2048. Spans are rounded up to a multiple of the ranks. */
+static int span_at(const dfa__train_config *c, int ranks, int step) {
+    int full = c->model.context;
+    if (c->length_warmup <= 0 || step >= c->length_warmup || full <= DFA__PASSKEY_MIN_CONTEXT) return full;
+    int stages = 0;
+    while ((DFA__PASSKEY_MIN_CONTEXT << stages) < full && stages < 20) stages++;
+    /* stage i (span 256 << i) holds 2^(stages-1-i) of the 2^stages - 1 parts */
+    long parts = (1l << stages) - 1, at = (long)step * parts / c->length_warmup, end = 0;
+    int stage = 0;
+    while (stage < stages - 1 && at >= (end += 1l << (stages - 1 - stage))) stage++;
+    long span = (long)DFA__PASSKEY_MIN_CONTEXT << stage;
+    span = (span + ranks - 1) / ranks * ranks;
+    return span < full ? (int)span : full;
+}
+
+/* Makes the activation buffers fit sequences of `span` positions (a no-op if they do). */
+static int use_span(run *r, int span) {
+    if (r->acts && r->span == span) return 0;
+    dfa__acts_free(r->acts);
+    r->span = span, r->rows = span / r->g->size;
+    for (int i = 0; i < r->rows; i++) r->pos[i] = dfa_dist_position(r->cfg->schedule, r->g->rank, r->g->size, r->rows, i);
+    r->acts = dfa__acts_create(&r->cfg->model, r->cfg->policy, r->cfg->batch, r->rows, r->pos, r->err, r->errlen);
+    return r->acts ? 0 : -1;
+}
+
+/* This rank's rows of `batch` sequences of a split, at the current span; returns the global
+   sum of weights (every rank generates whole sequences, so it knows them all). */
 static double fill_batch(run *r, dfa__split split, uint64_t first_index) {
     const dfa__train_config *c = r->cfg;
+    dfa__data data = r->data;
+    data.context = r->span;
     double wsum = 0;
     for (int b = 0; b < c->batch; b++) {
-        dfa__data_sample(&r->data, split, first_index + (uint64_t)b, r->seq, r->seq_weight, &r->answer_pos[b]);
-        for (int t = 0; t < c->model.context; t++) wsum += r->seq_weight[t];
+        dfa__data_sample(&data, split, first_index + (uint64_t)b, r->seq, r->seq_weight, &r->answer_pos[b]);
+        for (int t = 0; t < r->span; t++) wsum += r->seq_weight[t];
         for (int i = 0; i < r->rows; i++) {
             int64_t p = r->pos[i];
             size_t at = (size_t)b * r->rows + i;
@@ -93,6 +128,7 @@ static double fill_batch(run *r, dfa__split split, uint64_t first_index) {
 static int evaluate(run *r, double *loss_out, double *acc_out, double *digit_out) {
     const dfa__train_config *c = r->cfg;
     int batches = (c->eval_seqs + c->batch - 1) / c->batch;
+    if (dfa__group_any(r->g, use_span(r, c->model.context))) return -1; /* evaluation is always at the whole context */
     double stats[4] = {0, 0, 0, 0}; /* weighted nll, weight, correct (sequences or bytes), wrong digits */
     double *wrong = calloc((size_t)c->batch, sizeof(double));
     if (!wrong) return (snprintf(r->err, r->errlen, "out of memory"), -1);
@@ -152,6 +188,7 @@ static int fields_of(const dfa__train_config *c, const dfa__data *data, dfa__ckp
     FIELD("seed", (double)(c->seed & ((1ull << 53) - 1)));
     FIELD("data", data->kind);
     FIELD("answer_weight", c->answer_weight);
+    FIELD("length_warmup", c->length_warmup);
 #undef FIELD
     return n;
 }
@@ -206,7 +243,7 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
     memset(&r, 0, sizeof r);
     r.cfg = c, r.g = g, r.err = err, r.errlen = errlen;
     r.attn = (dfa__attention){.comm = g->attn, .schedule = c->schedule, .overlap = c->overlap};
-    r.rows = c->model.context / g->size;
+    r.rows = c->model.context / g->size; /* the most positions a rank holds: buffers are sized for it */
     int bad = c->data_path ? dfa__data_file(&r.data, c->data_path, c->model.context, c->seed, err, errlen)
                            : dfa__data_passkey(&r.data, c->model.context, c->seed, c->answer_weight, err, errlen);
     if (dfa__group_any(g, bad)) {
@@ -223,8 +260,7 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
     bad = !r.params || !r.grads || !r.m || !r.v || !r.seq || !r.seq_weight || !r.tokens || !r.targets || !r.argmax ||
           !r.weights || !r.answer_pos || !r.pos;
     if (bad) snprintf(err, errlen, "out of memory for %zu parameters and their optimiser state", r.total);
-    for (int i = 0; !bad && i < r.rows; i++) r.pos[i] = dfa_dist_position(c->schedule, g->rank, g->size, r.rows, i);
-    if (!bad && !(r.acts = dfa__acts_create(&c->model, c->policy, c->batch, r.rows, r.pos, err, errlen))) bad = 1;
+    if (!bad && use_span(&r, c->model.context)) bad = 1;
     if (dfa__group_any(g, bad)) {
         if (!bad) snprintf(err, errlen, "another rank ran out of memory");
         return free_run(&r), -1;
@@ -272,7 +308,8 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
 
     int steps_here = end - (int)first;
     double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));
-    double t_start = now_seconds(), tokens_per_step = (double)c->batch * c->model.context;
+    double t_start = now_seconds(), tokens_done = 0, tokens_left = 0;
+    for (int step = (int)first; step < end; step++) tokens_left += (double)c->batch * span_at(c, g->size, step);
     int live = c->progress && c->out && g->rank == 0 && isatty(fileno(c->out));
     int rc = step_times ? 0 : -1;
     if (!step_times) snprintf(err, errlen, "out of memory");
@@ -282,6 +319,11 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
         double t0 = now_seconds();
         long fwd0 = r.attn.fwd_calls, bwd0 = r.attn.bwd_calls;
         double attn0 = r.attn.fwd_seconds + r.attn.bwd_seconds;
+        if (dfa__group_any(g, use_span(&r, span_at(c, g->size, step)))) {
+            rc = -1;
+            break;
+        }
+        int span = r.span; /* (an evaluation below switches to the whole context) */
         double wsum = fill_batch(&r, DFA__SPLIT_TRAIN, (uint64_t)step * c->batch);
         memset(r.grads, 0, sizeof(float) * r.total);
         double loss = dfa__model_forward(&c->model, r.params, r.acts, &r.attn, r.tokens, r.targets, r.weights,
@@ -312,7 +354,8 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
             }
             rep->eval_loss = eval_loss, rep->eval_acc = eval_acc, rep->eval_digit_acc = eval_digit;
         }
-        double elapsed = now_seconds() - t_start, tps = tokens_per_step * (done - first) / elapsed;
+        tokens_done += (double)c->batch * span, tokens_left -= (double)c->batch * span;
+        double elapsed = now_seconds() - t_start, tps = tokens_done / elapsed;
         dfa__lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
         double row[8] = {done, dfa__lr_at(&sched, step), loss, eval_loss, eval_acc, tps, elapsed, eval_digit};
         if (csv && dfa__csv_row(csv, row, 8)) {
@@ -321,15 +364,17 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
         }
         if (c->progress && c->out && g->rank == 0) {
             char eta[32], acc[64] = "";
-            format_eta(eta, sizeof eta, elapsed / (done - first) * (end - done));
+            format_eta(eta, sizeof eta, tokens_left / tps); /* steps grow during a length warm-up */
             if (!isnan(rep->eval_digit_acc))
                 snprintf(acc, sizeof acc, "  eval acc %.3f (digits %.3f)", rep->eval_acc, rep->eval_digit_acc);
             else if (!isnan(rep->eval_acc)) snprintf(acc, sizeof acc, "  eval acc %.3f", rep->eval_acc);
             int every = end / 20 > 0 ? end / 20 : 1;
             if (live)
-                fprintf(c->out, "\rstep %d/%d  loss %.4f  %.0f tok/s  ETA %s%s\033[K", done, end, loss, tps, eta, acc);
+                fprintf(c->out, "\rstep %d/%d  context %d  loss %.4f  %.0f tok/s  ETA %s%s\033[K", done, end, span, loss,
+                        tps, eta, acc);
             else if (done % every == 0 || done == end || !isnan(eval_acc))
-                fprintf(c->out, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s%s\n", done, end, loss, tps, eta, acc);
+                fprintf(c->out, "step %d/%d  context %d  loss %.4f  %.0f tok/s  ETA %s%s\n", done, end, span, loss, tps,
+                        eta, acc);
             fflush(c->out);
         }
         if (c->save_path && ((c->save_every && done % c->save_every == 0) || done == end)) {
@@ -351,7 +396,7 @@ int dfa__train(const dfa__train_config *cfg, dfa__group *g, dfa__train_report *r
     if (steps_here > 0 && rc == 0) {
         qsort(step_times, (size_t)steps_here, sizeof(double), cmp_double);
         rep->median_step_seconds = step_times[steps_here / 2];
-        rep->tokens_per_second = tokens_per_step * steps_here / rep->seconds;
+        rep->tokens_per_second = tokens_done / rep->seconds;
         rep->attn_fwd_calls_per_step = (double)fwd_calls / steps_here;
         rep->attn_bwd_calls_per_step = (double)bwd_calls / steps_here;
         rep->attn_seconds_per_step = attn_seconds / steps_here;

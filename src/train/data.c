@@ -4,9 +4,10 @@
  *   [filler a][key statement][filler b][question][5 key digits]
  * The filler is one fixed paragraph repeated. bench/train/PASSKEY_NOTES.md has the measurements
  * behind that choice: a tiny model predicts such filler almost perfectly within a few hundred
- * steps and then spends its capacity and gradient on retrieval, while fillers built to train
- * copying (random sentences repeated within a sequence, random-letter words, per-sequence
- * successor chains) learned retrieval 10-15x slower in the token budgets that matter here.
+ * steps and then spends its capacity and gradient on retrieval. Fillers built to train copying
+ * (random sentences repeated within a sequence, random-letter words, per-sequence successor
+ * chains) did worse: at 256 positions and 3 M tokens the best of them reached 3% exact where
+ * this one reached 47% (one seed each), and at 2048 positions none learned at all.
  * The key statement and the question share the prefix "The passkey is <", and '<' appears
  * nowhere else, so the byte just before the answer points at the byte before the stated key.
  * Digits appear only in the key statement and in the answer. */

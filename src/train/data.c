@@ -8,9 +8,14 @@
  * (random sentences repeated within a sequence, random-letter words, per-sequence successor
  * chains) did worse: at 256 positions and 3 M tokens the best of them reached 3% exact where
  * this one reached 47% (one seed each), and at 2048 positions none learned at all.
- * The key statement and the question share the prefix "The passkey is <", and '<' appears
- * nowhere else, so the byte just before the answer points at the byte before the stated key.
- * Digits appear only in the key statement and in the answer. */
+ * The statement says the key twice, as the classic passkey prompt does ("The passkey is <KEY>.
+ * Remember it. <KEY> is the passkey."), and the question shares its prefix "The passkey is <";
+ * '<' appears nowhere else. The second copy is the answer's retrieval at short range (find the
+ * byte after the previous '<', then the byte after the previous copy of the current digit), so
+ * its targets weigh like the answer's: that dense short-range signal is what lets a tiny model
+ * learn retrieval in a couple of million tokens (at 256 positions, 2000 steps of 4: 17% exact,
+ * 70% of digits, against about 8% and 45% with the key said once), and the trainer's length
+ * warm-up then carries it to the whole context. Digits appear only in the key and the answer. */
 #include "train/data.h"
 
 #include <errno.h>
@@ -63,11 +68,12 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 static const char filler_text[] =
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 static const char key_prefix[] = " The passkey is <";
-static const char key_suffix[] = ">. Remember it. ";
+static const char key_middle[] = ">. Remember it. <";
+static const char key_suffix[] = "> is the passkey. ";
 static const char question[] = " What is the passkey? The passkey is <";
 
 #define LEN(s) (sizeof(s) - 1)
-#define STATEMENT_LEN (LEN(key_prefix) + DFA__PASSKEY_DIGITS + LEN(key_suffix))
+#define STATEMENT_LEN (LEN(key_prefix) + DFA__PASSKEY_DIGITS + LEN(key_middle) + DFA__PASSKEY_DIGITS + LEN(key_suffix))
 #define TAIL_LEN (LEN(question) + DFA__PASSKEY_DIGITS)
 
 static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index, uint8_t *bytes, float *weight,
@@ -85,7 +91,10 @@ static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index,
     uint8_t *s = bytes + depth;
     memcpy(s, key_prefix, LEN(key_prefix));
     memcpy(s + LEN(key_prefix), key, DFA__PASSKEY_DIGITS);
-    memcpy(s + LEN(key_prefix) + DFA__PASSKEY_DIGITS, key_suffix, LEN(key_suffix));
+    uint8_t *again = s + LEN(key_prefix) + DFA__PASSKEY_DIGITS + LEN(key_middle);
+    memcpy(s + LEN(key_prefix) + DFA__PASSKEY_DIGITS, key_middle, LEN(key_middle));
+    memcpy(again, key, DFA__PASSKEY_DIGITS);
+    memcpy(again + DFA__PASSKEY_DIGITS, key_suffix, LEN(key_suffix));
     for (size_t i = depth; i < filler; i++) bytes[STATEMENT_LEN + i] = (uint8_t)filler_text[i % LEN(filler_text)];
 
     uint8_t *q = bytes + n - TAIL_LEN;
@@ -94,6 +103,9 @@ static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index,
 
     const int first = d->context - DFA__PASSKEY_DIGITS;
     for (int t = 0; t < d->context; t++) weight[t] = t >= first ? d->answer_weight : 1.0f;
+    /* The key said again right after it: the same retrieval at short range, weighted like the answer. */
+    const int repeat = (int)(again - bytes) - 1;
+    for (int i = 0; i < DFA__PASSKEY_DIGITS; i++) weight[repeat + i] = d->answer_weight;
     *answer_pos = first;
 }
 

@@ -66,18 +66,26 @@ static double check_passkey_layout(const dfa__data *d, const sample *s, uint64_t
     CHECK(!memcmp(answer - strlen(q), q, strlen(q)), "context %d index %llu: no question before the answer", c,
           (unsigned long long)index);
 
-    /* Digits nowhere but the stated key and the answer; '<' only before those two. */
+    /* The statement says the key twice: "<KEY>. Remember it. <KEY> is the passkey." */
+    const uint8_t *again = stated + DFA__PASSKEY_DIGITS + strlen(">. Remember it. <");
+    CHECK(!memcmp(stated + DFA__PASSKEY_DIGITS, ">. Remember it. <", strlen(">. Remember it. <")) &&
+              !memcmp(again, answer, DFA__PASSKEY_DIGITS) &&
+              !memcmp(again + DFA__PASSKEY_DIGITS, "> is the passkey. ", strlen("> is the passkey. ")),
+          "context %d index %llu: the statement does not repeat the key", c, (unsigned long long)index);
+
+    /* Digits nowhere but the two stated copies and the answer; '<' only before those three. */
     int stray_digits = 0, markers = 0;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *p = s->bytes + i;
-        int in_key = (p >= stated && p < stated + DFA__PASSKEY_DIGITS) || p >= answer;
+        int in_key = (p >= stated && p < stated + DFA__PASSKEY_DIGITS) || (p >= again && p < again + DFA__PASSKEY_DIGITS) ||
+                     p >= answer;
         if (is_digit(*p) && !in_key) stray_digits++;
         if (*p == '<') markers++;
         CHECK(*p >= 32 && *p < 127, "context %d: byte %zu is not printable (%d)", c, i, *p);
     }
     CHECK(stray_digits == 0, "context %d index %llu: %d digits outside the key", c, (unsigned long long)index,
           stray_digits);
-    CHECK(markers == 2, "context %d index %llu: '<' appears %d times", c, (unsigned long long)index, markers);
+    CHECK(markers == 3, "context %d index %llu: '<' appears %d times", c, (unsigned long long)index, markers);
     int prefixes = 0;
     for (long from = 0, hit; (hit = find(s->bytes + from, n - (size_t)from, statement_prefix)) >= 0;
          from += hit + 1)
@@ -85,8 +93,10 @@ static double check_passkey_layout(const dfa__data *d, const sample *s, uint64_t
     CHECK(prefixes == 2, "context %d index %llu: the shared prefix appears %d times", c, (unsigned long long)index,
           prefixes);
 
+    const long repeat = (long)(again - s->bytes) - 1; /* targets of the repeated key weigh like the answer */
     for (int t = 0; t < c; t++) {
-        float want = t >= c - DFA__PASSKEY_DIGITS ? d->answer_weight : 1.0f;
+        int weighted = t >= c - DFA__PASSKEY_DIGITS || (t >= repeat && t < repeat + DFA__PASSKEY_DIGITS);
+        float want = weighted ? d->answer_weight : 1.0f;
         if (s->weight[t] != want) {
             CHECK(0, "context %d index %llu: weight[%d] = %g, expected %g", c, (unsigned long long)index, t,
                   (double)s->weight[t], (double)want);
@@ -94,7 +104,7 @@ static double check_passkey_layout(const dfa__data *d, const sample *s, uint64_t
         }
     }
     /* The statement starts with a space before "The": its depth in the filler is at - 1. */
-    const double filler = (double)n - 38.0 - 43.0;
+    const double filler = (double)n - 62.0 - 43.0; /* statement and question lengths */
     return (double)(at - 1) / filler;
 }
 

@@ -16,7 +16,7 @@ static dfa__train_config tiny(void) {
     c.model = (dfa__model_config){.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 48,
                                   .context = 360, .rope_base = 10000.0f, .init_std = 0.05f};
     c.batch = 2, c.steps = 4, c.warmup = 1, c.lr = 2e-3f, c.lr_min = 2e-4f;
-    c.eval_every = 0, c.eval_seqs = 2, c.progress = 0, c.out = NULL, c.answer_weight = 4.0f;
+    c.eval_every = 0, c.eval_seqs = 2, c.progress = 0, c.out = NULL, c.answer_weight = 4.0f, c.length_warmup = 0;
     return c;
 }
 
@@ -76,6 +76,24 @@ int main(int argc, char **argv) {
         if (per_policy[0] && per_policy[p])
             CHECK(memcmp(per_policy[0], per_policy[p], sizeof(float) * total) == 0,
                   "policy %s trains differently from none on %d ranks", dfa__ckpt_policy_name((dfa__ckpt_policy)p), g.size);
+
+    /* with a length warm-up (256 positions, then 360) P ranks still train like one process
+       where P divides 256 (elsewhere the stage is rounded up to a multiple of P) */
+    if (256 % g.size == 0) {
+        dfa__train_config w = tiny();
+        w.length_warmup = 2;
+        float *one_w = NULL, *got_w = NULL;
+        dfa__train_report rep_one;
+        CHECK(dfa__train(&w, &one, &rep_one, &one_w, err, sizeof err) == 0, "warm-up, one process: %s", err);
+        CHECK(dfa__train(&w, &g, &rep, &got_w, err, sizeof err) == 0, "warm-up, %d ranks: %s", g.size, err);
+        if (one_w && got_w) {
+            double worst = 0;
+            for (size_t i = 0; i < total; i++) worst = fmax(worst, fabs((double)got_w[i] - one_w[i]));
+            CHECK(worst <= 0.01 * w.lr && fabs(rep.loss - rep_one.loss) <= 1e-5 * rep_one.loss,
+                  "warm-up: parameters differ by %.3g, loss %.9g vs %.9g", worst, rep.loss, rep_one.loss);
+        }
+        free(one_w), free(got_w);
+    }
 
     /* a context the ranks cannot split evenly: the same clear error on every rank */
     if (g.size > 1) {

@@ -26,6 +26,7 @@ static dfa__train_config tiny(void) {
                                   .context = 264, .rope_base = 10000.0f, .init_std = 0.05f};
     c.batch = 2, c.steps = 6, c.warmup = 2, c.lr = 3e-3f, c.lr_min = 3e-4f;
     c.eval_every = 0, c.eval_seqs = 4, c.progress = 0, c.out = NULL;
+    c.answer_weight = 10.0f, c.length_warmup = 0;
     return c;
 }
 
@@ -76,6 +77,31 @@ static void test_resume_is_bitwise(void) {
         free(q);
     }
     free(straight);
+}
+
+/* A length warm-up (256 positions for the first 3 steps, then 264): a resume across the stage
+   change is still bitwise, and the evaluation runs at the whole context. */
+static void test_length_warmup_resume(void) {
+    char err[1024];
+    dfa__train_report rep;
+    dfa__train_config c = tiny();
+    c.length_warmup = 3;
+    float *straight = train(c, &rep, err, sizeof err);
+    CHECK(straight != NULL && isfinite(rep.eval_acc), "warm-up run: %s", err);
+    dfa__train_config first = c;
+    first.stop_after = 2, first.save_path = path("warm.ckpt");
+    free(train(first, &rep, err, sizeof err));
+    dfa__train_config second = c;
+    second.resume_path = path("warm.ckpt");
+    float *resumed = train(second, &rep, err, sizeof err);
+    CHECK(resumed != NULL && rep.first_step == 2, "resumed warm-up run: %s", err);
+    if (straight && resumed)
+        CHECK(memcmp(straight, resumed, sizeof(float) * nparams()) == 0, "warm-up: resumed parameters differ");
+    /* and it is not the run without a warm-up */
+    float *plain = train(tiny(), &rep, err, sizeof err);
+    if (straight && plain)
+        CHECK(memcmp(straight, plain, sizeof(float) * nparams()) != 0, "the warm-up changed nothing");
+    free(straight), free(resumed), free(plain);
 }
 
 static void test_checkpoint_errors(void) {
@@ -133,12 +159,14 @@ static void test_bad_configs(void) {
         {"context below the passkey minimum", "context", tiny()},
         {"batch 0", "batch = 0", tiny()},
         {"warm-up longer than the run", "warmup", tiny()},
+        {"negative length warm-up", "length-warmup", tiny()},
     };
     cases[0].c.model.n_heads = 5;
     cases[1].c.data_path = "/nonexistent/no-such-file.txt";
     cases[2].c.model.context = 64;
     cases[3].c.batch = 0;
     cases[4].c.warmup = 100;
+    cases[5].c.length_warmup = -1;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err[0] = 0;
         float *p = train(cases[i].c, &rep, err, sizeof err);
@@ -177,6 +205,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     if (system(cmd)) return fprintf(stderr, "cannot create %s\n", dir), 1;
     test_resume_is_bitwise();
+    test_length_warmup_resume();
     test_checkpoint_errors();
     test_bad_configs();
     test_learns_a_file();

@@ -36,7 +36,8 @@ static void usage(FILE *f) {
             "data and evaluation:\n"
             "  --data FILE            train on a byte file (default: built-in passkey retrieval)\n"
             "  --answer-weight W      passkey: loss weight of the key's digits [%g]\n"
-            "  --length-warmup N      passkey: grow the task from 256 positions to the context over N steps [%d]\n"
+            "  --length-warmup F      this fraction of the steps trains on shorter sequences, from 256\n"
+            "                         positions doubling up to the context (0: off)            [%g]\n"
             "  --eval-every N --eval-seqs N   held-out evaluation            [%d, %d]\n"
             "output:\n"
             "  --log FILE.csv --plot FILE.png   per-step log and its plot (gnuplot)\n"
@@ -97,11 +98,11 @@ int cmd_train(int argc, char **argv) {
             {"--kv-heads", &c.model.n_kv_heads}, {"--ffn", &c.model.ffn}, {"--context", &c.model.context},
             {"--steps", &c.steps}, {"--batch", &c.batch}, {"--warmup", &c.warmup}, {"--overlap", &c.overlap},
             {"--threads", &threads}, {"--eval-every", &c.eval_every}, {"--eval-seqs", &c.eval_seqs},
-            {"--save-every", &c.save_every}, {"--stop-after", &c.stop_after}, {"--length-warmup", &c.length_warmup}};
+            {"--save-every", &c.save_every}, {"--stop-after", &c.stop_after}};
         struct { const char *flag; float *p; } floats[] = {
             {"--rope-base", &c.model.rope_base}, {"--init-std", &c.model.init_std}, {"--lr", &c.lr},
             {"--lr-min", &c.lr_min}, {"--weight-decay", &c.weight_decay}, {"--clip", &c.clip},
-            {"--answer-weight", &c.answer_weight}};
+            {"--answer-weight", &c.answer_weight}, {"--length-warmup", &c.length_warmup}};
         struct { const char *flag; const char **p; } strs[] = {
             {"--data", &c.data_path}, {"--log", &c.csv_path}, {"--plot", &c.plot_path},
             {"--save", &c.save_path}, {"--resume", &c.resume_path}};

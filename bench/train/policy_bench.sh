@@ -10,7 +10,7 @@ build=${1:-build}; ranks=${2:-2}; context=${3:-32768}; steps=${4:-4}
 cli=$build/tools/distflash
 [ -x "$cli" ] || { echo "no $cli: build first (cmake -S . -B $build && cmake --build $build -j)" >&2; exit 2; }
 model=(--layers 2 --d-model 64 --heads 1 --kv-heads 1 --ffn 128 --context "$context" --batch 1)
-run=(--steps "$steps" --warmup 1 --eval-seqs 0 --quiet)
+run=(--steps "$steps" --warmup 1 --length-warmup 0 --eval-seqs 0 --quiet)
 launch=(mpirun --oversubscribe --allow-run-as-root -np "$ranks" -x OMP_NUM_THREADS=1)
 [ "$ranks" = 1 ] && launch=(env OMP_NUM_THREADS=1)
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -13,14 +13,16 @@
 #include "train/optim.h"
 
 dfa__train_config dfa__train_defaults(void) {
+    /* The demo (scripts/demo): passkey retrieval at 2048 positions on 2 ranks in about 7 minutes
+       on 2 cores; how these values were found: bench/train/PASSKEY_NOTES.md and BENCHMARKS.md. */
     dfa__train_config c;
     memset(&c, 0, sizeof c);
-    c.model = (dfa__model_config){.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .ffn = 192,
+    c.model = (dfa__model_config){.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 4, .ffn = 256,
                                   .context = 2048, .rope_base = 10000.0f, .init_std = 0.02f};
-    c.batch = 4, c.steps = 300, c.lr = 3e-3f, c.lr_min = 3e-4f, c.warmup = 30;
+    c.batch = 2, c.steps = 5400, c.length_warmup = 0.9f, c.lr = 3e-3f, c.lr_min = 3e-4f, c.warmup = 30;
     c.beta1 = 0.9f, c.beta2 = 0.95f, c.weight_decay = 0.1f, c.clip = 1.0f;
     c.seed = 1234, c.policy = DFA__CKPT_ATTN_OUTPUT, c.schedule = DFA_SCHEDULE_BALANCED, c.overlap = 1;
-    c.answer_weight = 1.0f, c.eval_every = 50, c.eval_seqs = 64, c.progress = 1;
+    c.answer_weight = 1000.0f, c.eval_every = 1800, c.eval_seqs = 128, c.progress = 1;
     return c;
 }
 
@@ -45,7 +47,8 @@ static int check_config(const dfa__train_config *c, int ranks, char *err, size_t
     if (c->policy < DFA__CKPT_NONE || c->policy > DFA__CKPT_ATTN_OUTPUT) BAD("unknown checkpoint policy %d", (int)c->policy);
     if (c->eval_every < 0 || c->eval_seqs < 0) BAD("eval-every and eval-seqs must be >= 0");
     if (c->save_every < 0) BAD("save-every = %d; it must be >= 0", c->save_every);
-    if (c->length_warmup < 0) BAD("length-warmup = %d; it must be >= 0", c->length_warmup);
+    if (!(c->length_warmup >= 0 && c->length_warmup < 1))
+        BAD("length-warmup = %g; it must be a fraction of the steps in [0, 1)", c->length_warmup);
     if (c->save_every && !c->save_path) BAD("save-every needs a checkpoint path (--save FILE)");
     if ((long)c->batch * (c->model.context / ranks) > (1l << 30)) BAD("batch x context is too large");
     return 0;
@@ -72,18 +75,19 @@ typedef struct {
 } run;
 
 /* Positions per sequence at a training step. With a length warm-up the first length_warmup
-   steps train on shorter sequences, doubling from DFA__PASSKEY_MIN_CONTEXT (short sequences are
+   (a fraction) of the steps train on shorter sequences, doubling from DFA__PASSKEY_MIN_CONTEXT (short sequences are
    cheap, and a tiny model finds the key among 256 positions long before it can among
    thousands); after that, the whole context. Each shorter stage gets the same number of tokens,
    so a stage half as long runs twice the steps: 4/7, 2/7, 1/7 of the warm-up for 256, 512, 1024
    below 2048. Spans are rounded up to a multiple of the ranks. */
 static int span_at(const dfa__train_config *c, int ranks, int step) {
     int full = c->model.context;
-    if (c->length_warmup <= 0 || step >= c->length_warmup || full <= DFA__PASSKEY_MIN_CONTEXT) return full;
+    int warm = (int)((double)c->length_warmup * c->steps + 0.5); /* 0.9f * 5400 is 4859.9998 */
+    if (warm <= 0 || step >= warm || full <= DFA__PASSKEY_MIN_CONTEXT) return full;
     int stages = 0;
     while ((DFA__PASSKEY_MIN_CONTEXT << stages) < full && stages < 20) stages++;
     /* stage i (span 256 << i) holds 2^(stages-1-i) of the 2^stages - 1 parts */
-    long parts = (1l << stages) - 1, at = (long)step * parts / c->length_warmup, end = 0;
+    long parts = (1l << stages) - 1, at = (long)step * parts / warm, end = 0;
     int stage = 0;
     while (stage < stages - 1 && at >= (end += 1l << (stages - 1 - stage))) stage++;
     long span = (long)DFA__PASSKEY_MIN_CONTEXT << stage;

@@ -24,8 +24,8 @@ typedef struct {
     int overlap;
     const char *data_path;       /* NULL: the built-in passkey task */
     float answer_weight;         /* passkey: loss weight of the key's digits */
-    int length_warmup;           /* passkey: over these steps the task grows from 256 positions
-                                    (right-aligned behind padding) to the whole context; 0: off */
+    float length_warmup;         /* fraction of the steps, in [0, 1), that train on shorter sequences
+                                    (from 256 positions, doubling) before the whole context; 0: off */
     int eval_every, eval_seqs;   /* 0: evaluate only at the end */
     const char *csv_path, *plot_path;
     const char *save_path;       /* checkpoint written at the end (and every save_every steps) */

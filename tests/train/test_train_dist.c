@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
        where P divides 256 (elsewhere the stage is rounded up to a multiple of P) */
     if (256 % g.size == 0) {
         dfa__train_config w = tiny();
-        w.length_warmup = 2;
+        w.length_warmup = 0.5f; /* 2 of the 4 steps */
         float *one_w = NULL, *got_w = NULL;
         dfa__train_report rep_one;
         CHECK(dfa__train(&w, &one, &rep_one, &one_w, err, sizeof err) == 0, "warm-up, one process: %s", err);

@@ -8,25 +8,37 @@
 #include "model/matmul.h"
 #include "model/ops.h"
 
-/* One layer's parameters, located in the flat array. */
+/* Where one layer's tensors start in the flat parameter (and gradient) array. */
+typedef struct {
+    size_t attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2;
+} layer_offsets;
+
+static layer_offsets layer_offsets_of(const dfa__model_config *c, const dfa__param_layout *p, int layer) {
+    size_t l = (size_t)layer, d = (size_t)c->d_model, F = (size_t)c->ffn, hd = d / (size_t)c->n_heads;
+    size_t qd = hd * (size_t)c->n_heads, kvd = hd * (size_t)c->n_kv_heads;
+    return (layer_offsets){.attn_norm = p->attn_norm + l * d, .wq = p->wq + l * d * qd, .wk = p->wk + l * d * kvd,
+                           .wv = p->wv + l * d * kvd, .wo = p->wo + l * qd * d, .mlp_norm = p->mlp_norm + l * d,
+                           .w1 = p->w1 + l * d * F, .w3 = p->w3 + l * d * F, .w2 = p->w2 + l * F * d};
+}
+
+/* One layer's weights (read) and weight gradients (accumulated). */
 typedef struct {
     const float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w3, *w2;
 } layer_params;
+typedef struct {
+    float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w1, *w3, *w2;
+} layer_grads;
 
 static layer_params layer_at(const dfa__model_config *c, const dfa__param_layout *p, const float *base, int l) {
-    size_t d = (size_t)c->d_model, F = (size_t)c->ffn, hd = d / (size_t)c->n_heads;
-    size_t qd = hd * (size_t)c->n_heads, kvd = hd * (size_t)c->n_kv_heads;
-    layer_params w;
-    w.attn_norm = base + p->attn_norm + l * d;
-    w.wq = base + p->wq + l * d * qd;
-    w.wk = base + p->wk + l * d * kvd;
-    w.wv = base + p->wv + l * d * kvd;
-    w.wo = base + p->wo + l * qd * d;
-    w.mlp_norm = base + p->mlp_norm + l * d;
-    w.w1 = base + p->w1 + l * d * F;
-    w.w3 = base + p->w3 + l * d * F;
-    w.w2 = base + p->w2 + l * F * d;
-    return w;
+    layer_offsets o = layer_offsets_of(c, p, l);
+    return (layer_params){base + o.attn_norm, base + o.wq, base + o.wk, base + o.wv, base + o.wo,
+                          base + o.mlp_norm, base + o.w1, base + o.w3, base + o.w2};
+}
+
+static layer_grads grads_at(const dfa__model_config *c, const dfa__param_layout *p, float *base, int l) {
+    layer_offsets o = layer_offsets_of(c, p, l);
+    return (layer_grads){base + o.attn_norm, base + o.wq, base + o.wk, base + o.wv, base + o.wo,
+                         base + o.mlp_norm, base + o.w1, base + o.w3, base + o.w2};
 }
 
 /* The attention input of a layer: norm, projections, RoPE. */
@@ -87,7 +99,7 @@ int dfa__model_backward(const dfa__model_config *c, const float *params, float *
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         layer_params w = layer_at(c, &p, params, l);
-        layer_params g = layer_at(c, &p, grads, l);
+        layer_grads g = grads_at(c, &p, grads, l);
         dfa__layer_acts *la = &a->layer[l];
         /* Rematerialise what the policy did not keep. Under `layer` this re-runs the
            attention forward; under `attn-output` the kept o and lse make that unnecessary. */
@@ -99,29 +111,29 @@ int dfa__model_backward(const dfa__model_config *c, const float *params, float *
             attention_outputs(&w, a, la, NULL);
         }
         /* MLP: x_next = xmid + g W2, g = silu(a) * b, a = n2 W1, b = n2 W3 */
-        dfa__gemm_tn_acc((float *)g.w2, la->g, a->dres, n, F, d);
+        dfa__gemm_tn_acc(g.w2, la->g, a->dres, n, F, d);
         dfa__gemm_nt(a->dg, a->dres, w.w2, n, d, F, 0);
         dfa__swiglu_bwd(a->dg, a->db, a->dg, la->a, la->b, (long)n * F); /* dg now holds da */
-        dfa__gemm_tn_acc((float *)g.w1, la->n2, a->dg, n, d, F);
-        dfa__gemm_tn_acc((float *)g.w3, la->n2, a->db, n, d, F);
+        dfa__gemm_tn_acc(g.w1, la->n2, a->dg, n, d, F);
+        dfa__gemm_tn_acc(g.w3, la->n2, a->db, n, d, F);
         dfa__gemm_nt(a->dn, a->dg, w.w1, n, F, d, 0);
         dfa__gemm_nt(a->dn, a->db, w.w3, n, F, d, 1);
-        dfa__rmsnorm_bwd(a->dres, (float *)g.mlp_norm, a->dn, la->xmid, la->rstd2, w.mlp_norm, n, d);
+        dfa__rmsnorm_bwd(a->dres, g.mlp_norm, a->dn, la->xmid, la->rstd2, w.mlp_norm, n, d);
         /* attention: xmid = x + o Wo */
-        dfa__gemm_tn_acc((float *)g.wo, la->o, a->dres, n, qd, d);
+        dfa__gemm_tn_acc(g.wo, la->o, a->dres, n, qd, d);
         dfa__gemm_nt(a->dout, a->dres, w.wo, n, d, qd, 0);
         if (dfa__attention_bwd(attn, c, a->batch, a->rows, la->q, la->k, la->v, la->o, la->lse, a->dout, a->dq, a->dk,
                                a->dv, err, errlen))
             return -1;
         dfa__rope(a->dq, a->cosv, a->sinv, a->batch, a->rows, c->n_heads, a->hd, 1);
         dfa__rope(a->dk, a->cosv, a->sinv, a->batch, a->rows, c->n_kv_heads, a->hd, 1);
-        dfa__gemm_tn_acc((float *)g.wq, la->n1, a->dq, n, d, qd);
-        dfa__gemm_tn_acc((float *)g.wk, la->n1, a->dk, n, d, kvd);
-        dfa__gemm_tn_acc((float *)g.wv, la->n1, a->dv, n, d, kvd);
+        dfa__gemm_tn_acc(g.wq, la->n1, a->dq, n, d, qd);
+        dfa__gemm_tn_acc(g.wk, la->n1, a->dk, n, d, kvd);
+        dfa__gemm_tn_acc(g.wv, la->n1, a->dv, n, d, kvd);
         dfa__gemm_nt(a->dn, a->dq, w.wq, n, qd, d, 0);
         dfa__gemm_nt(a->dn, a->dk, w.wk, n, kvd, d, 1);
         dfa__gemm_nt(a->dn, a->dv, w.wv, n, kvd, d, 1);
-        dfa__rmsnorm_bwd(a->dres, (float *)g.attn_norm, a->dn, la->x, la->rstd1, w.attn_norm, n, d);
+        dfa__rmsnorm_bwd(a->dres, g.attn_norm, a->dn, la->x, la->rstd1, w.attn_norm, n, d);
     }
     /* embedding: rows in order, so repeated tokens sum deterministically */
     float *dwte = grads + p.wte;

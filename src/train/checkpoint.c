@@ -2,10 +2,10 @@
  * buffer while hashing it; loading reads the whole file into memory, checks it completely
  * and only then decodes into the caller's sections, so a refused file changes nothing. */
 #include "train/checkpoint.h"
+#include "train/text.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +17,6 @@ static const char ckpt_magic[8] = {'D', 'F', 'A', 'C', 'K', 'P', 'T', '\n'};
    step/nfloats/nsections block and the checksum: the layout's fixed parts. */
 enum { FIELD_FIXED = 1 + 8, TAIL_BLOCK = 8 + 8 + 4, CHECKSUM_BYTES = 8 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint64_t fnv1a64(uint64_t h, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
@@ -33,24 +25,6 @@ static uint64_t fnv1a64(uint64_t h, const uint8_t *p, size_t n) {
     return h;
 }
 #define FNV_OFFSET_BASIS 0xcbf29ce484222325ull
-
-/* Integers as integers, anything else in the shortest decimal form that reads back as
-   the same double, so a message shows "128" or "0.0003" rather than "1.3e+02" or a
-   17-digit tail, yet two different values never print alike. */
-static void format_value(char *buf, size_t n, double x) {
-    if (isnan(x)) {
-        snprintf(buf, n, "nan");
-        return;
-    }
-    if (x == floor(x) && fabs(x) < 9007199254740992.0) {
-        snprintf(buf, n, "%.0f", x);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x) return;
-    }
-}
 
 static void put_u32(uint8_t *b, uint32_t x) {
     for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i));
@@ -83,32 +57,32 @@ static double bits_f64(uint64_t u) {
 static int check_args(const char *path, const dfa__ckpt_field *fields, int nfields, float *const *sections,
                       int nsections, size_t nfloats, char *err, size_t errlen) {
     if (!path) {
-        set_err(err, errlen, "checkpoint: path is NULL");
+        dfa__train_msg(err, errlen, "checkpoint: path is NULL");
         return -1;
     }
     if (nfields < 0 || (nfields > 0 && !fields)) {
-        set_err(err, errlen, "checkpoint %s: invalid field list (%d fields)", path, nfields);
+        dfa__train_msg(err, errlen, "checkpoint %s: invalid field list (%d fields)", path, nfields);
         return -1;
     }
     for (int i = 0; i < nfields; i++) {
         if (!fields[i].name || strlen(fields[i].name) > 255) {
-            set_err(err, errlen, "checkpoint %s: field %d has %s name", path, i,
-                    fields[i].name ? "a longer than 255-byte" : "no");
+            dfa__train_msg(err, errlen, "checkpoint %s: field %d has %s name", path, i,
+                           fields[i].name ? "a longer than 255-byte" : "no");
             return -1;
         }
     }
     if (nsections < 0 || nsections > DFA__CKPT_MAX_SECTIONS || (nsections > 0 && !sections)) {
-        set_err(err, errlen, "checkpoint %s: %d sections (at most %d)", path, nsections, DFA__CKPT_MAX_SECTIONS);
+        dfa__train_msg(err, errlen, "checkpoint %s: %d sections (at most %d)", path, nsections, DFA__CKPT_MAX_SECTIONS);
         return -1;
     }
     for (int s = 0; s < nsections; s++) {
         if (!sections[s] && nfloats > 0) {
-            set_err(err, errlen, "checkpoint %s: section %d is NULL", path, s);
+            dfa__train_msg(err, errlen, "checkpoint %s: section %d is NULL", path, s);
             return -1;
         }
     }
     if (nfloats > (SIZE_MAX / 4) / DFA__CKPT_MAX_SECTIONS) {
-        set_err(err, errlen, "checkpoint %s: %zu floats per section is too many", path, nfloats);
+        dfa__train_msg(err, errlen, "checkpoint %s: %zu floats per section is too many", path, nfloats);
         return -1;
     }
     return 0;
@@ -153,7 +127,7 @@ int dfa__ckpt_save(const char *path, const dfa__ckpt_field *fields, int nfields,
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
     if (!tmp) {
-        set_err(err, errlen, "checkpoint %s: out of memory", path);
+        dfa__train_msg(err, errlen, "checkpoint %s: out of memory", path);
         return -1;
     }
     memcpy(tmp, path, plen);
@@ -161,7 +135,7 @@ int dfa__ckpt_save(const char *path, const dfa__ckpt_field *fields, int nfields,
 
     writer w = {fopen(tmp, "wb"), FNV_OFFSET_BASIS, 0};
     if (!w.f) {
-        set_err(err, errlen, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));
+        dfa__train_msg(err, errlen, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));
         free(tmp);
         return -1;
     }
@@ -195,13 +169,13 @@ int dfa__ckpt_save(const char *path, const dfa__ckpt_field *fields, int nfields,
     if (!w.failed && fsync(fileno(w.f)) != 0) w.failed = errno ? errno : -1;
     if (fclose(w.f) != 0 && !w.failed) w.failed = errno ? errno : -1;
     if (w.failed) {
-        set_err(err, errlen, "checkpoint %s: writing %s failed: %s", path, tmp, write_error(w.failed));
+        dfa__train_msg(err, errlen, "checkpoint %s: writing %s failed: %s", path, tmp, write_error(w.failed));
         remove(tmp);
         free(tmp);
         return -1;
     }
     if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "checkpoint %s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+        dfa__train_msg(err, errlen, "checkpoint %s: cannot rename %s to it: %s", path, tmp, strerror(errno));
         remove(tmp);
         free(tmp);
         return -1;
@@ -216,14 +190,14 @@ int dfa__ckpt_save(const char *path, const dfa__ckpt_field *fields, int nfields,
 static uint8_t *slurp(const char *path, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        dfa__train_msg(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
     uint8_t *buf = malloc(cap);
     if (!buf) {
         fclose(f);
-        set_err(err, errlen, "checkpoint %s: out of memory", path);
+        dfa__train_msg(err, errlen, "checkpoint %s: out of memory", path);
         return NULL;
     }
     for (;;) {
@@ -232,7 +206,7 @@ static uint8_t *slurp(const char *path, size_t *len, char *err, size_t errlen) {
             if (!bigger) {
                 free(buf);
                 fclose(f);
-                set_err(err, errlen, "checkpoint %s: out of memory reading %zu bytes", path, n);
+                dfa__train_msg(err, errlen, "checkpoint %s: out of memory reading %zu bytes", path, n);
                 return NULL;
             }
             buf = bigger;
@@ -250,7 +224,7 @@ static uint8_t *slurp(const char *path, size_t *len, char *err, size_t errlen) {
     }
     if (read_failed) {
         free(buf);
-        set_err(err, errlen, "checkpoint %s: read failed: %s", path, strerror(saved));
+        dfa__train_msg(err, errlen, "checkpoint %s: read failed: %s", path, strerror(saved));
         return NULL;
     }
     *len = n;
@@ -271,26 +245,26 @@ typedef struct {
 static int parse_layout(const char *path, const uint8_t *buf, size_t len, layout *lo, char *err, size_t errlen) {
     if (len < sizeof ckpt_magic) {
         if (len == 0)
-            set_err(err, errlen, "checkpoint %s: empty file (truncated)", path);
+            dfa__train_msg(err, errlen, "checkpoint %s: empty file (truncated)", path);
         else if (memcmp(buf, ckpt_magic, len) == 0)
-            set_err(err, errlen, "checkpoint %s: truncated (%zu bytes)", path, len);
+            dfa__train_msg(err, errlen, "checkpoint %s: truncated (%zu bytes)", path, len);
         else
-            set_err(err, errlen, "checkpoint %s: not a distflash checkpoint", path);
+            dfa__train_msg(err, errlen, "checkpoint %s: not a distflash checkpoint", path);
         return -1;
     }
     if (memcmp(buf, ckpt_magic, sizeof ckpt_magic) != 0) {
-        set_err(err, errlen, "checkpoint %s: not a distflash checkpoint", path);
+        dfa__train_msg(err, errlen, "checkpoint %s: not a distflash checkpoint", path);
         return -1;
     }
     size_t pos = sizeof ckpt_magic;
     if (len - pos < 8) {
-        set_err(err, errlen, "checkpoint %s: truncated (%zu bytes, inside the header)", path, len);
+        dfa__train_msg(err, errlen, "checkpoint %s: truncated (%zu bytes, inside the header)", path, len);
         return -1;
     }
     uint32_t version = get_u32(buf + pos);
     if (version != DFA__CKPT_VERSION) {
-        set_err(err, errlen, "checkpoint %s: format version %u, this build reads %u", path, version,
-                DFA__CKPT_VERSION);
+        dfa__train_msg(err, errlen, "checkpoint %s: format version %u, this build reads %u", path, version,
+                       DFA__CKPT_VERSION);
         return -1;
     }
     lo->nfields = get_u32(buf + pos + 4);
@@ -298,14 +272,14 @@ static int parse_layout(const char *path, const uint8_t *buf, size_t len, layout
     lo->fields_at = pos;
     for (uint32_t i = 0; i < lo->nfields; i++) {
         if (len - pos < 1 || len - pos - 1 < (size_t)buf[pos] + 8) {
-            set_err(err, errlen, "checkpoint %s: truncated (%zu bytes, inside configuration field %u)", path, len,
-                    i);
+            dfa__train_msg(err, errlen, "checkpoint %s: truncated (%zu bytes, inside configuration field %u)", path,
+                           len, i);
             return -1;
         }
         pos += FIELD_FIXED + buf[pos];
     }
     if (len - pos < TAIL_BLOCK) {
-        set_err(err, errlen, "checkpoint %s: truncated (%zu bytes, inside the header)", path, len);
+        dfa__train_msg(err, errlen, "checkpoint %s: truncated (%zu bytes, inside the header)", path, len);
         return -1;
     }
     lo->step = (int64_t)get_u64(buf + pos);
@@ -318,14 +292,14 @@ static int parse_layout(const char *path, const uint8_t *buf, size_t len, layout
     int too_big = lo->nsections > 0 && lo->nfloats > ((uint64_t)room / 4) / lo->nsections;
     if (!too_big) data_bytes = lo->nfloats * 4 * lo->nsections;
     if (too_big || room < data_bytes + CHECKSUM_BYTES) {
-        set_err(err, errlen,
-                "checkpoint %s: truncated (%zu bytes; the header describes %u sections of %llu floats)", path, len,
-                lo->nsections, (unsigned long long)lo->nfloats);
+        dfa__train_msg(err, errlen,
+                       "checkpoint %s: truncated (%zu bytes; the header describes %u sections of %llu floats)", path,
+                       len, lo->nsections, (unsigned long long)lo->nfloats);
         return -1;
     }
     if (room > data_bytes + CHECKSUM_BYTES) {
-        set_err(err, errlen, "checkpoint %s: %llu bytes past the end of the data (file corrupt)", path,
-                (unsigned long long)(room - data_bytes - CHECKSUM_BYTES));
+        dfa__train_msg(err, errlen, "checkpoint %s: %llu bytes past the end of the data (file corrupt)", path,
+                       (unsigned long long)(room - data_bytes - CHECKSUM_BYTES));
         return -1;
     }
     return 0;
@@ -342,32 +316,35 @@ static int compare_fields(const char *path, const uint8_t *buf, const layout *lo
         double value = bits_f64(get_u64(buf + pos + 1 + nlen));
         pos += FIELD_FIXED + nlen;
         if (nlen != strlen(fields[i].name) || memcmp(name, fields[i].name, nlen) != 0) {
-            set_err(err, errlen, "checkpoint %s: configuration field %u is '%.*s' in the file but '%s' in this run",
-                    path, i, (int)nlen, name, fields[i].name);
+            dfa__train_msg(err, errlen,
+                           "checkpoint %s: configuration field %u is '%.*s' in the file but '%s' in this run", path, i,
+                           (int)nlen, name, fields[i].name);
             return -1;
         }
         /* bit equality also accepts a NaN saved and compared as itself */
         if (!(value == fields[i].value) && f64_bits(value) != f64_bits(fields[i].value)) {
             char in_file[40], in_run[40];
-            format_value(in_file, sizeof in_file, value);
-            format_value(in_run, sizeof in_run, fields[i].value);
-            set_err(err, errlen, "checkpoint %s: %s is %s in the file but %s in this run", path, fields[i].name,
-                    in_file, in_run);
+            dfa__format_shortest(in_file, sizeof in_file, value);
+            dfa__format_shortest(in_run, sizeof in_run, fields[i].value);
+            dfa__train_msg(err, errlen, "checkpoint %s: %s is %s in the file but %s in this run", path, fields[i].name,
+                           in_file, in_run);
             return -1;
         }
     }
     if (lo->nfields > common) {
-        set_err(err, errlen,
-                "checkpoint %s: the file has %u configuration fields but this run has %d (first extra in the file: "
-                "'%.*s')",
-                path, lo->nfields, nfields, (int)buf[pos], (const char *)buf + pos + 1);
+        dfa__train_msg(
+            err, errlen,
+            "checkpoint %s: the file has %u configuration fields but this run has %d (first extra in the file: "
+            "'%.*s')",
+            path, lo->nfields, nfields, (int)buf[pos], (const char *)buf + pos + 1);
         return -1;
     }
     if ((uint32_t)nfields > common) {
-        set_err(err, errlen,
-                "checkpoint %s: the file has %u configuration fields but this run has %d (first missing from the "
-                "file: '%s')",
-                path, lo->nfields, nfields, fields[common].name);
+        dfa__train_msg(
+            err, errlen,
+            "checkpoint %s: the file has %u configuration fields but this run has %d (first missing from the "
+            "file: '%s')",
+            path, lo->nfields, nfields, fields[common].name);
         return -1;
     }
     return 0;
@@ -377,7 +354,7 @@ int dfa__ckpt_load(const char *path, const dfa__ckpt_field *fields, int nfields,
                    float *const *sections, int nsections, size_t nfloats, char *err, size_t errlen) {
     if (check_args(path, fields, nfields, sections, nsections, nfloats, err, errlen)) return -1;
     if (!step) {
-        set_err(err, errlen, "checkpoint %s: step is NULL", path);
+        dfa__train_msg(err, errlen, "checkpoint %s: step is NULL", path);
         return -1;
     }
     size_t len = 0;
@@ -390,22 +367,22 @@ int dfa__ckpt_load(const char *path, const dfa__ckpt_field *fields, int nfields,
     /* The checksum comes before any comparison so a corrupt byte is reported as corruption,
        not as a configuration that seems to differ. */
     if (fnv1a64(FNV_OFFSET_BASIS, buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
-        set_err(err, errlen, "checkpoint %s: checksum mismatch (file corrupt)", path);
+        dfa__train_msg(err, errlen, "checkpoint %s: checksum mismatch (file corrupt)", path);
         goto done;
     }
     if (compare_fields(path, buf, &lo, fields, nfields, err, errlen)) goto done;
     if (lo.step < 0) {
-        set_err(err, errlen, "checkpoint %s: step %lld in the file is negative", path, (long long)lo.step);
+        dfa__train_msg(err, errlen, "checkpoint %s: step %lld in the file is negative", path, (long long)lo.step);
         goto done;
     }
     if (lo.nsections != (uint32_t)nsections) {
-        set_err(err, errlen, "checkpoint %s: the file has %u sections but this run expects %d", path, lo.nsections,
-                nsections);
+        dfa__train_msg(err, errlen, "checkpoint %s: the file has %u sections but this run expects %d", path,
+                       lo.nsections, nsections);
         goto done;
     }
     if (lo.nfloats != (uint64_t)nfloats) {
-        set_err(err, errlen, "checkpoint %s: the file holds %llu floats per section but this run has %zu", path,
-                (unsigned long long)lo.nfloats, nfloats);
+        dfa__train_msg(err, errlen, "checkpoint %s: the file holds %llu floats per section but this run has %zu", path,
+                       (unsigned long long)lo.nfloats, nfloats);
         goto done;
     }
     for (int s = 0; s < nsections; s++) {

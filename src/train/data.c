@@ -17,10 +17,10 @@
  * 70% of digits, against about 8% exact with the key said once, PASSKEY_NOTES.md), and the length
  * warm-up of the trainer carries it to the whole context. Digits appear only in the key and answer. */
 #include "train/data.h"
+#include "train/text.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,14 +54,6 @@ static uint64_t stream_key(uint64_t seed, int split, uint64_t index, uint64_t pu
 }
 
 enum { PURPOSE_LAYOUT = 1, PURPOSE_WINDOW = 4 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- passkey ---- */
 
@@ -111,16 +103,17 @@ static void passkey_sample(const dfa__data *d, dfa__split split, uint64_t index,
 
 int dfa__data_passkey(dfa__data *d, int context, uint64_t seed, float answer_weight, char *err, size_t errlen) {
     if (!d) {
-        set_err(err, errlen, "passkey data: NULL data handle");
+        dfa__train_msg(err, errlen, "passkey data: NULL data handle");
         return -1;
     }
     memset(d, 0, sizeof *d);
     if (context < DFA__PASSKEY_MIN_CONTEXT) {
-        set_err(err, errlen, "passkey data: context %d is below the minimum %d", context, DFA__PASSKEY_MIN_CONTEXT);
+        dfa__train_msg(err, errlen, "passkey data: context %d is below the minimum %d", context,
+                       DFA__PASSKEY_MIN_CONTEXT);
         return -1;
     }
     if (!isfinite(answer_weight) || answer_weight < 0.0f) {
-        set_err(err, errlen, "passkey data: answer_weight %g must be finite and >= 0", (double)answer_weight);
+        dfa__train_msg(err, errlen, "passkey data: answer_weight %g must be finite and >= 0", (double)answer_weight);
         return -1;
     }
     d->kind = DFA__DATA_PASSKEY;
@@ -163,21 +156,21 @@ static void file_sample(const dfa__data *d, dfa__split split, uint64_t index, ui
 
 int dfa__data_file(dfa__data *d, const char *path, int context, uint64_t seed, char *err, size_t errlen) {
     if (!d) {
-        set_err(err, errlen, "file data: NULL data handle");
+        dfa__train_msg(err, errlen, "file data: NULL data handle");
         return -1;
     }
     memset(d, 0, sizeof *d);
     if (!path) {
-        set_err(err, errlen, "file data: NULL path");
+        dfa__train_msg(err, errlen, "file data: NULL path");
         return -1;
     }
     if (context < 1) {
-        set_err(err, errlen, "file data %s: context %d must be >= 1", path, context);
+        dfa__train_msg(err, errlen, "file data %s: context %d must be >= 1", path, context);
         return -1;
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "file data %s: unreadable: %s", path, strerror(errno));
+        dfa__train_msg(err, errlen, "file data %s: unreadable: %s", path, strerror(errno));
         return -1;
     }
     uint8_t *buf = NULL;
@@ -189,7 +182,7 @@ int dfa__data_file(dfa__data *d, const char *path, int context, uint64_t seed, c
             if (!nb) {
                 free(buf);
                 fclose(f);
-                set_err(err, errlen, "file data %s: out of memory after %zu bytes", path, len);
+                dfa__train_msg(err, errlen, "file data %s: out of memory after %zu bytes", path, len);
                 return -1;
             }
             buf = nb;
@@ -203,19 +196,20 @@ int dfa__data_file(dfa__data *d, const char *path, int context, uint64_t seed, c
     int close_error = fclose(f);
     if (read_error || close_error) {
         free(buf);
-        set_err(err, errlen, "file data %s: unreadable: read error", path);
+        dfa__train_msg(err, errlen, "file data %s: unreadable: read error", path);
         return -1;
     }
     if (len == 0) {
         free(buf);
-        set_err(err, errlen, "file data %s: empty", path);
+        dfa__train_msg(err, errlen, "file data %s: empty", path);
         return -1;
     }
     const size_t need = 2 * ((size_t)context + 1);
     if (len < need) {
         free(buf);
-        set_err(err, errlen, "file data %s: too short: %zu bytes, need at least %zu (two windows of context %d + 1)",
-                path, len, need, context);
+        dfa__train_msg(err, errlen,
+                       "file data %s: too short: %zu bytes, need at least %zu (two windows of context %d + 1)", path,
+                       len, need, context);
         return -1;
     }
     d->kind = DFA__DATA_FILE;

@@ -2,12 +2,12 @@
  * script into gnuplot. The plot reads the CSV back first to learn which of the expected
  * columns exist and hold data, so an early plot (no evaluation yet) still draws. */
 #include "train/log.h"
+#include "train/text.h"
 
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +22,6 @@
 #define PLOT_EVAL_LOSS "eval_loss"
 #define PLOT_ACC "eval_acc"
 
-static void set_msg(char *msg, size_t msglen, const char *fmt, ...) {
-    if (!msg || msglen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, msglen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- CSV ---- */
 
 struct dfa__csv {
@@ -39,25 +31,25 @@ struct dfa__csv {
 
 dfa__csv *dfa__csv_open(const char *path, const char *const *columns, int ncolumns, char *err, size_t errlen) {
     if (!path || ncolumns <= 0 || !columns) {
-        set_msg(err, errlen, "csv %s: no columns", path ? path : "(null)");
+        dfa__train_msg(err, errlen, "csv %s: no columns", path ? path : "(null)");
         return NULL;
     }
     for (int i = 0; i < ncolumns; i++) {
         if (!columns[i] || !*columns[i] || strpbrk(columns[i], ",\n\r\"")) {
-            set_msg(err, errlen, "csv %s: column %d has an empty name or one with a comma, quote or newline", path,
-                    i);
+            dfa__train_msg(err, errlen, "csv %s: column %d has an empty name or one with a comma, quote or newline",
+                           path, i);
             return NULL;
         }
     }
     dfa__csv *c = malloc(sizeof *c);
     if (!c) {
-        set_msg(err, errlen, "csv %s: out of memory", path);
+        dfa__train_msg(err, errlen, "csv %s: out of memory", path);
         return NULL;
     }
     c->ncolumns = ncolumns;
     c->f = fopen(path, "w");
     if (!c->f) {
-        set_msg(err, errlen, "csv %s: cannot create: %s", path, strerror(errno));
+        dfa__train_msg(err, errlen, "csv %s: cannot create: %s", path, strerror(errno));
         free(c);
         return NULL;
     }
@@ -66,7 +58,7 @@ dfa__csv *dfa__csv_open(const char *path, const char *const *columns, int ncolum
     if (!bad) bad = fputc('\n', c->f) == EOF;
     if (!bad) bad = fflush(c->f) != 0;
     if (bad) {
-        set_msg(err, errlen, "csv %s: write failed: %s", path, strerror(errno));
+        dfa__train_msg(err, errlen, "csv %s: write failed: %s", path, strerror(errno));
         fclose(c->f);
         free(c);
         return NULL;
@@ -74,24 +66,11 @@ dfa__csv *dfa__csv_open(const char *path, const char *const *columns, int ncolum
     return c;
 }
 
-/* Integers as integers (steps, token counts), anything else in the shortest decimal form
-   that reads back as the same double: nothing is lost, and no 17-digit tails. */
-static void format_value(char *buf, size_t n, double x) {
-    if (x == floor(x) && fabs(x) < 9007199254740992.0) {
-        snprintf(buf, n, "%.0f", x);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x) return;
-    }
-}
-
 int dfa__csv_row(dfa__csv *c, const double *values, int nvalues) {
     if (!c || !values || nvalues != c->ncolumns) return -1;
     for (int i = 0; i < nvalues; i++) {
         char field[40] = "";
-        if (!isnan(values[i])) format_value(field, sizeof field, values[i]);
+        if (!isnan(values[i])) dfa__format_shortest(field, sizeof field, values[i]);
         if (fprintf(c->f, "%s%s", i ? "," : "", field) < 0) return -1;
     }
     if (fputc('\n', c->f) == EOF) return -1;
@@ -129,13 +108,13 @@ static int read_shape(const char *csv_path, csv_shape *sh, char *msg, size_t msg
     memset(sh, 0, sizeof *sh);
     FILE *f = fopen(csv_path, "r");
     if (!f) {
-        set_msg(msg, msglen, "plot: cannot open %s: %s", csv_path, strerror(errno));
+        dfa__train_msg(msg, msglen, "plot: cannot open %s: %s", csv_path, strerror(errno));
         return -1;
     }
     char *line = NULL;
     size_t cap = 0;
     if (getline(&line, &cap, f) < 0) {
-        set_msg(msg, msglen, "plot: %s is empty", csv_path);
+        dfa__train_msg(msg, msglen, "plot: %s is empty", csv_path);
         free(line);
         fclose(f);
         return -1;
@@ -160,15 +139,15 @@ static int read_shape(const char *csv_path, csv_shape *sh, char *msg, size_t msg
     free(line);
     fclose(f);
     if (bad) {
-        set_msg(msg, msglen, "plot: reading %s failed", csv_path);
+        dfa__train_msg(msg, msglen, "plot: reading %s failed", csv_path);
         return -1;
     }
     if (!sh->x || !sh->loss) {
-        set_msg(msg, msglen, "plot: %s has no '%s' or no '%s' column", csv_path, PLOT_X, PLOT_LOSS);
+        dfa__train_msg(msg, msglen, "plot: %s has no '%s' or no '%s' column", csv_path, PLOT_X, PLOT_LOSS);
         return -1;
     }
     if (!sh->loss_rows) {
-        set_msg(msg, msglen, "plot: %s has no rows with a loss yet", csv_path);
+        dfa__train_msg(msg, msglen, "plot: %s has no rows with a loss yet", csv_path);
         return -1;
     }
     return 0;
@@ -260,23 +239,23 @@ static void gnuplot_error(const char *path, char *out, size_t n) {
 
 int dfa__plot_png(const char *csv_path, const char *png_path, const char *title, char *msg, size_t msglen) {
     if (!csv_path || !png_path) {
-        set_msg(msg, msglen, "plot: no CSV or PNG path");
+        dfa__train_msg(msg, msglen, "plot: no CSV or PNG path");
         return -1;
     }
     int found = system("command -v gnuplot >/dev/null 2>&1");
     if (found == -1) {
-        set_msg(msg, msglen, "plot: cannot run a shell to look for gnuplot: %s", strerror(errno));
+        dfa__train_msg(msg, msglen, "plot: cannot run a shell to look for gnuplot: %s", strerror(errno));
         return -1;
     }
     if (!WIFEXITED(found) || WEXITSTATUS(found) != 0) {
-        set_msg(msg, msglen, "gnuplot not found; install gnuplot-nox to get %s", png_path);
+        dfa__train_msg(msg, msglen, "gnuplot not found; install gnuplot-nox to get %s", png_path);
         return 1;
     }
     csv_shape sh;
     if (read_shape(csv_path, &sh, msg, msglen)) return -1;
     const char *terminal = png_terminal();
     if (!terminal) {
-        set_msg(msg, msglen, "plot: this gnuplot has neither the pngcairo nor the png terminal");
+        dfa__train_msg(msg, msglen, "plot: this gnuplot has neither the pngcairo nor the png terminal");
         return -1;
     }
 
@@ -286,7 +265,7 @@ int dfa__plot_png(const char *csv_path, const char *png_path, const char *title,
     char errpath[] = "/tmp/dfa-gnuplot-XXXXXX";
     int fd = mkstemp(errpath);
     if (fd < 0) {
-        set_msg(msg, msglen, "plot: cannot create a temporary file in /tmp: %s", strerror(errno));
+        dfa__train_msg(msg, msglen, "plot: cannot create a temporary file in /tmp: %s", strerror(errno));
         return -1;
     }
     close(fd);
@@ -296,7 +275,7 @@ int dfa__plot_png(const char *csv_path, const char *png_path, const char *title,
     int rc = 0;
     FILE *g = popen(cmd, "w");
     if (!g) {
-        set_msg(msg, msglen, "plot: cannot start gnuplot: %s", strerror(errno));
+        dfa__train_msg(msg, msglen, "plot: cannot start gnuplot: %s", strerror(errno));
         remove(errpath);
         return -1;
     }
@@ -315,8 +294,10 @@ int dfa__plot_png(const char *csv_path, const char *png_path, const char *title,
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || script_bad) {
         char why[512];
         gnuplot_error(errpath, why, sizeof why);
-        set_msg(msg, msglen, "plot: gnuplot failed drawing %s: %s", png_path,
-                why[0] ? why : script_bad ? "could not write the script to it" : "no message");
+        dfa__train_msg(msg, msglen, "plot: gnuplot failed drawing %s: %s", png_path,
+                       why[0]       ? why
+                       : script_bad ? "could not write the script to it"
+                                    : "no message");
         rc = -1;
     }
 
@@ -333,9 +314,9 @@ int dfa__plot_png(const char *csv_path, const char *png_path, const char *title,
 
     struct stat st;
     if (stat(png_path, &st) != 0 || st.st_size == 0) {
-        set_msg(msg, msglen, "plot: gnuplot ran but %s was not written", png_path);
+        dfa__train_msg(msg, msglen, "plot: gnuplot ran but %s was not written", png_path);
         return -1;
     }
-    set_msg(msg, msglen, "plot: wrote %s", png_path);
+    dfa__train_msg(msg, msglen, "plot: wrote %s", png_path);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* `distflash train`: the small LLaMA-style trainer (src/model, src/train). Under
+/* `distflash train`: the small LLaMA-style trainer (train/model, train/). Under
  * `mpirun -np P` the ranks split every sequence (sequence parallelism). */
 #include <errno.h>
 #include <limits.h>
@@ -15,7 +15,7 @@
 #include "train/trainer.h"
 
 static void usage(FILE *f) {
-    dfa__train_config d = dfa__train_defaults();
+    dft_train_config d = dft_train_defaults();
     fprintf(f,
             "usage: [mpirun -np P] distflash train [options]\n\n"
             "Trains a byte-level LLaMA-style model (RMSNorm, RoPE at global positions, GQA attention through\n"
@@ -47,7 +47,7 @@ static void usage(FILE *f) {
             "  --quiet                          no progress line\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
-            (unsigned long long)d.seed, dfa__ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,
+            (unsigned long long)d.seed, dft_ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,
             d.eval_seqs);
 }
 
@@ -87,7 +87,7 @@ static int default_threads(void) {
 }
 
 int cmd_train(int argc, char **argv) {
-    dfa__train_config c = dfa__train_defaults();
+    dft_train_config c = dft_train_defaults();
     int threads = default_threads(), quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -129,9 +129,9 @@ int cmd_train(int argc, char **argv) {
                 return fprintf(stderr, "distflash train: --seed needs a non-negative integer\n"), 2;
             found = 1;
         } else if (!strcmp(a, "--checkpoint")) {
-            int p = dfa__ckpt_policy_parse(v);
+            int p = dft_ckpt_policy_parse(v);
             if (p < 0) return fprintf(stderr, "distflash train: --checkpoint takes none, layer or attn-output\n"), 2;
-            c.policy = (dfa__ckpt_policy)p;
+            c.policy = (dft_ckpt_policy)p;
             found = 1;
         } else if (!strcmp(a, "--sp")) {
             if (v && !strcmp(v, "balanced")) c.schedule = DFA_SCHEDULE_BALANCED;
@@ -154,16 +154,16 @@ int cmd_train(int argc, char **argv) {
     }
     if (c.plot_path && !c.csv_path) return fprintf(stderr, "distflash train: --plot needs --log FILE.csv\n"), 2;
 
-    dfa__group g;
+    dft_group g;
     char err[1024] = "";
-    if (dfa__group_open(&g, &argc, &argv, err, sizeof err)) {
+    if (dft_group_open(&g, &argc, &argv, err, sizeof err)) {
         fprintf(stderr, "distflash train: %s\n", err);
         return 1;
     }
     c.out = g.rank == 0 ? stdout : NULL;
     c.progress = !quiet;
-    dfa__train_report rep;
-    int rc = dfa__train(&c, &g, &rep, NULL, err, sizeof err);
+    dft_train_report rep;
+    int rc = dft_train(&c, &g, &rep, NULL, err, sizeof err);
     if (rc) {
         if (g.rank == 0) fprintf(stderr, "distflash train: %s\n", err);
     } else if (g.rank == 0) {
@@ -177,11 +177,11 @@ int cmd_train(int argc, char **argv) {
         if (passkey) printf("; digits right %.4f (chance 0.1)", rep.eval_digit_acc);
         printf(" over %d held-out sequences\n", (c.eval_seqs + c.batch - 1) / c.batch * c.batch);
         printf("attention: %.1f forward and %.1f backward calls per step (checkpoint %s), %.3f s per step on rank 0\n",
-               rep.attn_fwd_calls_per_step, rep.attn_bwd_calls_per_step, dfa__ckpt_policy_name(c.policy),
+               rep.attn_fwd_calls_per_step, rep.attn_bwd_calls_per_step, dft_ckpt_policy_name(c.policy),
                rep.attn_seconds_per_step);
         printf("memory: activations %.1f MiB per rank, peak resident %.1f MiB (largest rank)\n", rep.acts_mib,
                rep.peak_rss_mib);
     }
-    dfa__group_close(&g);
+    dft_group_close(&g);
     return rc ? 1 : 0;
 }

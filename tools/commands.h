@@ -1,16 +1,9 @@
-/* The subcommands of the distflash command-line tool, one file each (cmd_<name>.c).
-   Each takes the arguments after its name and returns the process exit status. */
+/* The subcommands of the installed distflash command-line tool, one file each
+   (cmd_<name>.c). Each takes the arguments after its name and returns the process
+   exit status. The developer subcommands live in bench/cli (distflash-bench). */
 #ifndef DFA_TOOLS_COMMANDS_H
 #define DFA_TOOLS_COMMANDS_H
 
-int cmd_demo(int argc, char **argv);       /* the README's main job on a built-in default */
-int cmd_bench(int argc, char **argv);      /* single-device speed and memory, vs the naive path and peers */
-int cmd_simulate(int argc, char **argv);   /* distributed schedules: table and predicted makespans */
-int cmd_dist_bench(int argc, char **argv); /* distributed attention under mpirun: per-rank, per-step times */
-int cmd_train(int argc, char **argv);      /* the small LLaMA trainer with sequence parallelism */
-
-/* `distflash bench --device cuda ...`: cmd_bench hands its whole argument list here
-   (tools/cmd_bench_cuda.c; prints a clear message when built without CUDA). */
-int cmd_bench_cuda(int argc, char **argv);
+int cmd_train(int argc, char **argv); /* the LLaMA-style trainer with sequence parallelism */
 
 #endif

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../tests/common/oracle.h"
+#include "oracle.h"
 #include "lab.h"
 
 static double wall(void) {

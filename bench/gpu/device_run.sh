@@ -75,7 +75,7 @@ if has sanitize; then
 fi
 if has bench; then
   stamp bench
-  $B/bench/gpu/dfa_bench_cuda --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
+  $B/tools/distflash-bench bench --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
 fi
 if has peers; then
   stamp peers
@@ -85,12 +85,12 @@ if has peers; then
 fi
 if has det; then   # deterministic dq: speed at d=128 32k, and the longest sequence that fits without dq_acc
   stamp det
-  $B/bench/gpu/dfa_bench_cuda --device cuda --deterministic --dims 128 --seqlens 32k 2>&1 | tee -a "$OUT/bench.log"
-  $B/bench/gpu/dfa_bench_cuda --device cuda --deterministic --fit auto 2>&1 | tee -a "$OUT/bench.log"
+  $B/tools/distflash-bench bench --device cuda --deterministic --dims 128 --seqlens 32k 2>&1 | tee -a "$OUT/bench.log"
+  $B/tools/distflash-bench bench --device cuda --deterministic --fit auto 2>&1 | tee -a "$OUT/bench.log"
 fi
 if has fit; then
   stamp fit
-  $B/bench/gpu/dfa_bench_cuda --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
+  $B/tools/distflash-bench bench --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/matmul.h"
+#include "train/model/matmul.h"
 
 static double now(void) {
     struct timespec t;
@@ -57,15 +57,15 @@ int main(int argc, char **argv) {
         double t[3][7], flops = 2.0 * M * K * N, err = 0;
         for (int r = 0; r < 7; r++) {
             double t0 = now();
-            dfa__gemm_nn(y, x, w, M, K, N, 0);
+            dft_gemm_nn(y, x, w, M, K, N, 0);
             t[0][r] = now() - t0;
             if (r == 0) err = fmax(err, check(y, x, K, 1, w, N, 1, M, K, N));
             memset(dw, 0, sizeof(float) * K * N);
             t0 = now();
-            dfa__gemm_tn_acc(dw, x, y, M, K, N);
+            dft_gemm_tn_acc(dw, x, y, M, K, N);
             t[1][r] = now() - t0;
             t0 = now();
-            dfa__gemm_nt(dx, y, w, M, N, K, 0);
+            dft_gemm_nt(dx, y, w, M, N, K, 0);
             t[2][r] = now() - t0;
             if (r == 0) err = fmax(err, check(dx, y, N, 1, w, 1, N, M, N, K));
         }

@@ -8,13 +8,13 @@ MLP -> residual), final RMSNorm, untied head. Init N(0, std) for every matrix, W
 scaled by 1/sqrt(2L); RMSNorm gains 1. Loss sum(w * CE) / sum(w). AdamW (0.9, 0.95, 1e-8,
 decay on matrices only), global-norm clip 1.0, linear warm-up then cosine to lr_max / 10.
 
-The data come from the C generator itself (src/train/data.c built as a shared object and
+The data come from the C generator itself (train/data.c built as a shared object and
 called through ctypes), so the mirror trains on exactly the bytes the C trainer will see:
 train sequence index = step * batch + b, eval sequences are eval-split indices 0..n-1.
 
 The defaults are the best config found within a 3M-token budget (bench/train/PASSKEY_NOTES.md).
 The filler-design knobs used during the search (--cflags=-DDFA__FILLER_KIND=..., episodes)
-exist in src/train/data.c as of commit 576d8bb; the current generator has only the winner.
+exist in train/data.c as of commit 576d8bb; the current generator has only the winner.
 
 Examples:
   python3 bench/train/passkey_mirror.py                                    # the best config, CPU, 1 thread
@@ -46,16 +46,16 @@ class DfaData(ctypes.Structure):
 
 def load_generator(src_dir, lib_path, cflags):
     """Builds data.c into a shared object (cflags: -D knobs of the filler design) and loads it."""
-    src = os.path.join(src_dir, "train", "data.c")
+    srcs = [os.path.join(src_dir, "train", f) for f in ("data.c", "text.c")]
     subprocess.run(["cc", "-O2", "-std=c11", "-shared", "-fPIC", "-I" + src_dir] + cflags.split() +
-                   [src, "-lm", "-o", lib_path], check=True)
+                   srcs + ["-lm", "-o", lib_path], check=True)
     lib = ctypes.CDLL(lib_path)
-    lib.dfa__data_passkey.argtypes = [ctypes.POINTER(DfaData), ctypes.c_int, ctypes.c_uint64, ctypes.c_float,
+    lib.dft_data_passkey.argtypes = [ctypes.POINTER(DfaData), ctypes.c_int, ctypes.c_uint64, ctypes.c_float,
                                       ctypes.c_char_p, ctypes.c_size_t]
-    lib.dfa__data_passkey.restype = ctypes.c_int
-    lib.dfa__data_sample.argtypes = [ctypes.POINTER(DfaData), ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p,
+    lib.dft_data_passkey.restype = ctypes.c_int
+    lib.dft_data_sample.argtypes = [ctypes.POINTER(DfaData), ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    lib.dfa__data_sample.restype = None
+    lib.dft_data_sample.restype = None
     return lib
 
 
@@ -64,7 +64,7 @@ class Passkey:
         self.lib, self.context = lib, context
         self.d = DfaData()
         err = ctypes.create_string_buffer(256)
-        if lib.dfa__data_passkey(ctypes.byref(self.d), context, seed, answer_weight, err, 256) != 0:
+        if lib.dft_data_passkey(ctypes.byref(self.d), context, seed, answer_weight, err, 256) != 0:
             raise ValueError(err.value.decode())
 
     def batch(self, split, first_index, n):
@@ -74,7 +74,7 @@ class Passkey:
         w = torch.empty((n, T), dtype=torch.float32)
         ans = ctypes.c_int()
         for b in range(n):
-            self.lib.dfa__data_sample(ctypes.byref(self.d), split, first_index + b, by[b].data_ptr(),
+            self.lib.dft_data_sample(ctypes.byref(self.d), split, first_index + b, by[b].data_ptr(),
                                       w[b].data_ptr(), ctypes.byref(ans))
         by = by.long()
         return by[:, :-1].contiguous(), by[:, 1:].contiguous(), w, ans.value
@@ -212,7 +212,7 @@ def main():
     p.add_argument("--eval-every", type=float, default=2.5e5, help="tokens between evaluations")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--src", default=os.path.join(REPO, "src"), help="folder holding train/data.c and train/data.h")
+    p.add_argument("--src", default=REPO, help="folder holding train/data.c and train/data.h")
     p.add_argument("--lib", default="", help="shared object to build and load (default: /tmp/dfa_data_PID.so)")
     p.add_argument("--cflags", default="", help="-D flags for building data.c (the search's knobs: commit 576d8bb)")
     p.add_argument("--time-steps", type=int, default=0, help="only time this many steps (after one warm-up step)")

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/oracle.h"
-#include "../common/testlib.h"
+#include "oracle.h"
+#include "testlib.h"
 
 static void check_close(const char *what, tl_quantity kind, const dfa_attn_desc *d, dfa_dtype t, const void *got,
                         const void *naive, const double *ref, int64_t n) {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/testlib.h"
+#include "testlib.h"
 
 enum { B = 2, SQ = 5, SK = 7, H = 4, HKV = 2, D = 16 };
 enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/testlib.h"
+#include "testlib.h"
 #include "cpu/kernels.h"
 
 #define SENTINEL 1234.5f

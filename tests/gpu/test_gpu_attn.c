@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/oracle.h"
-#include "../common/testlib.h"
+#include "oracle.h"
+#include "testlib.h"
 #include "distflash_cuda.h"
 #include "gpu_util.h"
 

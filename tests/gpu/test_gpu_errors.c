@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/testlib.h"
+#include "testlib.h"
 #include "distflash_cuda.h"
 #include "gpu_util.h"
 

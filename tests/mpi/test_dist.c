@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/oracle.h"
-#include "../common/testlib.h"
-#include "dist/dist_internal.h"
+#include "oracle.h"
+#include "testlib.h"
+#include "seqpar/dist_internal.h"
 #include "distflash_mpi.h"
 
 static int rank, nranks;

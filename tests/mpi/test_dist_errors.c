@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/testlib.h"
+#include "testlib.h"
 #include "common/error.h"
-#include "dist/comm.h"
+#include "seqpar/comm.h"
 #include "distflash_mpi.h"
 
 static int rank, nranks;

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/testlib.h"
-#include "dist/schedule.h"
-#include "dist/simulate.h"
+#include "testlib.h"
+#include "seqpar/schedule.h"
+#include "seqpar/simulate.h"
 
 static const dfa__sched_kind kinds[] = {DFA__SCHED_BALANCED, DFA__SCHED_RING, DFA__SCHED_PAPER};
 

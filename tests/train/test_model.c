@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/testlib.h"
-#include "model/model.h"
+#include "testlib.h"
+#include "train/model/model.h"
 
 typedef struct {
-    dfa__model_config c;
+    dft_model_config c;
     int batch, rows;
     uint8_t *tokens, *targets;
     float *weights;
@@ -18,7 +18,7 @@ typedef struct {
     int64_t *pos;
 } problem;
 
-static problem make_problem(dfa__model_config c, int batch) {
+static problem make_problem(dft_model_config c, int batch) {
     problem p = {.c = c, .batch = batch, .rows = c.context};
     int n = batch * p.rows;
     p.tokens = malloc(n), p.targets = malloc(n), p.weights = malloc(sizeof(float) * n);
@@ -38,39 +38,39 @@ static problem make_problem(dfa__model_config c, int batch) {
 static void free_problem(problem *p) { free(p->tokens), free(p->targets), free(p->weights), free(p->pos); }
 
 /* The mean weighted loss at params, and (if grads) its gradient. */
-static double loss_and_grad(const problem *p, dfa__ckpt_policy policy, const float *params, float *grads,
-                            dfa__attention *at) {
+static double loss_and_grad(const problem *p, dft_ckpt_policy policy, const float *params, float *grads,
+                            dft_attention *at) {
     char err[256] = "";
-    dfa__acts *a = dfa__acts_create(&p->c, policy, p->batch, p->rows, p->pos, err, sizeof err);
+    dft_acts *a = dft_acts_create(&p->c, policy, p->batch, p->rows, p->pos, err, sizeof err);
     CHECK(a != NULL, "acts: %s", err);
     if (!a) return NAN;
-    double loss = dfa__model_forward(&p->c, params, a, at, p->tokens, p->targets, p->weights, p->scale, NULL, err,
+    double loss = dft_model_forward(&p->c, params, a, at, p->tokens, p->targets, p->weights, p->scale, NULL, err,
                                      sizeof err);
     CHECK(isfinite(loss), "forward: %s", err);
     if (grads) {
-        memset(grads, 0, sizeof(float) * dfa__param_layout_of(&p->c).total);
-        CHECK(dfa__model_backward(&p->c, params, grads, a, at, p->tokens, err, sizeof err) == 0, "backward: %s", err);
+        memset(grads, 0, sizeof(float) * dft_param_layout_of(&p->c).total);
+        CHECK(dft_model_backward(&p->c, params, grads, a, at, p->tokens, err, sizeof err) == 0, "backward: %s", err);
     }
-    dfa__acts_free(a);
+    dft_acts_free(a);
     return loss * p->scale;
 }
 
 static void test_gradients(void) {
     /* GQA 4:2, head_dim 8, two layers, an odd context */
-    dfa__model_config c = {.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 24,
+    dft_model_config c = {.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 24,
                            .context = 13, .rope_base = 10000.0f, .init_std = 0.3f};
     problem p = make_problem(c, 2);
-    size_t total = dfa__param_layout_of(&c).total;
+    size_t total = dft_param_layout_of(&c).total;
     float *params = malloc(sizeof(float) * total), *grads = malloc(sizeof(float) * total);
-    dfa__model_init(&c, params, 7);
+    dft_model_init(&c, params, 7);
     /* perturb the norm gains so their gradients are not at a symmetric point */
-    dfa__param_tensor t[16];
-    int nt = dfa__param_tensors(&c, t);
+    dft_param_tensor t[16];
+    int nt = dft_param_tensors(&c, t);
     for (int i = 0; i < nt; i++)
         if (!t[i].is_matrix)
             for (size_t j = 0; j < t[i].count; j++) params[t[i].offset + j] = (float)(1.0 + 0.3 * tl_rand_normal());
-    dfa__attention at = {0};
-    loss_and_grad(&p, DFA__CKPT_NONE, params, grads, &at);
+    dft_attention at = {0};
+    loss_and_grad(&p, DFT_CKPT_NONE, params, grads, &at);
     /* Finite differences on a few entries of every tensor. The model computes in float32, so
        the loss carries rounding noise of about 1e-7 relative: the step must stay large enough
        to stand above it, and Richardson extrapolation removes the truncation that such a step
@@ -85,9 +85,9 @@ static void test_gradients(void) {
             for (int k = 0; k < 2; k++) {
                 float up_at = (float)(keep + h / (1 + k)), down_at = (float)(keep - h / (1 + k));
                 params[j] = up_at;
-                double up = loss_and_grad(&p, DFA__CKPT_NONE, params, NULL, &at);
+                double up = loss_and_grad(&p, DFT_CKPT_NONE, params, NULL, &at);
                 params[j] = down_at;
-                double down = loss_and_grad(&p, DFA__CKPT_NONE, params, NULL, &at);
+                double down = loss_and_grad(&p, DFT_CKPT_NONE, params, NULL, &at);
                 dh[k] = (up - down) / ((double)up_at - (double)down_at); /* the step actually taken */
             }
             params[j] = keep;
@@ -103,39 +103,39 @@ static void test_gradients(void) {
 }
 
 static void test_policies(void) {
-    dfa__model_config c = {.n_layers = 3, .d_model = 48, .n_heads = 6, .n_kv_heads = 3, .ffn = 40,
+    dft_model_config c = {.n_layers = 3, .d_model = 48, .n_heads = 6, .n_kv_heads = 3, .ffn = 40,
                            .context = 37, .rope_base = 500.0f, .init_std = 0.2f};
     problem p = make_problem(c, 3);
-    size_t total = dfa__param_layout_of(&c).total;
+    size_t total = dft_param_layout_of(&c).total;
     float *params = malloc(sizeof(float) * total), *ref = malloc(sizeof(float) * total), *grads = malloc(sizeof(float) * total);
-    dfa__model_init(&c, params, 11);
+    dft_model_init(&c, params, 11);
     const long want_fwd[3] = {3, 6, 3}; /* attention forwards per step: none, layer, attn-output */
     double ref_loss = 0;
-    for (int policy = DFA__CKPT_NONE; policy <= DFA__CKPT_ATTN_OUTPUT; policy++) {
-        dfa__attention at = {0};
-        double loss = loss_and_grad(&p, (dfa__ckpt_policy)policy, params, policy ? grads : ref, &at);
+    for (int policy = DFT_CKPT_NONE; policy <= DFT_CKPT_ATTN_OUTPUT; policy++) {
+        dft_attention at = {0};
+        double loss = loss_and_grad(&p, (dft_ckpt_policy)policy, params, policy ? grads : ref, &at);
         CHECK(at.fwd_calls == want_fwd[policy] && at.bwd_calls == 3, "%s: %ld attention forwards, %ld backwards",
-              dfa__ckpt_policy_name((dfa__ckpt_policy)policy), at.fwd_calls, at.bwd_calls);
+              dft_ckpt_policy_name((dft_ckpt_policy)policy), at.fwd_calls, at.bwd_calls);
         if (policy == 0) {
             ref_loss = loss;
             continue;
         }
-        CHECK(loss == ref_loss, "%s: loss %.17g differs from none's %.17g", dfa__ckpt_policy_name((dfa__ckpt_policy)policy),
+        CHECK(loss == ref_loss, "%s: loss %.17g differs from none's %.17g", dft_ckpt_policy_name((dft_ckpt_policy)policy),
               loss, ref_loss);
         CHECK(memcmp(grads, ref, sizeof(float) * total) == 0, "%s: gradients differ from none's",
-              dfa__ckpt_policy_name((dfa__ckpt_policy)policy));
+              dft_ckpt_policy_name((dft_ckpt_policy)policy));
     }
     free(params), free(ref), free(grads), free_problem(&p);
 }
 
 static void test_config_checks(void) {
-    dfa__model_config good = {.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .ffn = 128,
+    dft_model_config good = {.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .ffn = 128,
                               .context = 1024, .rope_base = 10000.0f, .init_std = 0.02f};
     char err[256];
-    CHECK(dfa__model_config_check(&good, 4, err, sizeof err) == 0, "good config refused: %s", err);
+    CHECK(dft_model_config_check(&good, 4, err, sizeof err) == 0, "good config refused: %s", err);
     struct {
         const char *what, *expect;
-        dfa__model_config c;
+        dft_model_config c;
         int ranks;
     } bad[] = {
         {"heads not dividing d_model", "heads = 6 does not divide d_model = 64", good, 1},
@@ -152,7 +152,7 @@ static void test_config_checks(void) {
     bad[5].c.init_std = NAN;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
-        int rc = dfa__model_config_check(&bad[i].c, bad[i].ranks, err, sizeof err);
+        int rc = dft_model_config_check(&bad[i].c, bad[i].ranks, err, sizeof err);
         CHECK(rc == -1 && strstr(err, bad[i].expect), "%s: rc %d, message \"%s\"", bad[i].what, rc, err);
     }
 }

@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/testlib.h"
+#include "testlib.h"
 #include "train/trainer.h"
 
-static dfa__train_config tiny(void) {
-    dfa__train_config c = dfa__train_defaults();
-    c.model = (dfa__model_config){.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 48,
+static dft_train_config tiny(void) {
+    dft_train_config c = dft_train_defaults();
+    c.model = (dft_model_config){.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 48,
                                   .context = 360, .rope_base = 10000.0f, .init_std = 0.05f};
     c.batch = 2, c.steps = 4, c.warmup = 1, c.lr = 2e-3f, c.lr_min = 2e-4f;
     c.eval_every = 0, c.eval_seqs = 2, c.progress = 0, c.out = NULL, c.answer_weight = 4.0f, c.length_warmup = 0;
@@ -21,33 +21,33 @@ static dfa__train_config tiny(void) {
 }
 
 int main(int argc, char **argv) {
-    dfa__group g;
+    dft_group g;
     char err[1024] = "";
-    if (dfa__group_open(&g, &argc, &argv, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
+    if (dft_group_open(&g, &argc, &argv, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
     tl_init("test_train_dist");
-    dfa__model_config m = tiny().model;
-    size_t total = dfa__param_layout_of(&m).total;
+    dft_model_config m = tiny().model;
+    size_t total = dft_param_layout_of(&m).total;
 
     /* the reference: one process on whole sequences */
-    dfa__group one = {.rank = 0, .size = 1};
-    dfa__train_report ref_rep, rep;
+    dft_group one = {.rank = 0, .size = 1};
+    dft_train_report ref_rep, rep;
     float *ref = NULL;
-    dfa__train_config zero;
+    dft_train_config zero;
     memset(&zero, 0, sizeof zero);
-    CHECK(dfa__train(&zero, &one, &ref_rep, NULL, err, sizeof err) != 0, "an all-zero configuration must be refused");
-    dfa__train_config c = tiny();
-    CHECK(dfa__train(&c, &one, &ref_rep, &ref, err, sizeof err) == 0, "single process: %s", err);
+    CHECK(dft_train(&zero, &one, &ref_rep, NULL, err, sizeof err) != 0, "an all-zero configuration must be refused");
+    dft_train_config c = tiny();
+    CHECK(dft_train(&c, &one, &ref_rep, &ref, err, sizeof err) == 0, "single process: %s", err);
 
     const dfa_schedule schedules[2] = {DFA_SCHEDULE_BALANCED, DFA_SCHEDULE_RING};
     float *per_policy[3] = {NULL, NULL, NULL};
     for (int s = 0; s < 2; s++)
         for (int p = 0; p < 3; p++) {
-            if (s == 1 && p != DFA__CKPT_ATTN_OUTPUT) continue;
-            dfa__train_config d = tiny();
-            d.schedule = schedules[s], d.policy = (dfa__ckpt_policy)p;
+            if (s == 1 && p != DFT_CKPT_ATTN_OUTPUT) continue;
+            dft_train_config d = tiny();
+            d.schedule = schedules[s], d.policy = (dft_ckpt_policy)p;
             float *got = NULL;
-            int rc = dfa__train(&d, &g, &rep, &got, err, sizeof err);
-            const char *what = s ? "ring" : dfa__ckpt_policy_name(d.policy);
+            int rc = dft_train(&d, &g, &rep, &got, err, sizeof err);
+            const char *what = s ? "ring" : dft_ckpt_policy_name(d.policy);
             CHECK(rc == 0, "%s on %d ranks: %s", what, g.size, err);
             if (rc) continue;
             /* the loss is the global mean: equal to one process's, not P times it or 1/P of it */
@@ -75,17 +75,17 @@ int main(int argc, char **argv) {
     for (int p = 1; p < 3; p++)
         if (per_policy[0] && per_policy[p])
             CHECK(memcmp(per_policy[0], per_policy[p], sizeof(float) * total) == 0,
-                  "policy %s trains differently from none on %d ranks", dfa__ckpt_policy_name((dfa__ckpt_policy)p), g.size);
+                  "policy %s trains differently from none on %d ranks", dft_ckpt_policy_name((dft_ckpt_policy)p), g.size);
 
     /* with a length warm-up (256 positions, then 360) P ranks still train like one process
        where P divides 256 (elsewhere the stage is rounded up to a multiple of P) */
     if (256 % g.size == 0) {
-        dfa__train_config w = tiny();
+        dft_train_config w = tiny();
         w.length_warmup = 0.5f; /* 2 of the 4 steps */
         float *one_w = NULL, *got_w = NULL;
-        dfa__train_report rep_one;
-        CHECK(dfa__train(&w, &one, &rep_one, &one_w, err, sizeof err) == 0, "warm-up, one process: %s", err);
-        CHECK(dfa__train(&w, &g, &rep, &got_w, err, sizeof err) == 0, "warm-up, %d ranks: %s", g.size, err);
+        dft_train_report rep_one;
+        CHECK(dft_train(&w, &one, &rep_one, &one_w, err, sizeof err) == 0, "warm-up, one process: %s", err);
+        CHECK(dft_train(&w, &g, &rep, &got_w, err, sizeof err) == 0, "warm-up, %d ranks: %s", g.size, err);
         if (one_w && got_w) {
             double worst = 0;
             for (size_t i = 0; i < total; i++) worst = fmax(worst, fabs((double)got_w[i] - one_w[i]));
@@ -97,10 +97,10 @@ int main(int argc, char **argv) {
 
     /* a context the ranks cannot split evenly: the same clear error on every rank */
     if (g.size > 1) {
-        dfa__train_config bad = tiny();
+        dft_train_config bad = tiny();
         bad.model.context = 360 * g.size + 1;
         err[0] = 0;
-        CHECK(dfa__train(&bad, &g, &rep, NULL, err, sizeof err) != 0 && strstr(err, "not divisible"),
+        CHECK(dft_train(&bad, &g, &rep, NULL, err, sizeof err) != 0 && strstr(err, "not divisible"),
               "uneven context: \"%s\"", err);
     }
     for (int p = 0; p < 3; p++) free(per_policy[p]);
@@ -108,6 +108,6 @@ int main(int argc, char **argv) {
     int rc = tl_finish("test_train_dist");
     int any = 0;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    dfa__group_close(&g);
+    dft_group_close(&g);
     return any;
 }

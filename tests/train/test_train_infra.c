@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/testlib.h"
+#include "testlib.h"
 #include "train/checkpoint.h"
 #include "train/log.h"
 #include "train/optim.h"
@@ -54,26 +54,26 @@ static int close_rel(double a, double b, double rel) { return fabs(a - b) <= rel
 /* ---- learning-rate schedule ---- */
 
 static void test_lr(void) {
-    dfa__lr_schedule s = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup_steps = 10, .total_steps = 110};
-    CHECK(close_rel(dfa__lr_at(&s, 0), 1e-4, 1e-6), "lr step 0: %g", dfa__lr_at(&s, 0));
-    CHECK(close_rel(dfa__lr_at(&s, 4), 5e-4, 1e-6), "lr step 4: %g", dfa__lr_at(&s, 4));
-    CHECK(close_rel(dfa__lr_at(&s, 9), 1e-3, 1e-6), "lr at the end of warm-up: %g", dfa__lr_at(&s, 9));
-    CHECK(close_rel(dfa__lr_at(&s, 10), 1e-3, 1e-6), "lr at the start of decay: %g", dfa__lr_at(&s, 10));
-    CHECK(close_rel(dfa__lr_at(&s, 60), 5.5e-4, 1e-6), "lr at the midpoint: %g", dfa__lr_at(&s, 60));
+    dft_lr_schedule s = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup_steps = 10, .total_steps = 110};
+    CHECK(close_rel(dft_lr_at(&s, 0), 1e-4, 1e-6), "lr step 0: %g", dft_lr_at(&s, 0));
+    CHECK(close_rel(dft_lr_at(&s, 4), 5e-4, 1e-6), "lr step 4: %g", dft_lr_at(&s, 4));
+    CHECK(close_rel(dft_lr_at(&s, 9), 1e-3, 1e-6), "lr at the end of warm-up: %g", dft_lr_at(&s, 9));
+    CHECK(close_rel(dft_lr_at(&s, 10), 1e-3, 1e-6), "lr at the start of decay: %g", dft_lr_at(&s, 10));
+    CHECK(close_rel(dft_lr_at(&s, 60), 5.5e-4, 1e-6), "lr at the midpoint: %g", dft_lr_at(&s, 60));
     double q = 1e-4 + 0.9e-3 * (1 + cos(3.14159265358979323846 * 0.25)) / 2;
-    CHECK(close_rel(dfa__lr_at(&s, 35), q, 1e-6), "lr at a quarter: %g vs %g", dfa__lr_at(&s, 35), q);
-    CHECK(close_rel(dfa__lr_at(&s, 110), 1e-4, 1e-6), "lr at the end: %g", dfa__lr_at(&s, 110));
-    CHECK(close_rel(dfa__lr_at(&s, 5000), 1e-4, 1e-6), "lr past the end: %g", dfa__lr_at(&s, 5000));
+    CHECK(close_rel(dft_lr_at(&s, 35), q, 1e-6), "lr at a quarter: %g vs %g", dft_lr_at(&s, 35), q);
+    CHECK(close_rel(dft_lr_at(&s, 110), 1e-4, 1e-6), "lr at the end: %g", dft_lr_at(&s, 110));
+    CHECK(close_rel(dft_lr_at(&s, 5000), 1e-4, 1e-6), "lr past the end: %g", dft_lr_at(&s, 5000));
     for (int t = 11; t <= 110; t++)
-        CHECK(dfa__lr_at(&s, t) <= dfa__lr_at(&s, t - 1), "lr rises at step %d", t);
+        CHECK(dft_lr_at(&s, t) <= dft_lr_at(&s, t - 1), "lr rises at step %d", t);
 
-    dfa__lr_schedule z = {.lr_max = 2e-3f, .lr_min = 0, .warmup_steps = 0, .total_steps = 100};
-    CHECK(close_rel(dfa__lr_at(&z, 0), 2e-3, 1e-6), "no warm-up, step 0: %g", dfa__lr_at(&z, 0));
-    CHECK(close_rel(dfa__lr_at(&z, 50), 1e-3, 1e-6), "no warm-up, midpoint: %g", dfa__lr_at(&z, 50));
-    CHECK(dfa__lr_at(&z, 100) == 0 && dfa__lr_at(&z, 1000) == 0, "no warm-up, end: %g", dfa__lr_at(&z, 100));
-    dfa__lr_schedule d = {.lr_max = 1e-3f, .lr_min = 1e-5f, .warmup_steps = 10, .total_steps = 10};
-    CHECK(close_rel(dfa__lr_at(&d, 10), 1e-5, 1e-6) && isfinite(dfa__lr_at(&d, 10)),
-          "no decay phase: %g (want the floor)", dfa__lr_at(&d, 10));
+    dft_lr_schedule z = {.lr_max = 2e-3f, .lr_min = 0, .warmup_steps = 0, .total_steps = 100};
+    CHECK(close_rel(dft_lr_at(&z, 0), 2e-3, 1e-6), "no warm-up, step 0: %g", dft_lr_at(&z, 0));
+    CHECK(close_rel(dft_lr_at(&z, 50), 1e-3, 1e-6), "no warm-up, midpoint: %g", dft_lr_at(&z, 50));
+    CHECK(dft_lr_at(&z, 100) == 0 && dft_lr_at(&z, 1000) == 0, "no warm-up, end: %g", dft_lr_at(&z, 100));
+    dft_lr_schedule d = {.lr_max = 1e-3f, .lr_min = 1e-5f, .warmup_steps = 10, .total_steps = 10};
+    CHECK(close_rel(dft_lr_at(&d, 10), 1e-5, 1e-6) && isfinite(dft_lr_at(&d, 10)),
+          "no decay phase: %g (want the floor)", dft_lr_at(&d, 10));
 }
 
 /* ---- AdamW ---- */
@@ -83,7 +83,7 @@ typedef struct {
 } ref_state;
 
 /* The textbook update in double, moments kept in double. */
-static void ref_adamw(ref_state *r, const float *g, size_t n, const dfa__adamw *h, double lr, long t, int decay) {
+static void ref_adamw(ref_state *r, const float *g, size_t n, const dft_adamw *h, double lr, long t, int decay) {
     for (size_t i = 0; i < n; i++) {
         r->m[i] = h->beta1 * r->m[i] + (1 - h->beta1) * g[i];
         r->v[i] = h->beta2 * r->v[i] + (1 - h->beta2) * (double)g[i] * g[i];
@@ -95,7 +95,7 @@ static void ref_adamw(ref_state *r, const float *g, size_t n, const dfa__adamw *
 
 static void test_adamw_run(int decay, int steps) {
     enum { N = 257 };
-    dfa__adamw h = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    dft_adamw h = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     float p[N], m[N] = {0}, v[N] = {0}, g[N];
     double rp[N], rm[N] = {0}, rv[N] = {0};
     for (int i = 0; i < N; i++) rp[i] = p[i] = (float)tl_rand_normal();
@@ -104,7 +104,7 @@ static void test_adamw_run(int decay, int steps) {
     for (long t = 1; t <= steps; t++) {
         for (int i = 0; i < N; i++) g[i] = (float)(tl_rand_normal() * (i % 7 == 0 ? 1e-3 : 1.0));
         float lr = 1e-2f;
-        dfa__adamw_update(p, g, m, v, N, &h, lr, t, decay);
+        dft_adamw_update(p, g, m, v, N, &h, lr, t, decay);
         ref_adamw(&r, g, N, &h, lr, t, decay);
         for (int i = 0; i < N; i++) {
             /* float storage of p, m, v: a few float ulps of the parameter and the step */
@@ -128,12 +128,12 @@ static void test_adamw(void) {
     test_adamw_run(0, 25);
 
     /* At t = 1 the bias correction makes mhat = g and vhat = g^2: the step is lr * sign(g). */
-    dfa__adamw h = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-12f, .weight_decay = 0.5f};
+    dft_adamw h = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-12f, .weight_decay = 0.5f};
     float p[4] = {1, -2, 0.5f, 3}, g[4] = {0.3f, -7, 1e-3f, -0.01f}, m[4] = {0}, v[4] = {0};
     float q[4], mq[4] = {0}, vq[4] = {0};
     memcpy(q, p, sizeof p);
-    dfa__adamw_update(p, g, m, v, 4, &h, 0.01f, 1, 0);
-    dfa__adamw_update(q, g, mq, vq, 4, &h, 0.01f, 1, 1);
+    dft_adamw_update(p, g, m, v, 4, &h, 0.01f, 1, 0);
+    dft_adamw_update(q, g, mq, vq, 4, &h, 0.01f, 1, 1);
     const float p0[4] = {1, -2, 0.5f, 3};
     for (int i = 0; i < 4; i++) {
         double sign = g[i] > 0 ? 1 : -1;
@@ -147,15 +147,15 @@ static void test_adamw(void) {
 /* ---- clipping, sums, scaling ---- */
 
 static void test_clip(void) {
-    CHECK(dfa__clip_factor(0.0, 1.0f) == 1.0f, "zero norm: %g", dfa__clip_factor(0.0, 1.0f));
-    CHECK(dfa__clip_factor(0.25, 1.0f) == 1.0f, "below max: %g", dfa__clip_factor(0.25, 1.0f));
-    CHECK(dfa__clip_factor(1.0, 1.0f) == 1.0f, "at max: %g", dfa__clip_factor(1.0, 1.0f));
-    CHECK(close_rel(dfa__clip_factor(25.0, 1.0f), 0.2, 1e-7), "norm 5, max 1: %g", dfa__clip_factor(25.0, 1.0f));
-    CHECK(close_rel(dfa__clip_factor(1e6, 0.5f), 0.5e-3, 1e-7), "norm 1000, max 0.5: %g",
-          dfa__clip_factor(1e6, 0.5f));
-    CHECK(dfa__clip_factor(25.0, 0.0f) == 1.0f, "max 0 means no clipping: %g", dfa__clip_factor(25.0, 0.0f));
-    CHECK(dfa__clip_factor(25.0, -1.0f) == 1.0f, "max < 0 means no clipping: %g", dfa__clip_factor(25.0, -1.0f));
-    CHECK(isnan(dfa__clip_factor(NAN, 1.0f)), "a NaN norm must not be hidden");
+    CHECK(dft_clip_factor(0.0, 1.0f) == 1.0f, "zero norm: %g", dft_clip_factor(0.0, 1.0f));
+    CHECK(dft_clip_factor(0.25, 1.0f) == 1.0f, "below max: %g", dft_clip_factor(0.25, 1.0f));
+    CHECK(dft_clip_factor(1.0, 1.0f) == 1.0f, "at max: %g", dft_clip_factor(1.0, 1.0f));
+    CHECK(close_rel(dft_clip_factor(25.0, 1.0f), 0.2, 1e-7), "norm 5, max 1: %g", dft_clip_factor(25.0, 1.0f));
+    CHECK(close_rel(dft_clip_factor(1e6, 0.5f), 0.5e-3, 1e-7), "norm 1000, max 0.5: %g",
+          dft_clip_factor(1e6, 0.5f));
+    CHECK(dft_clip_factor(25.0, 0.0f) == 1.0f, "max 0 means no clipping: %g", dft_clip_factor(25.0, 0.0f));
+    CHECK(dft_clip_factor(25.0, -1.0f) == 1.0f, "max < 0 means no clipping: %g", dft_clip_factor(25.0, -1.0f));
+    CHECK(isnan(dft_clip_factor(NAN, 1.0f)), "a NaN norm must not be hidden");
 
     enum { N = 1001 };
     float g[N];
@@ -164,21 +164,21 @@ static void test_clip(void) {
         g[i] = (float)tl_rand_normal();
         want += (double)g[i] * g[i];
     }
-    CHECK(dfa__sum_squares(g, N) == want, "sum of squares %.17g vs %.17g", dfa__sum_squares(g, N), want);
-    CHECK(dfa__sum_squares(g, 0) == 0, "empty sum of squares");
-    float s = dfa__clip_factor(want, 1.0f);
+    CHECK(dft_sum_squares(g, N) == want, "sum of squares %.17g vs %.17g", dft_sum_squares(g, N), want);
+    CHECK(dft_sum_squares(g, 0) == 0, "empty sum of squares");
+    float s = dft_clip_factor(want, 1.0f);
     float h[N];
     memcpy(h, g, sizeof g);
-    dfa__scale(h, N, s);
+    dft_scale(h, N, s);
     for (int i = 0; i < N; i++) CHECK(h[i] == g[i] * s, "scale i=%d", i);
-    CHECK(close_rel(sqrt(dfa__sum_squares(h, N)), 1.0, 1e-5), "clipped norm %g", sqrt(dfa__sum_squares(h, N)));
+    CHECK(close_rel(sqrt(dft_sum_squares(h, N)), 1.0, 1e-5), "clipped norm %g", sqrt(dft_sum_squares(h, N)));
 }
 
 /* ---- checkpoints ---- */
 
 enum { CK_N = 1000, CK_S = 3 };
 static float ck_src[CK_S][CK_N], ck_out[CK_S][CK_N], ck_poison[CK_S][CK_N];
-static const dfa__ckpt_field ck_fields[] = {
+static const dft_ckpt_field ck_fields[] = {
     {"d_model", 64}, {"n_layers", 2}, {"lr_max", 3e-4}, {"seed", 1234567890123.0}, {"context", 512}};
 enum { CK_NF = sizeof ck_fields / sizeof ck_fields[0] };
 
@@ -191,13 +191,13 @@ static void poison_outputs(int64_t *step) {
 static int outputs_untouched(int64_t step) { return step == -777 && memcmp(ck_out, ck_poison, sizeof ck_out) == 0; }
 
 /* Loads path with the standard configuration; expects a refusal whose message contains want. */
-static void expect_refusal(const char *path, const dfa__ckpt_field *fields, int nfields, int nsections,
+static void expect_refusal(const char *path, const dft_ckpt_field *fields, int nfields, int nsections,
                            size_t nfloats, const char *want, const char *what) {
     float *out[CK_S] = {ck_out[0], ck_out[1], ck_out[2]};
     int64_t step;
     char err[512] = "";
     poison_outputs(&step);
-    int rc = dfa__ckpt_load(path, fields, nfields, &step, out, nsections, nfloats, err, sizeof err);
+    int rc = dft_ckpt_load(path, fields, nfields, &step, out, nsections, nfloats, err, sizeof err);
     CHECK(rc == -1, "%s: accepted", what);
     CHECK(err[0] != '\0', "%s: no message", what);
     CHECK(!want || strstr(err, want), "%s: message '%s' lacks '%s'", what, err, want);
@@ -219,12 +219,12 @@ static void test_checkpoint(void) {
     float *out[CK_S] = {ck_out[0], ck_out[1], ck_out[2]};
     char err[512] = "";
 
-    int rc = dfa__ckpt_save(path, ck_fields, CK_NF, 4242, src, CK_S, CK_N, err, sizeof err);
+    int rc = dft_ckpt_save(path, ck_fields, CK_NF, 4242, src, CK_S, CK_N, err, sizeof err);
     CHECK(rc == 0, "save: %s", err);
     CHECK(!file_exists(tmp), "%s left behind after a save", tmp);
     int64_t step = -1;
     tl_poison(ck_out, sizeof ck_out);
-    rc = dfa__ckpt_load(path, ck_fields, CK_NF, &step, out, CK_S, CK_N, err, sizeof err);
+    rc = dft_ckpt_load(path, ck_fields, CK_NF, &step, out, CK_S, CK_N, err, sizeof err);
     CHECK(rc == 0, "load: %s", err);
     CHECK(step == 4242, "step %lld after the round trip", (long long)step);
     CHECK(memcmp(ck_src, ck_out, sizeof ck_src) == 0, "round trip is not bitwise");
@@ -289,14 +289,14 @@ static void test_checkpoint(void) {
     expect_refusal(bad, ck_fields, CK_NF, CK_S, CK_N, "format version 7, this build reads 1", "version 7");
 
     /* Another configuration: a value, a name, the field count, the sizes. */
-    dfa__ckpt_field f[CK_NF + 1];
+    dft_ckpt_field f[CK_NF + 1];
     memcpy(f, ck_fields, sizeof ck_fields);
     f[0].value = 128;
     char want[256];
     snprintf(want, sizeof want, "checkpoint %s: d_model is 64 in the file but 128 in this run", path);
     float *o[CK_S] = {ck_out[0], ck_out[1], ck_out[2]};
     poison_outputs(&step);
-    rc = dfa__ckpt_load(path, f, CK_NF, &step, o, CK_S, CK_N, err, sizeof err);
+    rc = dft_ckpt_load(path, f, CK_NF, &step, o, CK_S, CK_N, err, sizeof err);
     CHECK(rc == -1 && strcmp(err, want) == 0, "d_model differs: rc %d, message '%s'", rc, err);
     CHECK(outputs_untouched(step), "d_model differs: outputs changed");
     memcpy(f, ck_fields, sizeof ck_fields);
@@ -324,20 +324,20 @@ static void test_checkpoint(void) {
     expect_refusal(missing, ck_fields, CK_NF, CK_S, CK_N, missing, "missing file");
     char nodir[160];
     snprintf(nodir, sizeof nodir, "%s-no-such-dir/run.ckpt", tmp_prefix);
-    rc = dfa__ckpt_save(nodir, ck_fields, CK_NF, 1, src, CK_S, CK_N, err, sizeof err);
+    rc = dft_ckpt_save(nodir, ck_fields, CK_NF, 1, src, CK_S, CK_N, err, sizeof err);
     CHECK(rc == -1 && strstr(err, nodir), "save into a missing directory: rc %d, '%s'", rc, err);
 
     /* A second save replaces the first and leaves no temporary file. */
     ck_src[1][5] = 42.0f;
-    rc = dfa__ckpt_save(path, ck_fields, CK_NF, 4343, src, CK_S, CK_N, err, sizeof err);
+    rc = dft_ckpt_save(path, ck_fields, CK_NF, 4343, src, CK_S, CK_N, err, sizeof err);
     CHECK(rc == 0 && !file_exists(tmp), "second save: rc %d, '%s'", rc, err);
-    rc = dfa__ckpt_load(path, ck_fields, CK_NF, &step, out, CK_S, CK_N, err, sizeof err);
+    rc = dft_ckpt_load(path, ck_fields, CK_NF, &step, out, CK_S, CK_N, err, sizeof err);
     CHECK(rc == 0 && step == 4343 && memcmp(ck_src, ck_out, sizeof ck_src) == 0, "second round trip: %s", err);
 
     /* No fields and no sections is a valid (if useless) file. */
-    rc = dfa__ckpt_save(bad, NULL, 0, 0, NULL, 0, 0, err, sizeof err);
+    rc = dft_ckpt_save(bad, NULL, 0, 0, NULL, 0, 0, err, sizeof err);
     CHECK(rc == 0, "empty save: %s", err);
-    rc = dfa__ckpt_load(bad, NULL, 0, &step, NULL, 0, 0, err, sizeof err);
+    rc = dft_ckpt_load(bad, NULL, 0, &step, NULL, 0, 0, err, sizeof err);
     CHECK(rc == 0 && step == 0, "empty load: %s", err);
 
     free(copy);
@@ -353,14 +353,14 @@ static void test_csv_and_plot(void) {
     scratch(csv, sizeof csv, "log.csv");
     scratch(png, sizeof png, "log.png");
     const char *cols[] = {"step", "lr", "loss", "eval_loss", "eval_acc", "tokens_per_s", "elapsed_s"};
-    dfa__csv *c = dfa__csv_open(csv, cols, 7, err, sizeof err);
+    dft_csv *c = dft_csv_open(csv, cols, 7, err, sizeof err);
     CHECK(c != NULL, "csv open: %s", err);
     if (!c) return;
     double r0[7] = {0, 0.001, 3.5, NAN, NAN, 12000, 0.25};
     double r1[7] = {10, 0.0003, 2.25, 2.5, 0.125, 1.5e6, 1234.5};
-    CHECK(dfa__csv_row(c, r0, 7) == 0, "row 0");
-    CHECK(dfa__csv_row(c, r1, 7) == 0, "row 1");
-    CHECK(dfa__csv_row(c, r1, 6) == -1, "a row of the wrong width is refused");
+    CHECK(dft_csv_row(c, r0, 7) == 0, "row 0");
+    CHECK(dft_csv_row(c, r1, 7) == 0, "row 1");
+    CHECK(dft_csv_row(c, r1, 6) == -1, "a row of the wrong width is refused");
     /* rows are flushed at once: the file is complete before the close */
     const char *want = "step,lr,loss,eval_loss,eval_acc,tokens_per_s,elapsed_s\n"
                        "0,0.001,3.5,,,12000,0.25\n"
@@ -375,17 +375,17 @@ static void test_csv_and_plot(void) {
         int ev = s % 100 == 0;
         double r[7] = {s, 1e-3, 3 * exp(-s / 120.0) + 0.4, ev ? 3 * exp(-s / 120.0) + 0.5 : NAN,
                        ev ? 1 - exp(-s / 150.0) : NAN, 1e4, s * 0.5};
-        CHECK(dfa__csv_row(c, r, 7) == 0, "row at step %d", s);
+        CHECK(dft_csv_row(c, r, 7) == 0, "row at step %d", s);
     }
-    dfa__csv_close(c);
-    CHECK(dfa__csv_open(csv, cols, 0, err, sizeof err) == NULL && err[0], "csv without columns accepted");
+    dft_csv_close(c);
+    CHECK(dft_csv_open(csv, cols, 0, err, sizeof err) == NULL && err[0], "csv without columns accepted");
     char nodir[160];
     snprintf(nodir, sizeof nodir, "%s-no-such-dir/log.csv", tmp_prefix);
-    CHECK(dfa__csv_open(nodir, cols, 7, err, sizeof err) == NULL && strstr(err, nodir),
+    CHECK(dft_csv_open(nodir, cols, 7, err, sizeof err) == NULL && strstr(err, nodir),
           "csv in a missing directory: '%s'", err);
 
     char msg[512] = "";
-    int rc = dfa__plot_png(csv, png, "infra test: it's a 'quoted' title", msg, sizeof msg);
+    int rc = dft_plot_png(csv, png, "infra test: it's a 'quoted' title", msg, sizeof msg);
     CHECK(rc == 0 || rc == 1, "plot returned %d: %s", rc, msg);
     printf("plot: rc %d: %s\n", rc, msg);
     if (rc == 0) {
@@ -398,21 +398,21 @@ static void test_csv_and_plot(void) {
         if (getenv("DFA_KEEP_PLOT") && rename(png, kept) == 0) printf("plot kept at %s\n", kept);
         else remove(png);
         /* a log with no evaluation yet still draws */
-        c = dfa__csv_open(csv, cols, 7, err, sizeof err);
-        CHECK(c && dfa__csv_row(c, r0, 7) == 0 && dfa__csv_row(c, (double[7]){1, 1, 3, NAN, NAN, 1, 1}, 7) == 0,
+        c = dft_csv_open(csv, cols, 7, err, sizeof err);
+        CHECK(c && dft_csv_row(c, r0, 7) == 0 && dft_csv_row(c, (double[7]){1, 1, 3, NAN, NAN, 1, 1}, 7) == 0,
               "short csv");
-        dfa__csv_close(c);
-        rc = dfa__plot_png(csv, png, NULL, msg, sizeof msg);
+        dft_csv_close(c);
+        rc = dft_plot_png(csv, png, NULL, msg, sizeof msg);
         CHECK(rc == 0 && file_exists(png), "plot without evaluations: rc %d: %s", rc, msg);
         remove(png);
         char missing[128];
         scratch(missing, sizeof missing, "no-such.csv");
-        rc = dfa__plot_png(missing, png, NULL, msg, sizeof msg);
+        rc = dft_plot_png(missing, png, NULL, msg, sizeof msg);
         CHECK(rc == -1 && strstr(msg, missing), "plot of a missing csv: rc %d: %s", rc, msg);
         /* gnuplot itself failing (it cannot create the PNG) is -1 with its reason */
         char nodir_png[160];
         snprintf(nodir_png, sizeof nodir_png, "%s-no-such-dir/log.png", tmp_prefix);
-        rc = dfa__plot_png(csv, nodir_png, NULL, msg, sizeof msg);
+        rc = dft_plot_png(csv, nodir_png, NULL, msg, sizeof msg);
         CHECK(rc == -1 && strstr(msg, "gnuplot failed"), "plot into a missing directory: rc %d: %s", rc, msg);
         printf("plot into a missing directory: %s\n", msg);
     } else {
@@ -422,7 +422,7 @@ static void test_csv_and_plot(void) {
     const char *old = getenv("PATH");
     char *saved = old ? strdup(old) : NULL;
     setenv("PATH", "/nonexistent-dfa-path", 1);
-    rc = dfa__plot_png(csv, png, NULL, msg, sizeof msg);
+    rc = dft_plot_png(csv, png, NULL, msg, sizeof msg);
     char want_msg[256];
     snprintf(want_msg, sizeof want_msg, "gnuplot not found; install gnuplot-nox to get %s", png);
     CHECK(rc == 1 && strcmp(msg, want_msg) == 0, "no gnuplot: rc %d: %s", rc, msg);

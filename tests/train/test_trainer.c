@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/testlib.h"
+#include "testlib.h"
 #include "train/trainer.h"
 
 static char dir[256];
@@ -20,9 +20,9 @@ static const char *path(const char *name) {
     return buf[k];
 }
 
-static dfa__train_config tiny(void) {
-    dfa__train_config c = dfa__train_defaults();
-    c.model = (dfa__model_config){.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 48,
+static dft_train_config tiny(void) {
+    dft_train_config c = dft_train_defaults();
+    c.model = (dft_model_config){.n_layers = 2, .d_model = 32, .n_heads = 4, .n_kv_heads = 2, .ffn = 48,
                                   .context = 264, .rope_base = 10000.0f, .init_std = 0.05f};
     c.batch = 2, c.steps = 6, c.warmup = 2, c.lr = 3e-3f, c.lr_min = 3e-4f;
     c.eval_every = 0, c.eval_seqs = 4, c.progress = 0, c.out = NULL;
@@ -30,32 +30,32 @@ static dfa__train_config tiny(void) {
     return c;
 }
 
-static float *train(dfa__train_config c, dfa__train_report *rep, char *err, size_t errlen) {
-    dfa__group g = {.rank = 0, .size = 1};
+static float *train(dft_train_config c, dft_train_report *rep, char *err, size_t errlen) {
+    dft_group g = {.rank = 0, .size = 1};
     float *params = NULL;
-    if (dfa__train(&c, &g, rep, &params, err, errlen)) return NULL;
+    if (dft_train(&c, &g, rep, &params, err, errlen)) return NULL;
     return params;
 }
 
 static size_t nparams(void) {
-    dfa__model_config m = tiny().model;
-    return dfa__param_layout_of(&m).total;
+    dft_model_config m = tiny().model;
+    return dft_param_layout_of(&m).total;
 }
 
 static void test_resume_is_bitwise(void) {
     char err[1024];
-    dfa__train_report rep;
-    dfa__train_config c = tiny();
+    dft_train_report rep;
+    dft_train_config c = tiny();
     float *straight = train(c, &rep, err, sizeof err);
     CHECK(straight != NULL, "uninterrupted run: %s", err);
     CHECK(rep.attn_fwd_calls_per_step == 2 && rep.attn_bwd_calls_per_step == 2,
           "attn-output: %.1f attention forwards per step (want 2 = one per layer)", rep.attn_fwd_calls_per_step);
 
-    dfa__train_config first = c;
+    dft_train_config first = c;
     first.stop_after = 3, first.save_path = path("run.ckpt");
     float *half = train(first, &rep, err, sizeof err);
     CHECK(half != NULL && rep.steps_done == 3, "first half: %s", err);
-    dfa__train_config second = c;
+    dft_train_config second = c;
     second.resume_path = path("run.ckpt");
     float *resumed = train(second, &rep, err, sizeof err);
     CHECK(resumed != NULL && rep.first_step == 3 && rep.steps_done == 6, "resumed run: %s", err);
@@ -64,16 +64,16 @@ static void test_resume_is_bitwise(void) {
     free(half), free(resumed);
 
     /* the same run under the other checkpoint policies: the same bits */
-    for (int p = DFA__CKPT_NONE; p <= DFA__CKPT_LAYER; p++) {
-        dfa__train_config o = c;
-        o.policy = (dfa__ckpt_policy)p;
+    for (int p = DFT_CKPT_NONE; p <= DFT_CKPT_LAYER; p++) {
+        dft_train_config o = c;
+        o.policy = (dft_ckpt_policy)p;
         float *q = train(o, &rep, err, sizeof err);
-        CHECK(q != NULL, "policy %s: %s", dfa__ckpt_policy_name(o.policy), err);
-        CHECK(rep.attn_fwd_calls_per_step == (p == DFA__CKPT_LAYER ? 4 : 2), "policy %s: %.1f attention forwards per step",
-              dfa__ckpt_policy_name(o.policy), rep.attn_fwd_calls_per_step);
+        CHECK(q != NULL, "policy %s: %s", dft_ckpt_policy_name(o.policy), err);
+        CHECK(rep.attn_fwd_calls_per_step == (p == DFT_CKPT_LAYER ? 4 : 2), "policy %s: %.1f attention forwards per step",
+              dft_ckpt_policy_name(o.policy), rep.attn_fwd_calls_per_step);
         if (q && straight)
             CHECK(memcmp(q, straight, sizeof(float) * nparams()) == 0, "policy %s trains differently from attn-output",
-                  dfa__ckpt_policy_name(o.policy));
+                  dft_ckpt_policy_name(o.policy));
         free(q);
     }
     free(straight);
@@ -83,15 +83,15 @@ static void test_resume_is_bitwise(void) {
    change is still bitwise, and the evaluation runs at the whole context. */
 static void test_length_warmup_resume(void) {
     char err[1024];
-    dfa__train_report rep;
-    dfa__train_config c = tiny();
+    dft_train_report rep;
+    dft_train_config c = tiny();
     c.length_warmup = 0.5f; /* 3 of the 6 steps */
     float *straight = train(c, &rep, err, sizeof err);
     CHECK(straight != NULL && isfinite(rep.eval_acc), "warm-up run: %s", err);
-    dfa__train_config first = c;
+    dft_train_config first = c;
     first.stop_after = 2, first.save_path = path("warm.ckpt");
     free(train(first, &rep, err, sizeof err));
-    dfa__train_config second = c;
+    dft_train_config second = c;
     second.resume_path = path("warm.ckpt");
     float *resumed = train(second, &rep, err, sizeof err);
     CHECK(resumed != NULL && rep.first_step == 2, "resumed warm-up run: %s", err);
@@ -106,8 +106,8 @@ static void test_length_warmup_resume(void) {
 
 static void test_checkpoint_errors(void) {
     char err[1024];
-    dfa__train_report rep;
-    dfa__train_config c = tiny();
+    dft_train_report rep;
+    dft_train_config c = tiny();
     c.steps = 2, c.save_path = path("good.ckpt");
     free(train(c, &rep, err, sizeof err));
 
@@ -136,7 +136,7 @@ static void test_checkpoint_errors(void) {
         {"missing file", "nope.ckpt", "nope.ckpt", 32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        dfa__train_config r = tiny();
+        dft_train_config r = tiny();
         r.model.d_model = cases[i].d_model;
         r.resume_path = path(cases[i].file);
         err[0] = 0;
@@ -149,10 +149,10 @@ static void test_checkpoint_errors(void) {
 
 static void test_bad_configs(void) {
     char err[1024];
-    dfa__train_report rep;
+    dft_train_report rep;
     struct {
         const char *what, *expect;
-        dfa__train_config c;
+        dft_train_config c;
     } cases[] = {
         {"heads not dividing d_model", "heads = 5 does not divide d_model", tiny()},
         {"unreadable data file", "no-such-file.txt", tiny()},
@@ -181,11 +181,11 @@ static void test_learns_a_file(void) {
     FILE *f = fopen(path("text.txt"), "wb");
     for (int i = 0; i < 4000; i++) fputs("abcabd ", f);
     fclose(f);
-    dfa__train_config c = tiny();
+    dft_train_config c = tiny();
     c.data_path = path("text.txt"), c.steps = 30, c.lr = 1e-2f, c.lr_min = 1e-3f, c.warmup = 3, c.eval_seqs = 2;
     c.csv_path = path("log.csv");
     char err[1024];
-    dfa__train_report rep;
+    dft_train_report rep;
     float *p = train(c, &rep, err, sizeof err);
     CHECK(p != NULL, "file run: %s", err);
     CHECK(rep.loss < 1.5 && rep.eval_acc > 0.5, "loss %.3f, next-byte accuracy %.3f after 30 steps", rep.loss, rep.eval_acc);

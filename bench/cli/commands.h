@@ -1,0 +1,16 @@
+/* The developer subcommands of distflash (bench/cli, the distflash-bench program), one
+   file each (cmd_<name>.c). Each takes the arguments after its name and returns the
+   process exit status. */
+#ifndef DFA_BENCH_CLI_COMMANDS_H
+#define DFA_BENCH_CLI_COMMANDS_H
+
+int cmd_demo(int argc, char **argv);       /* the attention demo: a long sequence against the naive path */
+int cmd_bench(int argc, char **argv);      /* single-device speed and memory, vs the naive path and peers */
+int cmd_simulate(int argc, char **argv);   /* distributed schedules: table and predicted makespans */
+int cmd_dist_bench(int argc, char **argv); /* distributed attention under mpirun: per-rank, per-step times */
+
+/* `distflash bench --device cuda ...`: cmd_bench hands its whole argument list here
+   (cmd_bench_cuda.c; prints a clear message when built without CUDA). */
+int cmd_bench_cuda(int argc, char **argv);
+
+#endif

@@ -1,0 +1,37 @@
+/* Checkpoint files: a versioned binary file with a checksum. A file that is corrupt,
+ * truncated, of another format version, or written for another configuration is
+ * refused with a message that says which (and which field differs).
+ *
+ * Layout (little-endian), version 1:
+ *   "DFACKPT\n"  u32 version  u32 nfields
+ *   nfields x { u8 name_len, name bytes, f64 value }     -- the configuration
+ *   i64 step     u64 nfloats  u32 nsections
+ *   nsections x { nfloats f32 }                           -- params, adam m, adam v
+ *   u64 checksum (FNV-1a 64 of every byte before it)
+ * Files are written to "<path>.tmp" and renamed, so a crash never leaves half a file. */
+#ifndef DFT_TRAIN_CHECKPOINT_H
+#define DFT_TRAIN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DFT_CKPT_VERSION 1u
+#define DFT_CKPT_MAX_SECTIONS 4
+
+/* A configuration value that must match for a resume (model shape, seed, schedule...). */
+typedef struct {
+    const char *name; /* at most 255 bytes */
+    double value;     /* integers are exact up to 2^53 */
+} dft_ckpt_field;
+
+/* Saves; returns 0, or -1 with the reason in err (cannot open, write failed, disk full). */
+int dft_ckpt_save(const char *path, const dft_ckpt_field *fields, int nfields, int64_t step,
+                   float *const *sections, int nsections, size_t nfloats, char *err, size_t errlen);
+
+/* Loads into the caller's sections (each nfloats floats) after checking the magic, the
+   version, the checksum, the fields (same names, same order, same values) and the sizes.
+   On any failure returns -1 with a message and leaves the sections untouched. */
+int dft_ckpt_load(const char *path, const dft_ckpt_field *fields, int nfields, int64_t *step,
+                   float *const *sections, int nsections, size_t nfloats, char *err, size_t errlen);
+
+#endif

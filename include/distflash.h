@@ -48,6 +48,40 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
 #define DFA_FLAG_DETERMINISTIC 1u /* device backward: bitwise reproducible dq (CPU always is) */
 
 /*
+ * Descriptors that can grow (dfa_attn_desc, dfa_dist_desc).
+ *
+ * Later versions of this header add fields to the descriptors (masks, options). So that a
+ * program built against this header keeps working with a later library, and a program
+ * built against a later header fails clearly with an older library, each descriptor
+ * starts with a small versioning header and ends with reserved space:
+ *
+ *  - struct_size: sizeof the descriptor as the caller compiled it. 0 (a zero-initialised
+ *    descriptor) means this header's size (DFA_ATTN_DESC_SIZE_V1 / DFA_DIST_DESC_SIZE_V1).
+ *    Otherwise it must be at least that size, at most 4096 and a multiple of 8.
+ *  - magic: 0 when struct_size is 0, DFA_DESC_MAGIC otherwise (catches descriptors that
+ *    were never initialised).
+ *  - version: DFA_DESC_VERSION of the caller's header (0 in a zero-initialised descriptor).
+ *  - reserved: must be zero. New fields are carved out of the reserved space first (zero
+ *    is always their default, today's behaviour), so sizes stay put and a zero-initialised
+ *    descriptor stays valid in every later version; only when that space runs out does the
+ *    size grow, and then the library reads a caller's older, shorter descriptor with the
+ *    missing fields at their defaults.
+ *
+ * The library refuses (DFA_ERR_INVALID_ARGUMENT) a struct_size or magic that is neither of
+ * the above, and refuses (DFA_ERR_UNSUPPORTED) non-zero bytes where it knows no field: a
+ * descriptor that was not zero-initialised, or one from a newer header that sets fields
+ * this library does not know. Either way dfa_last_error() names the field or byte range.
+ *
+ * Two ways to make one, both valid forever:
+ *   dfa_attn_desc d = dfa_attn_desc_init(batch, sq, sk, heads, kv_heads, head_dim);
+ *   dfa_attn_desc d = {0};  d.batch = ...;    (C; memset to 0 works too)
+ * and then set the fields. Never copy a descriptor's bytes from another program's memory
+ * without its header.
+ */
+#define DFA_DESC_MAGIC 0x31414644u /* "DFA1" in memory on little-endian machines */
+#define DFA_DESC_VERSION 1u        /* this header's descriptor version */
+
+/*
  * Shapes and options of one attention call.
  *
  * Layouts (row-major, contiguous, element type `dtype`):
@@ -63,20 +97,27 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
  * Limits: all sizes >= 1; num_heads a multiple of num_kv_heads; head_dim a
  * multiple of 8, at most 256; |q_start|, |k_start| < 2^62; element counts
  * and byte sizes must fit in int64/size_t.
- *
- * Zero-initialise the struct (or use dfa_attn_desc_init) so that fields added
- * in later versions take their defaults.
  */
 typedef struct {
+    uint32_t struct_size;     /* versioning header: see above (0 in a zero-initialised descriptor) */
+    uint32_t magic;
+    uint32_t version;
+    uint32_t reserved_header; /* must be 0 */
     int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim;
     dfa_dtype dtype;          /* of q, k, v, o, dout, dq, dk, dv */
     int causal;               /* 0 or 1; key j visible to query i iff k_start + j <= q_start + i */
     int64_t q_start, k_start; /* global position of row 0 of q / of k (used when causal) */
     float softmax_scale;      /* 0 means 1/sqrt(head_dim); otherwise finite and > 0 */
     unsigned flags;           /* DFA_FLAG_*; 0 is the default */
+    uint64_t reserved[8];     /* room for later fields (masks, options); must be 0 */
 } dfa_attn_desc;
 
-/* A descriptor with the given shape, dtype f32, non-causal, offsets 0, default scale. */
+#define DFA_ATTN_DESC_SIZE_V1 136u /* sizeof(dfa_attn_desc) in descriptor version 1 */
+
+/* A descriptor with the given shape, its versioning header filled in, and every other
+   field at its default (dtype f32, non-causal, offsets 0, default scale, flags 0): the
+   same as a zero-initialised descriptor with the shape set. Arguments are not checked
+   here; the calls check them. */
 dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
                                  int num_kv_heads, int head_dim);
 
@@ -145,11 +186,23 @@ typedef enum {
     DFA_SCHEDULE_RING = 1      /* each rank fetches every earlier key/value chunk in turn */
 } dfa_schedule;
 
+/* A distributed call's descriptor. Versioning header and reserved space as in
+   dfa_attn_desc (see "Descriptors that can grow"); attn carries its own header. */
 typedef struct {
+    uint32_t struct_size, magic, version, reserved_header; /* as in dfa_attn_desc */
     dfa_attn_desc attn;    /* per-rank shape: seqlen_q == seqlen_k == local rows */
     dfa_schedule schedule;
     int overlap;           /* 1: post the next step's messages before computing the current one */
+    uint64_t reserved[4];  /* room for later fields; must be 0 */
 } dfa_dist_desc;
+
+#define DFA_DIST_DESC_SIZE_V1 192u /* sizeof(dfa_dist_desc) in descriptor version 1 */
+
+/* A distributed descriptor: both versioning headers filled in, attn =
+   dfa_attn_desc_init(batch, local_rows, local_rows, num_heads, num_kv_heads, head_dim),
+   schedule DFA_SCHEDULE_BALANCED, overlap 0: the same as a zero-initialised descriptor
+   with those fields set. */
+dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_heads, int num_kv_heads, int head_dim);
 
 /*
  * Distributed forward/backward: every rank of the communicator calls with its

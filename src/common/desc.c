@@ -9,6 +9,9 @@
 dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
                                  int num_kv_heads, int head_dim) {
     dfa_attn_desc d = {0};
+    d.struct_size = (uint32_t)sizeof d;
+    d.magic = DFA_DESC_MAGIC;
+    d.version = DFA_DESC_VERSION;
     d.batch = batch;
     d.seqlen_q = seqlen_q;
     d.seqlen_k = seqlen_k;
@@ -16,6 +19,16 @@ dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_
     d.num_kv_heads = num_kv_heads;
     d.head_dim = head_dim;
     d.dtype = DFA_F32;
+    return d;
+}
+
+dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_heads, int num_kv_heads, int head_dim) {
+    dfa_dist_desc d = {0};
+    d.struct_size = (uint32_t)sizeof d;
+    d.magic = DFA_DESC_MAGIC;
+    d.version = DFA_DESC_VERSION;
+    d.attn = dfa_attn_desc_init(batch, local_rows, local_rows, num_heads, num_kv_heads, head_dim);
+    d.schedule = DFA_SCHEDULE_BALANCED;
     return d;
 }
 

@@ -2,11 +2,17 @@
  *
  * The executor (executor.c) talks to the other ranks only through this small
  * table, and touches buffers only through a compute table (compute.h), so
- * that one executor serves every backend: MPI with host memory now
- * (comm_mpi.c + compute_cpu.c), NCCL with device memory and streams later.
+ * that one executor serves every backend: MPI with host memory
+ * (comm_mpi.c + compute_cpu.c) and NCCL with device memory and streams
+ * (comm_nccl.c + compute_cuda.c).
  *
  * A communicator is used by one call at a time (the library's traffic on it
  * is matched by order and tag, so two concurrent calls could cross-match).
+ *
+ * Device backends are asynchronous: start and wait only order streams (the
+ * call's compute stream and the backend's own), so the executor enqueues a
+ * whole pass without waiting for the device. They add the `async` operations
+ * below, which the executor uses instead of a host agreement on every call.
  */
 #ifndef DFA_DIST_COMM_H
 #define DFA_DIST_COMM_H
@@ -41,7 +47,27 @@ typedef struct {
     dfa_status (*bcast)(dfa_comm *c, void *buf, size_t bytes, int root);
     /* Frees the backend's state and c itself. */
     void (*destroy)(dfa_comm *c);
+
+    /* --- asynchronous (device) backends only; NULL for host backends --- */
+    /* Before a call: DFA_OK, or the failure that an earlier call left behind (a peer's failed
+       call, a timeout that aborted the communicator), reported once, with its message. */
+    dfa_status (*check_async)(dfa_comm *c, const char *fn);
+    /* Enqueues the per-call agreement without waiting for it: an element-wise maximum over
+       all ranks of n int64 values (the same layout as the host agreement: v[0] the encoded
+       status, then the fields and their negations, nf of each), and a device flag that is 1
+       when no rank failed and the fields agree. *gate gets the flag's device address; the
+       outputs of the call are written only where it is 1. */
+    dfa_status (*agree_async)(dfa_comm *c, const int64_t *v, int nf, const int **gate, const char *fn);
+    /* 1 while the call's stream is being captured into a CUDA graph (nothing may wait on the
+       host then: no host agreement, no allocation). */
+    int (*capturing)(dfa_comm *c);
 } dfa__comm_ops;
+
+/* Descriptors a communicator has agreed on (host agreement), so that later calls with one of
+   them agree on the device only. A small most-recently-used list; a miss costs one host
+   round trip. */
+#define DFA__AGREED_MAX 16
+#define DFA__AGREED_FIELDS 12
 
 struct dfa_comm {
     const dfa__comm_ops *ops;
@@ -56,6 +82,12 @@ struct dfa_comm {
     dfa_attn_desc ctx_key;
     void *ws;
     size_t ws_bytes;
+    int ws_external; /* ws is the caller's workspace (never freed by the library) */
+    /* Device backends: the stream of the call in progress (cudaStream_t), set by the entry point. */
+    void *stream;
+    /* Device backends: descriptors agreed on this communicator (most recent first). */
+    int64_t agreed[DFA__AGREED_MAX][DFA__AGREED_FIELDS];
+    int n_agreed;
 };
 
 /* Frees the cached scratch (dfa_comm_destroy calls it before the backend's destroy). */

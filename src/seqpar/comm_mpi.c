@@ -103,7 +103,14 @@ static void mpi_destroy(dfa_comm *c) {
     free(c);
 }
 
-static const dfa__comm_ops mpi_ops = {"mpi", mpi_start, mpi_wait, mpi_allreduce_max, mpi_bcast, mpi_destroy};
+static const dfa__comm_ops mpi_ops = {
+    .name = "mpi",
+    .start = mpi_start,
+    .wait = mpi_wait,
+    .allreduce_max = mpi_allreduce_max,
+    .bcast = mpi_bcast,
+    .destroy = mpi_destroy,
+};
 
 dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
     static const char fn[] = "dfa_comm_create_mpi";

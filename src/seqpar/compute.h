@@ -39,8 +39,9 @@ typedef struct {
     void (*fill_f32)(void *ctx, float *p, int64_t n, float value);
     /* acc[i] += x[i] for i < n */
     void (*add_f32)(void *ctx, float *acc, const float *x, int64_t n);
-    /* dst (storage type t) = src rounded, n elements */
-    void (*store)(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n);
+    /* dst (storage type t) = src rounded, n elements (t = DFA_F32 copies). With gate non-NULL
+       (device backends, see comm.h agree_async) only when the device flag *gate is 1. */
+    void (*store)(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n, const int *gate);
     /* Merges a packed float32 partial (o_part [batch, r, heads, D], lse_part [batch, heads, r])
        into rows [r0, r0 + r) of float32 accumulators (o_acc [batch, n, heads, D], lse_acc
        [batch, heads, n]) with the rule of dfa_attn_merge. */
@@ -53,9 +54,27 @@ typedef struct {
                       float *lse);
     dfa_status (*bwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                       const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv);
+
+    /* --- optional (NULL: not needed) --- */
+    /* Device scratch the blocks of per-rank descriptor d need (the backward's per-row sums). */
+    size_t (*scratch_bytes)(const dfa_attn_desc *d);
+    /* Binds the context to the call in progress: its stream (device backends) and the
+       scratch carved out of the workspace (scratch_bytes of it). */
+    void (*bind)(void *ctx, void *stream, void *scratch);
+    /* 1 when alloc/release are not allowed now (a CUDA graph capture is in progress). */
+    int (*cannot_allocate)(void *ctx);
+    /* Timing on the device: mark(ctx, step, point) records point 0 / 1 before / after the
+       step's block and 2 / 3 before / after its wait; read_marks waits for the call and fills
+       compute_s[t] (0 -> 1) and wait_s[t] (2 -> 3) for t < steps. Host backends time with the
+       wall clock instead. */
+    void (*mark)(void *ctx, int step, int point);
+    dfa_status (*read_marks)(void *ctx, int steps, double *compute_s, double *wait_s);
 } dfa__compute_ops;
 
 /* Host memory and the CPU kernels (compute_cpu.c). */
 const dfa__compute_ops *dfa__compute_cpu(void);
+
+/* Device memory, the CUDA kernels and the call's stream (compute_cuda.c). */
+const dfa__compute_ops *dfa__compute_cuda(void);
 
 #endif

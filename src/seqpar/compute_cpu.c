@@ -78,9 +78,11 @@ static void cpu_add_f32(void *ctx, float *acc, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-static void cpu_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n) {
+static void cpu_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n, const int *gate) {
     (void)ctx;
-    dfa__store_f32(t, src, dst, n);
+    (void)gate; /* host backends agree on the host: never gated */
+    if (t == DFA_F32) memcpy(dst, src, sizeof(float) * (size_t)n);
+    else dfa__store_f32(t, src, dst, n);
 }
 
 /* dfa_attn_merge's rule on float32 rows of a window; it cannot be called here because the
@@ -138,8 +140,18 @@ static dfa_status cpu_bwd(void *ctx, const dfa_attn_desc *d, const void *q, cons
 }
 
 static const dfa__compute_ops cpu_ops = {
-    "cpu",        cpu_ctx_create, cpu_ctx_destroy, cpu_alloc, cpu_release, cpu_copy2d, cpu_fill_f32,
-    cpu_add_f32, cpu_store,      cpu_merge_rows,  cpu_fwd,   cpu_bwd,
+    .name = "cpu",
+    .ctx_create = cpu_ctx_create,
+    .ctx_destroy = cpu_ctx_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .copy2d = cpu_copy2d,
+    .fill_f32 = cpu_fill_f32,
+    .add_f32 = cpu_add_f32,
+    .store = cpu_store,
+    .merge_rows = cpu_merge_rows,
+    .fwd = cpu_fwd,
+    .bwd = cpu_bwd,
 };
 
 const dfa__compute_ops *dfa__compute_cpu(void) { return &cpu_ops; }

@@ -70,6 +70,13 @@ typedef struct {
     size_t work_results; /* offset of the partial results in work */
     int own_window;      /* some own task covers only part of this rank's rows */
     float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
+    char *ghost_buf;     /* device backends: what a ghost sends instead of the caller's memory */
+    int async;           /* the communicator agrees on the device (comm.h agree_async) */
+    int ghost;           /* this rank's buffers failed its checks after a cached agreement: it still
+                            sends and receives every message (from ghost_buf) so that no peer hangs,
+                            computes nothing and writes no output */
+    const int *gate;     /* device flag: 1 when every rank passed its checks (agree_async) */
+    int ready;           /* planned and allocated: the steps can run */
     dfa_status local;    /* the first failure on this rank */
     char msg[MSG_CAPACITY];
     double t_wait;
@@ -176,10 +183,12 @@ static void free_plan(exec *e) {
 
 void dfa__comm_drop_cache(dfa_comm *c) {
     if (!c) return;
-    if (c->ws) c->compute->release(c->ctx, c->ws);
+    if (c->ws && !c->ws_external) c->compute->release(c->ctx, c->ws);
     if (c->ctx) c->compute->ctx_destroy(c->ctx);
-    c->ws = NULL;
-    c->ws_bytes = 0;
+    if (!c->ws_external) {
+        c->ws = NULL;
+        c->ws_bytes = 0;
+    }
     c->ctx = NULL;
 }
 
@@ -190,15 +199,52 @@ static int same_shapes(const dfa_attn_desc *a, const dfa_attn_desc *b) {
            a->dtype == b->dtype;
 }
 
-/* Carves the pass's buffers out of the communicator's cached workspace (grown when too small). */
-static dfa_status allocate(exec *e, const char *fn) {
-    dfa_comm *c = e->c;
+/* Bytes of the workspace one pass needs, and the sizes of its parts. */
+typedef struct {
+    size_t arena, window_results, acc[3], ghost, scratch, total;
+} layout;
+
+static layout layout_of(const exec *e) {
     const dfa_attn_desc *d = &e->d;
+    layout L;
+    const size_t es = dfa__dtype_size(d->dtype);
     const size_t nq = (size_t)d->batch * e->n * d->num_heads * d->head_dim;
     const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
-    if (c->ctx && !same_shapes(&c->ctx_key, d)) dfa__comm_drop_cache(c);
+    L.arena = align_up(e->arena_bytes);
+    const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
+    const size_t results = parts_total(msg_parts(e, DFA__MSG_QRESULT, e->n)) +
+                           (e->bwd ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
+    L.window_results = align_up(window + results);
+    L.acc[0] = nq; /* bwd: dq, dk, dv; fwd: o, lse */
+    L.acc[1] = e->bwd ? nk : nl;
+    L.acc[2] = e->bwd ? nk : 0;
+    L.ghost = e->async ? align_up((nq > nk ? nq : nk) * es) : 0;
+    L.scratch = e->ops->scratch_bytes ? align_up(e->ops->scratch_bytes(d)) : 0;
+    L.total = 3 * L.arena + L.window_results + L.ghost + L.scratch;
+    for (int i = 0; i < 3; i++) L.acc[i] = sizeof(float) * L.acc[i], L.total += align_up(L.acc[i]);
+    return L;
+}
+
+/* Carves the pass's buffers out of the communicator's cached workspace (grown when too small;
+   the caller's workspace when it gave one). */
+static dfa_status allocate(exec *e, const char *fn) {
+    dfa_comm *c = e->c;
+    const dfa_attn_desc *d = &e->d;
+    const size_t nl = (size_t)d->batch * d->num_heads * e->n;
+    const int frozen = e->ops->cannot_allocate && e->ops->cannot_allocate(c->ctx);
+    if (c->ctx && !same_shapes(&c->ctx_key, d)) {
+        if (frozen)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "this shape is new on this communicator and a CUDA graph capture is in progress: "
+                             "make one uncaptured call with it first (its scratch is allocated then)");
+        dfa__comm_drop_cache(c);
+    }
     if (!c->ctx) {
+        if (frozen)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "the first call on this communicator is being captured into a CUDA graph: make "
+                             "one uncaptured call first (its scratch is allocated then)");
         dfa_status st = e->ops->ctx_create(d, &c->ctx);
         if (st) {
             c->ctx = NULL;
@@ -207,14 +253,19 @@ static dfa_status allocate(exec *e, const char *fn) {
         c->ctx_key = *d;
     }
     e->ctx = c->ctx;
-    const size_t arena = align_up(e->arena_bytes);
-    const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
-    const size_t results = parts_total(msg_parts(e, DFA__MSG_QRESULT, e->n)) +
-                           (e->bwd ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
-    const size_t acc[3] = {nq, e->bwd ? nk : nl, e->bwd ? nk : 0}; /* bwd: dq, dk, dv; fwd: o, lse */
-    size_t total = 3 * arena + align_up(window + results);
-    for (int i = 0; i < 3; i++) total += align_up(sizeof(float) * acc[i]);
+    if (e->ops->bind) e->ops->bind(e->ctx, c->stream, NULL);
+    const layout L = layout_of(e);
+    const size_t total = L.total, arena = L.arena;
+    if (c->ws_external && c->ws_bytes < total)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "the workspace given to this communicator has %zu bytes; this call needs %zu "
+                         "(dfa_dist_attn_cuda_workspace_bytes)",
+                         c->ws_bytes, total);
     if (c->ws_bytes < total) {
+        if (frozen)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "this call needs more scratch than earlier ones and a CUDA graph capture is in "
+                             "progress: make one uncaptured call with this shape first");
         if (c->ws) e->ops->release(c->ctx, c->ws);
         c->ws = e->ops->alloc(c->ctx, total);
         c->ws_bytes = c->ws ? total : 0;
@@ -226,17 +277,20 @@ static dfa_status allocate(exec *e, const char *fn) {
     }
     char *p = c->ws;
     for (int i = 0; i < 3; i++, p += arena) e->arena[i] = p;
-    e->work_results = window;
+    e->work_results = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
     e->work = p;
-    p += align_up(window + results);
+    p += L.window_results;
     for (int i = 0; i < 3; i++) {
-        e->acc[i] = acc[i] ? (float *)p : NULL;
-        p += align_up(sizeof(float) * acc[i]);
+        e->acc[i] = L.acc[i] ? (float *)p : NULL;
+        p += align_up(L.acc[i]);
     }
+    e->ghost_buf = L.ghost ? p : NULL;
+    p += L.ghost;
+    if (e->ops->bind) e->ops->bind(e->ctx, c->stream, L.scratch ? p : NULL);
     if (e->bwd) {
-        for (int i = 0; i < 3; i++) e->ops->fill_f32(e->ctx, e->acc[i], (int64_t)acc[i], 0.0f);
+        for (int i = 0; i < 3; i++) e->ops->fill_f32(e->ctx, e->acc[i], (int64_t)(L.acc[i] / sizeof(float)), 0.0f);
     } else {
-        e->ops->fill_f32(e->ctx, e->acc[0], (int64_t)nq, 0.0f);
+        e->ops->fill_f32(e->ctx, e->acc[0], (int64_t)(L.acc[0] / sizeof(float)), 0.0f);
         e->ops->fill_f32(e->ctx, e->acc[1], (int64_t)nl, -INFINITY); /* nothing seen yet */
     }
     return DFA_OK;
@@ -275,7 +329,11 @@ static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
         parts_at(p, e->arena[step % 3] + pm->off, out);
         return;
     }
-    /* sent straight from the caller's memory */
+    /* sent straight from the caller's memory (a ghost sends its own scratch instead) */
+    if (e->ghost) {
+        for (int i = 0; i < 4; i++) out[i] = e->ghost_buf;
+        return;
+    }
     if (pm->m.kind == DFA__MSG_KV) {
         out[0] = (void *)e->io->k;
         out[1] = (void *)e->io->v;
@@ -312,7 +370,8 @@ static dfa_status post(exec *e, int in_step, int res_step, void **pending) {
             const parts p = msg_parts(e, pm->m.kind, rows_of(t));
             void *buf[4];
             msg_buffers(e, of, pm, buf);
-            if (pm->m.send && pm->m.kind == DFA__MSG_QUERY && pm->off != NO_BUFFER) pack_query(e, t->row0, rows_of(t), buf);
+            if (pm->m.send && pm->m.kind == DFA__MSG_QUERY && pm->off != NO_BUFFER && !e->ghost)
+                pack_query(e, t->row0, rows_of(t), buf);
             for (int j = 0; j < p.n; j++) {
                 x[nx++] = (dfa__xfer){buf[j], p.bytes[j], pm->m.peer, tag_of(of, pm->m.kind, j), pm->m.send};
                 if (pm->m.send) e->sent += (int64_t)p.bytes[j];
@@ -452,15 +511,25 @@ static dfa_status run_steps(exec *e, dfa__dist_stats *stats) {
     for (int t = 0; t < e->T && !st; t++) {
         const double w0 = e->t_wait, t0 = now();
         if ((st = post(e, t + 1, t - 1, &pending))) break;
+        /* device timing points: 0/1 around the block, 2/3 around the wait */
+        const int marks = stats && e->ops->mark && t < DFA__STATS_MAX_STEPS;
         if (!e->overlap) {
+            if (marks) e->ops->mark(e->ctx, t, 2);
             if ((st = wait_timed(e, pending))) break;
+            if (marks) e->ops->mark(e->ctx, t, 3);
             pending = NULL;
         }
+        if (marks) e->ops->mark(e->ctx, t, 0);
         const double c0 = now(), u0 = stats ? cpu_now() : 0.0;
         compute(e, t);
         const double c1 = now();
+        if (marks) e->ops->mark(e->ctx, t, 1);
         if (stats) stats->compute_cpu_s += cpu_now() - u0;
-        if (e->overlap && (st = wait_timed(e, pending))) break;
+        if (e->overlap) {
+            if (marks) e->ops->mark(e->ctx, t, 2);
+            if ((st = wait_timed(e, pending))) break;
+            if (marks) e->ops->mark(e->ctx, t, 3);
+        }
         /* after this step's own block in both modes: the same order of sums, the same bits */
         consume(e, t - 1);
         double t1 = now();
@@ -523,6 +592,53 @@ static dfa_status backend_failure(dfa_status st, const char *fn) {
     return dfa__fail(st, fn, "%s", text);
 }
 
+static int agreed_find(const dfa_comm *c, const int64_t *f) {
+    for (int i = 0; i < c->n_agreed; i++)
+        if (!memcmp(c->agreed[i], f, sizeof c->agreed[i])) return i;
+    return -1;
+}
+
+/* Remembers f as agreed, most recent first (the oldest falls off a full list). */
+static void agreed_insert(dfa_comm *c, const int64_t *f) {
+    int i = agreed_find(c, f);
+    if (i < 0) i = c->n_agreed < DFA__AGREED_MAX ? c->n_agreed++ : DFA__AGREED_MAX - 1;
+    memmove(c->agreed[1], c->agreed[0], sizeof c->agreed[0] * (size_t)i);
+    memcpy(c->agreed[0], f, sizeof c->agreed[0]);
+}
+
+/* The agreement of a device backend. The first call with a descriptor agrees on the host, as
+   the host backends do on every call (same statuses, same messages on every rank), and the
+   communicator remembers the descriptor. Later calls with it agree on the device only: the
+   same vector is reduced on the backend's stream, and the outputs are written only where the
+   result says every rank passed and the fields agree. A rank whose buffers failed its checks
+   then runs as a ghost (it sends scratch, computes nothing, writes nothing) and returns its
+   failure; its peers return DFA_OK with their outputs untouched and learn of the failure at
+   their next call (check_async). desc_ok: the descriptor itself passed this rank's checks. */
+static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const char *const *names, int nf,
+                               const char *fn) {
+    dfa_comm *c = e->c;
+    dfa_status st = c->ops->check_async(c, fn);
+    if (st) return st;
+    if (desc_ok && e->ready && agreed_find(c, f) >= 0) {
+        int64_t v[1 + 2 * DFA__AGREED_FIELDS];
+        v[0] = e->local ? -((int64_t)c->rank * 16 + (int64_t)e->local) : INT64_MIN;
+        for (int i = 0; i < nf; i++) {
+            v[1 + i] = f[i];
+            v[1 + nf + i] = -f[i];
+        }
+        e->ghost = e->local != DFA_OK;
+        return c->ops->agree_async(c, v, nf, &e->gate, fn);
+    }
+    if (c->ops->capturing(c))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "the first call with this descriptor on this communicator is being captured into a "
+                         "CUDA graph, but it agrees with the other ranks on the host: make one uncaptured call "
+                         "with it first");
+    if ((st = agree(e, f, names, nf, fn))) return st;
+    agreed_insert(c, f);
+    return DFA_OK;
+}
+
 dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind kind, dfa__pass pass,
                          const dfa__dist_io *io, dfa_status local, const char *fn) {
     const double start = now();
@@ -534,8 +650,11 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
     e.rank = c->rank;
     e.bwd = pass == DFA__PASS_BWD;
     e.local = DFA_OK;
+    e.async = c->ops->agree_async != NULL;
     record(&e, local);
-    if (!e.local) {
+    /* Device backends pass dd only when the descriptor itself is valid: a rank whose buffers
+       failed may then run as a ghost (see agree_device), so it plans and allocates too. */
+    if (!e.local || (e.async && dd)) {
         e.d = dd->attn;
         e.n = dd->attn.seqlen_q;
         e.overlap = dd->overlap;
@@ -543,6 +662,7 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
         e.T = dfa__sched_steps(&e.s);
         dfa_status st = plan(&e, fn);
         if (!st) st = allocate(&e, fn);
+        e.ready = st == DFA_OK;
         record(&e, st);
     }
 
@@ -551,7 +671,7 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
                                         "d->attn.num_heads",    "d->attn.num_kv_heads", "d->attn.head_dim",
                                         "d->attn.dtype",        "d->attn.causal",   "d->attn.softmax_scale (bits)",
                                         "d->attn.flags",        "d->schedule",      "d->overlap"};
-    int64_t f[12] = {0};
+    int64_t f[DFA__AGREED_FIELDS] = {0};
     if (dd) {
         const dfa_attn_desc *a = &dd->attn;
         uint32_t bits;
@@ -561,7 +681,7 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
                                   dd->overlap};
         memcpy(f, vals, sizeof f);
     }
-    dfa_status st = agree(&e, f, names, 12, fn);
+    dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, 12, fn) : agree(&e, f, names, 12, fn);
     if (st) {
         release(&e);
         return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
@@ -580,7 +700,18 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
         return st;
     }
     const double fin = now();
-    if ((st = agree(&e, NULL, NULL, 0, fn))) {
+    if (e.async) {
+        /* No closing round trip on the device: a rank that failed before the steps ran as a
+           ghost (its peers' outputs are gated off on the device); a launch failure during the
+           steps is this rank's own. */
+        if (e.local) {
+            const dfa_status ls = e.local;
+            char text[MSG_CAPACITY];
+            snprintf(text, sizeof text, "%s", e.msg);
+            release(&e);
+            return dfa__fail(ls, fn, "%s", unprefixed(text, fn));
+        }
+    } else if ((st = agree(&e, NULL, NULL, 0, fn))) {
         release(&e);
         return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
     }
@@ -589,15 +720,20 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
     const int64_t nq = (int64_t)d->batch * e.n * d->num_heads * d->head_dim;
     const int64_t nk = (int64_t)d->batch * e.n * d->num_kv_heads * d->head_dim;
     if (e.bwd) {
-        e.ops->store(e.ctx, d->dtype, e.acc[0], io->dq, nq);
-        e.ops->store(e.ctx, d->dtype, e.acc[1], io->dk, nk);
-        e.ops->store(e.ctx, d->dtype, e.acc[2], io->dv, nk);
+        e.ops->store(e.ctx, d->dtype, e.acc[0], io->dq, nq, e.gate);
+        e.ops->store(e.ctx, d->dtype, e.acc[1], io->dk, nk, e.gate);
+        e.ops->store(e.ctx, d->dtype, e.acc[2], io->dv, nk, e.gate);
     } else {
-        e.ops->store(e.ctx, d->dtype, e.acc[0], io->o_out, nq);
-        if (io->lse_out) {
-            const size_t lb = sizeof(float) * (size_t)d->batch * d->num_heads * e.n;
-            e.ops->copy2d(e.ctx, io->lse_out, lb, e.acc[1], lb, lb, 1);
+        e.ops->store(e.ctx, d->dtype, e.acc[0], io->o_out, nq, e.gate);
+        if (io->lse_out) e.ops->store(e.ctx, DFA_F32, e.acc[1], io->lse_out, (int64_t)d->batch * d->num_heads * e.n, e.gate);
+    }
+    if (stats && e.ops->read_marks) {
+        const int n = e.T < DFA__STATS_MAX_STEPS ? e.T : DFA__STATS_MAX_STEPS;
+        if ((st = e.ops->read_marks(e.ctx, n, stats->compute_s, stats->wait_s))) {
+            release(&e);
+            return st;
         }
+        for (int t = 0; t < n; t++) stats->post_s[t] = 0.0; /* on the device, posting is part of the wait */
     }
     if (stats) {
         stats->finish_s = now() - fin;

@@ -45,6 +45,18 @@ extern "C" {
  */
 dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out);
 
+/*
+ * A communicator for the distributed calls on GPUs (distflash_nccl.h), started from MPI:
+ * collective over comm, one rank per GPU. Makes `device` current (cudaSetDevice), has rank 0
+ * make an NCCL unique id, broadcasts it over comm, and joins a new non-blocking NCCL
+ * communicator of comm's ranks in comm's order, which the returned communicator owns
+ * (dfa_comm_destroy, collective, frees it; destroy it before MPI_Finalize). Errors: out
+ * NULL, MPI not initialised, comm MPI_COMM_NULL or an intercommunicator, device out of range
+ * (DFA_ERR_INVALID_ARGUMENT, checked on each rank before anything collective); a library
+ * built without NCCL (DFA_ERR_UNSUPPORTED); MPI, CUDA or NCCL failures (DFA_ERR_BACKEND).
+ */
+dfa_status dfa_comm_create_nccl_mpi(MPI_Comm comm, int device, dfa_comm **out);
+
 #ifdef __cplusplus
 }
 #endif

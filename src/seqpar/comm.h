@@ -83,8 +83,10 @@ struct dfa_comm {
     void *ws;
     size_t ws_bytes;
     int ws_external; /* ws is the caller's workspace (never freed by the library) */
-    /* Device backends: the stream of the call in progress (cudaStream_t), set by the entry point. */
+    /* Device backends: the stream (cudaStream_t) and the name of the call in progress, set by
+       the entry point. */
     void *stream;
+    const char *call;
     /* Device backends: descriptors agreed on this communicator (most recent first). */
     int64_t agreed[DFA__AGREED_MAX][DFA__AGREED_FIELDS];
     int n_agreed;

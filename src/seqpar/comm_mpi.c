@@ -7,6 +7,7 @@
 #include "../common/error.h"
 #include "comm.h"
 #include "distflash_mpi.h"
+#include "mpi_error.h"
 
 /* MPI counts are int: larger transfers go as several messages with the same tag
    (they match in order). */
@@ -23,7 +24,7 @@ typedef struct {
 
 static MPI_Comm comm_of(dfa_comm *c) { return ((mpi_impl *)c->impl)->comm; }
 
-static dfa_status mpi_failed(const char *call, int code) {
+dfa_status dfa__mpi_failed(const char *call, int code) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
@@ -65,7 +66,7 @@ static dfa_status mpi_start(dfa_comm *c, const dfa__xfer *x, int n, void **pendi
                                         : MPI_Irecv(buf, count, MPI_BYTE, x[i].peer, x[i].tag, comm, r);
             if (rc != MPI_SUCCESS) {
                 abandon(p);
-                return mpi_failed(x[i].is_send ? "MPI_Isend" : "MPI_Irecv", rc);
+                return dfa__mpi_failed(x[i].is_send ? "MPI_Isend" : "MPI_Irecv", rc);
             }
             p->n++;
         }
@@ -80,18 +81,18 @@ static dfa_status mpi_wait(dfa_comm *c, void *pending) {
     if (!p) return DFA_OK;
     const int rc = MPI_Waitall(p->n, p->req, MPI_STATUSES_IGNORE);
     free(p);
-    return rc == MPI_SUCCESS ? DFA_OK : mpi_failed("MPI_Waitall", rc);
+    return rc == MPI_SUCCESS ? DFA_OK : dfa__mpi_failed("MPI_Waitall", rc);
 }
 
 static dfa_status mpi_allreduce_max(dfa_comm *c, int64_t *v, int n) {
     const int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, comm_of(c));
-    return rc == MPI_SUCCESS ? DFA_OK : mpi_failed("MPI_Allreduce", rc);
+    return rc == MPI_SUCCESS ? DFA_OK : dfa__mpi_failed("MPI_Allreduce", rc);
 }
 
 static dfa_status mpi_bcast(dfa_comm *c, void *buf, size_t bytes, int root) {
     if (bytes > (size_t)INT_MAX) return dfa__fail(DFA_ERR_UNSUPPORTED, "MPI_Bcast", "%zu bytes is too many", bytes);
     const int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, comm_of(c));
-    return rc == MPI_SUCCESS ? DFA_OK : mpi_failed("MPI_Bcast", rc);
+    return rc == MPI_SUCCESS ? DFA_OK : dfa__mpi_failed("MPI_Bcast", rc);
 }
 
 static void mpi_destroy(dfa_comm *c) {
@@ -125,7 +126,7 @@ dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
     if (comm == MPI_COMM_NULL) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "comm is MPI_COMM_NULL");
     int inter = 0;
     int rc = MPI_Comm_test_inter(comm, &inter);
-    if (rc != MPI_SUCCESS) return mpi_failed(fn, rc);
+    if (rc != MPI_SUCCESS) return dfa__mpi_failed(fn, rc);
     if (inter) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "comm is an intercommunicator; use an intracommunicator");
 
     dfa_comm *c = calloc(1, sizeof *c);
@@ -141,7 +142,7 @@ dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &c->rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &c->size);
     if (rc != MPI_SUCCESS) {
-        dfa_status st = mpi_failed(fn, rc);
+        dfa_status st = dfa__mpi_failed(fn, rc);
         if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
         free(c);
         free(m);
@@ -153,3 +154,15 @@ dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
     *out = c;
     return DFA_OK;
 }
+
+#ifndef DFA_HAVE_NCCL
+/* Built without NCCL: the NCCL communicator does not exist here. */
+dfa_status dfa_comm_create_nccl_mpi(MPI_Comm comm, int device, dfa_comm **out) {
+    (void)comm;
+    (void)device;
+    (void)out;
+    dfa__clear_error();
+    return dfa__fail(DFA_ERR_UNSUPPORTED, "dfa_comm_create_nccl_mpi",
+                     "this libdistflash was built without NCCL (cmake -DDFA_WITH_NCCL=ON with NCCL installed)");
+}
+#endif

@@ -61,8 +61,9 @@ typedef struct {
     /* Binds the context to the call in progress: its stream (device backends) and the
        scratch carved out of the workspace (scratch_bytes of it). */
     void (*bind)(void *ctx, void *stream, void *scratch);
-    /* 1 when alloc/release are not allowed now (a CUDA graph capture is in progress). */
-    int (*cannot_allocate)(void *ctx);
+    /* The first failure of an operation that returns nothing (a kernel launch, an
+       asynchronous copy) since the last call, as a status with its message; DFA_OK if none. */
+    dfa_status (*take_error)(void *ctx, const char *fn);
     /* Timing on the device: mark(ctx, step, point) records point 0 / 1 before / after the
        step's block and 2 / 3 before / after its wait; read_marks waits for the call and fills
        compute_s[t] (0 -> 1) and wait_s[t] (2 -> 3) for t < steps. Host backends time with the

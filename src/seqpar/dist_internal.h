@@ -14,4 +14,14 @@ dfa_status dfa__dist_bwd(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind ki
                          const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk,
                          void *dv);
 
+#ifdef DFA_HAVE_NCCL
+#include <cuda_runtime_api.h>
+/* The same on device memory over an NCCL communicator (distflash_nccl.h). */
+dfa_status dfa__dist_fwd_cuda(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, const void *q, const void *k,
+                              const void *v, void *o, float *lse, cudaStream_t stream);
+dfa_status dfa__dist_bwd_cuda(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, const void *q, const void *k,
+                              const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk,
+                              void *dv, cudaStream_t stream);
+#endif
+
 #endif

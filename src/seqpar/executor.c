@@ -232,7 +232,7 @@ static dfa_status allocate(exec *e, const char *fn) {
     dfa_comm *c = e->c;
     const dfa_attn_desc *d = &e->d;
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
-    const int frozen = e->ops->cannot_allocate && e->ops->cannot_allocate(c->ctx);
+    const int frozen = e->async && c->ops->capturing(c);
     if (c->ctx && !same_shapes(&c->ctx_key, d)) {
         if (frozen)
             return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
@@ -592,6 +592,36 @@ static dfa_status backend_failure(dfa_status st, const char *fn) {
     return dfa__fail(st, fn, "%s", text);
 }
 
+size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__compute_ops *ops, int async) {
+    if (!d || nranks < 1 || d->attn.seqlen_q < 1 || d->attn.seqlen_q != d->attn.seqlen_k) return 0;
+    size_t most = 0;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        exec e;
+        memset(&e, 0, sizeof e);
+        e.ops = ops;
+        e.async = async;
+        e.bwd = bwd;
+        e.d = d->attn;
+        e.n = d->attn.seqlen_q;
+        e.s = (dfa__sched){(dfa__sched_kind)d->schedule, nranks, d->attn.causal, e.n};
+        if (!dfa__sched_valid(&e.s)) return 0;
+        e.T = dfa__sched_steps(&e.s);
+        size_t total = 0;
+        for (e.rank = 0; e.rank < nranks; e.rank++) { /* ranks differ in their windows */
+            if (plan(&e, "dfa_dist_attn_cuda_workspace_bytes")) {
+                free_plan(&e);
+                return 0;
+            }
+            const size_t t = layout_of(&e).total;
+            if (t > total) total = t;
+            free_plan(&e);
+        }
+        if (total > most) most = total;
+    }
+    dfa__clear_error();
+    return most;
+}
+
 static int agreed_find(const dfa_comm *c, const int64_t *f) {
     for (int i = 0; i < c->n_agreed; i++)
         if (!memcmp(c->agreed[i], f, sizeof c->agreed[i])) return i;
@@ -694,6 +724,7 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
         stats->setup_s = now() - start;
     }
     st = run_steps(&e, stats);
+    if (!st && e.ops->take_error) record(&e, e.ops->take_error(e.ctx, fn));
     if (st) { /* a communication failure: peers may be stuck; nothing more can be exchanged safely */
         st = backend_failure(st, fn);
         release(&e);
@@ -726,6 +757,10 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
     } else {
         e.ops->store(e.ctx, d->dtype, e.acc[0], io->o_out, nq, e.gate);
         if (io->lse_out) e.ops->store(e.ctx, DFA_F32, e.acc[1], io->lse_out, (int64_t)d->batch * d->num_heads * e.n, e.gate);
+    }
+    if (e.ops->take_error && (st = e.ops->take_error(e.ctx, fn))) {
+        release(&e);
+        return st;
     }
     if (stats && e.ops->read_marks) {
         const int n = e.T < DFA__STATS_MAX_STEPS ? e.T : DFA__STATS_MAX_STEPS;

@@ -57,10 +57,17 @@ typedef struct {
     void *dq, *dk, *dv; /* bwd */
 } dfa__dist_io;
 
+/* Bytes of workspace one call with d on nranks ranks takes on a communicator whose compute
+   table is ops (the larger of the two passes); 0 if d does not describe a valid call. */
+size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__compute_ops *ops, int async);
+
 /*
  * Runs one distributed pass. `local` is this rank's own validation result (its message in
  * dfa_last_error()); d may be NULL when local != DFA_OK. Collective: every rank of c calls
- * it, whatever its local status; fn names the public call in messages.
+ * it, whatever its local status; fn names the public call in messages. Device backends
+ * (asynchronous communicators) pass d only when the descriptor itself passed this rank's
+ * checks: then a failure in the buffers alone lets the rank run as a ghost (executor.c,
+ * agree_device) when the descriptor was agreed before.
  */
 dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, dfa__pass pass,
                          const dfa__dist_io *io, dfa_status local, const char *fn);

@@ -1,0 +1,124 @@
+/*
+ * distflash over NCCL: DistFlashAttn on GPUs. A communicator for the sequence-parallel
+ * calls made from an NCCL communicator (one rank per GPU), and the distributed forward and
+ * backward on device memory, enqueued on a CUDA stream.
+ *
+ *   ncclComm_t nc;  ... ncclCommInitRank(&nc, nranks, id, rank) on this rank's GPU ...
+ *   dfa_comm *c;
+ *   dfa_comm_create_nccl(nc, &c);                 // collective over nc
+ *   dfa_dist_desc d = dfa_dist_desc_init(batch, n, heads, kv_heads, head_dim);
+ *   d.attn.dtype = DFA_BF16; d.attn.causal = 1; d.overlap = 1;
+ *   dfa_dist_attn_fwd_cuda(c, &d, q, k, v, o, lse, stream);   // every rank, its own n rows
+ *   dfa_dist_attn_bwd_cuda(c, &d, q, k, v, o, lse, dout, dq, dk, dv, stream);
+ *   dfa_comm_destroy(c);                          // before ncclCommDestroy(nc)
+ *
+ * (distflash_mpi.h's dfa_comm_create_nccl_mpi makes the NCCL communicator from an MPI_Comm.)
+ *
+ * Semantics, layouts and statuses are those of dfa_dist_attn_fwd/bwd (distflash.h) with the
+ * device rules of dfa_attn_fwd_cuda/bwd_cuda (distflash_cuda.h): rank r holds rows
+ * [r n, (r + 1) n) of the sequence (dfa_dist_position); q, k, v, o, dout, dq, dk, dv are
+ * device pointers on this rank's GPU, bf16 or f16, 16-byte aligned, lse float32; balanced
+ * and ring schedules; GQA moves only the kv heads; any P, any n >= 1. Partial results move,
+ * merge and sum in float32; the outputs are rounded to the storage type once at the end.
+ *
+ * Streams. Every call only enqueues work and returns. The blocks run on `stream` (the
+ * caller's); the transfers run on the communicator's own stream, ordered against `stream`
+ * by events only; the call's inputs must be ready in `stream`'s order, and its outputs are
+ * ready when `stream` reaches the end of the call. No call synchronises the host with the
+ * device, except (a) the first call with a given descriptor on a communicator, which agrees
+ * on the arguments with the other ranks on the host (one small allreduce and a wait for
+ * it; the communicator remembers the 16 most recent descriptors), and (b) a call whose shape
+ * needs more scratch than the communicator holds (it allocates it with cudaMalloc). So a
+ * training step that repeats its shapes can be captured into a CUDA graph and replayed after
+ * one uncaptured call; a capture that would need (a) or (b) fails with
+ * DFA_ERR_INVALID_ARGUMENT and says so.
+ *
+ * Errors across ranks. Arguments are checked on each rank. With a new descriptor the host
+ * agreement makes any rank's failure (a bad pointer, descriptors that differ across ranks)
+ * every rank's failure, with the same status and message, before anything is enqueued. With
+ * a remembered descriptor the agreement runs on the device: a rank whose buffers fail its
+ * checks returns its error at once but still takes part in the transfers (from scratch) so
+ * that no peer waits forever; every rank's outputs are left untouched; the peers return
+ * DFA_OK from the enqueue and report the failure at their next call on the communicator (or
+ * dfa_comm_check): "rank r failed in an earlier call". CUDA and NCCL failures are
+ * DFA_ERR_BACKEND with their own message.
+ *
+ * Timeouts. A peer that dies or never calls would leave the others waiting on the device.
+ * Each communicator watches its transfers from a background thread: when one has not
+ * completed after the timeout (dfa_comm_set_timeout; default 600 s) the communicator is
+ * aborted (ncclCommAbort on its private NCCL communicator, so the device work ends), and the
+ * next call, or dfa_comm_check, returns DFA_ERR_BACKEND naming the call and the step that
+ * waited. The host-side waits of (a) above time out the same way. An aborted communicator
+ * only reports that; destroy it and create another. Transfers inside a captured CUDA graph
+ * are not watched.
+ *
+ * Determinism. The forward is bitwise reproducible; the backward's dq uses float32 atomics
+ * unless d->attn.flags has DFA_FLAG_DETERMINISTIC (then every output is, and overlap on and
+ * off give the same bits).
+ *
+ * Memory. A call needs a workspace of a few chunks (three message slots, float32
+ * accumulators, partial results: dfa_dist_attn_cuda_workspace_bytes). The communicator
+ * allocates it on first use and keeps it between calls (grown when a larger shape comes);
+ * or the caller hands it one with dfa_comm_set_workspace.
+ *
+ * Thread safety: one call at a time per communicator; different communicators may be used
+ * from different threads. The current device must be the communicator's.
+ */
+#ifndef DISTFLASH_NCCL_H
+#define DISTFLASH_NCCL_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "distflash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Collective over comm: every rank of comm calls it, with its GPU current. The library makes
+ * its own non-blocking NCCL communicator from comm (ncclCommSplit), so its traffic never
+ * mixes with the caller's and a timeout can abort it without touching comm. The caller owns
+ * comm and keeps it alive until dfa_comm_destroy(*out) (also collective). Rank order of comm
+ * is the sequence order. Errors: out NULL or comm NULL (DFA_ERR_INVALID_ARGUMENT), NCCL or
+ * CUDA failures (DFA_ERR_BACKEND), memory (DFA_ERR_OUT_OF_MEMORY); *out is set only on success.
+ */
+dfa_status dfa_comm_create_nccl(ncclComm_t comm, dfa_comm **out);
+
+/* The distributed forward on device memory: o, lse (lse may be NULL) for this rank's rows. */
+dfa_status dfa_dist_attn_fwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
+                                  void *o, float *lse, cudaStream_t stream);
+
+/* The distributed backward on device memory: dq, dk, dv for this rank's rows, from the o and
+   lse of the distributed forward. */
+dfa_status dfa_dist_attn_bwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
+                                  const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
+                                  cudaStream_t stream);
+
+/* Seconds a transfer (or a host-side agreement) may wait before the communicator is aborted:
+   > 0 and finite. Default 600. Not collective; set the same value on every rank. NCCL
+   communicators only (DFA_ERR_UNSUPPORTED for MPI ones). */
+dfa_status dfa_comm_set_timeout(dfa_comm *c, double seconds);
+
+/* DFA_OK, or a failure that earlier calls on c left behind and that has come to light by
+   now (a peer's failed call, a timeout); never waits. After the caller has synchronised
+   the streams of its calls, every such failure has come to light. */
+dfa_status dfa_comm_check(dfa_comm *c);
+
+/* Bytes of workspace one call with descriptor d on nranks ranks needs (the larger of the
+   forward and the backward); 0 if d is invalid or nranks < 1. */
+size_t dfa_dist_attn_cuda_workspace_bytes(int nranks, const dfa_dist_desc *d);
+
+/* Hands c a device buffer of `bytes` bytes (256-byte aligned) for its workspace, instead of
+   the one it allocates itself (freed now); ws NULL goes back to the communicator's own.
+   The caller keeps ws alive and unused by anything else until c is destroyed or given
+   another; calls whose workspace would be larger fail with DFA_ERR_INVALID_ARGUMENT. Not
+   while calls on c are in flight on a stream (synchronise first). */
+dfa_status dfa_comm_set_workspace(dfa_comm *c, void *ws, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTFLASH_NCCL_H */

@@ -1,0 +1,186 @@
+/* The executor's compute table on a CUDA device: device memory, the attention kernels of
+ * src/cuda with float32 outputs, and the element-wise kernels of kernels.cu, all enqueued
+ * on the stream of the call in progress (bind). Nothing here waits for the device, except
+ * read_marks (timing, on request) and release (freeing memory). */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/error.h"
+#include "../cuda/launch.h"
+#include "compute.h"
+#include "executor.h"
+#include "kernels.cuh"
+
+typedef struct {
+    cudaStream_t stream;
+    void *scratch;                /* the backward's per-row sums, from the workspace */
+    cudaError_t error;            /* first failure of a void operation since take_error */
+    const char *error_what;
+    cudaEvent_t (*marks)[4];      /* timing events, made on first use */
+} cuda_ctx;
+
+static void note(cuda_ctx *c, cudaError_t e, const char *what) {
+    if (e != cudaSuccess && c->error == cudaSuccess) {
+        c->error = e;
+        c->error_what = what;
+    }
+}
+
+static dfa_status cuda_ctx_create(const dfa_attn_desc *d, void **out) {
+    (void)d;
+    cuda_ctx *c = calloc(1, sizeof *c);
+    if (!c) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "dfa__compute_cuda", "cannot allocate a context");
+    *out = c;
+    return DFA_OK;
+}
+
+static void cuda_ctx_destroy(void *ctx) {
+    cuda_ctx *c = ctx;
+    if (!c) return;
+    if (c->marks) {
+        for (int i = 0; i < DFA__STATS_MAX_STEPS; i++)
+            for (int j = 0; j < 4; j++)
+                if (c->marks[i][j]) cudaEventDestroy(c->marks[i][j]);
+        free(c->marks);
+    }
+    free(c);
+}
+
+static void *cuda_alloc(void *ctx, size_t bytes) {
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    (void)ctx;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky; the executor reports DFA_ERR_OUT_OF_MEMORY */
+        return NULL;
+    }
+    return p;
+}
+
+/* cudaFree waits for the work in flight on the device, so memory the stream still reads is
+   not taken away; this happens only when the shape grows or the communicator goes. */
+static void cuda_release(void *ctx, void *p) {
+    (void)ctx;
+    if (p) cudaFree(p);
+}
+
+static void cuda_copy2d(void *ctx, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height) {
+    cuda_ctx *c = ctx;
+    note(c, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, c->stream),
+         "cudaMemcpy2DAsync");
+}
+
+static void cuda_fill_f32(void *ctx, float *p, int64_t n, float value) {
+    cuda_ctx *c = ctx;
+    note(c, dfa__sp_fill_f32(p, n, value, c->stream), "fill kernel launch");
+}
+
+static void cuda_add_f32(void *ctx, float *acc, const float *x, int64_t n) {
+    cuda_ctx *c = ctx;
+    note(c, dfa__sp_add_f32(acc, x, n, c->stream), "add kernel launch");
+}
+
+static void cuda_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n, const int *gate) {
+    cuda_ctx *c = ctx;
+    note(c, dfa__sp_store((int)t, src, dst, n, gate, c->stream), "store kernel launch");
+}
+
+static void cuda_merge_rows(void *ctx, int batch, int heads, int D, int n, int r0, int r, float *o_acc,
+                            float *lse_acc, const float *o_part, const float *lse_part) {
+    cuda_ctx *c = ctx;
+    note(c, dfa__sp_merge_rows(batch, heads, D, n, r0, r, o_acc, lse_acc, o_part, lse_part, c->stream),
+         "merge kernel launch");
+}
+
+/* A block's shape with float32 outputs (partial results are merged and summed in float32). */
+static dfa__cuda_shape block_shape(const dfa_attn_desc *d) {
+    dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    s.out_f32 = 1;
+    return s;
+}
+
+static dfa_status cuda_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
+                           float *lse) {
+    cuda_ctx *c = ctx;
+    const dfa__cuda_shape s = block_shape(d);
+    return dfa__cuda_fwd(&s, q, k, v, o, lse, c->stream, "dfa__compute_cuda fwd");
+}
+
+static dfa_status cuda_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                           const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+    cuda_ctx *c = ctx;
+    const dfa__cuda_shape s = block_shape(d);
+    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, c->scratch, c->stream, "dfa__compute_cuda bwd");
+}
+
+/* The largest block has all n rows of a chunk against all n keys: its scratch bounds every other. */
+static size_t cuda_scratch_bytes(const dfa_attn_desc *d) {
+    const dfa__cuda_shape s = block_shape(d);
+    return dfa__cuda_bwd_scratch(&s);
+}
+
+static void cuda_bind(void *ctx, void *stream, void *scratch) {
+    cuda_ctx *c = ctx;
+    c->stream = (cudaStream_t)stream;
+    c->scratch = scratch;
+}
+
+static dfa_status cuda_take_error(void *ctx, const char *fn) {
+    cuda_ctx *c = ctx;
+    const cudaError_t e = c->error;
+    if (e == cudaSuccess) return DFA_OK;
+    c->error = cudaSuccess;
+    return dfa__fail(e == cudaErrorMemoryAllocation ? DFA_ERR_OUT_OF_MEMORY : DFA_ERR_BACKEND, fn, "%s failed: %s (%s)",
+                     c->error_what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static void cuda_mark(void *ctx, int step, int point) {
+    cuda_ctx *c = ctx;
+    if (!c->marks && !(c->marks = calloc(DFA__STATS_MAX_STEPS, sizeof *c->marks))) return;
+    cudaEvent_t *ev = &c->marks[step][point];
+    if (!*ev && cudaEventCreate(ev) != cudaSuccess) {
+        *ev = NULL;
+        return;
+    }
+    note(c, cudaEventRecord(*ev, c->stream), "cudaEventRecord (timing)");
+}
+
+static dfa_status cuda_read_marks(void *ctx, int steps, double *compute_s, double *wait_s) {
+    cuda_ctx *c = ctx;
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) return dfa__fail(DFA_ERR_BACKEND, "dfa__compute_cuda", "cudaStreamSynchronize: %s", cudaGetErrorString(e));
+    for (int t = 0; t < steps; t++) {
+        float a = 0.0f, b = 0.0f;
+        cudaEvent_t *m = c->marks ? c->marks[t] : NULL;
+        if (m && m[0] && m[1] && cudaEventElapsedTime(&a, m[0], m[1]) != cudaSuccess) a = 0.0f;
+        if (m && m[2] && m[3] && cudaEventElapsedTime(&b, m[2], m[3]) != cudaSuccess) b = 0.0f;
+        compute_s[t] = 1e-3 * a;
+        wait_s[t] = 1e-3 * b;
+    }
+    (void)cudaGetLastError();
+    return DFA_OK;
+}
+
+static const dfa__compute_ops cuda_ops = {
+    .name = "cuda",
+    .ctx_create = cuda_ctx_create,
+    .ctx_destroy = cuda_ctx_destroy,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .copy2d = cuda_copy2d,
+    .fill_f32 = cuda_fill_f32,
+    .add_f32 = cuda_add_f32,
+    .store = cuda_store,
+    .merge_rows = cuda_merge_rows,
+    .fwd = cuda_fwd,
+    .bwd = cuda_bwd,
+    .scratch_bytes = cuda_scratch_bytes,
+    .bind = cuda_bind,
+    .take_error = cuda_take_error,
+    .mark = cuda_mark,
+    .read_marks = cuda_read_marks,
+};
+
+const dfa__compute_ops *dfa__compute_cuda(void) { return &cuda_ops; }

@@ -52,6 +52,8 @@ static void usage(FILE *f) {
             "ours (DFA_SCHEDULE_BALANCED), overlap on and off; one process on the whole sequence for\n"
             "reference; per rank and per step compute and wait times; idle time against the simulator.\n\n"
             "options:\n"
+            "  --device cpu|cuda     cuda: DistFlashAttn on GPUs over NCCL, one rank per GPU\n"
+            "                        (its own options: dist-bench --device cuda --help)\n"
             "  --rows N              local rows (tokens) per rank          [2048]\n"
             "  --batch B --heads H --kv-heads K --head-dim D              [1, 8, 8, 128]\n"
             "  --dtype f32|bf16|f16                                        [f32]\n"
@@ -221,6 +223,8 @@ static void print_steps(const char *pass, const call_rec *rec, int P, int thread
 }
 
 int cmd_dist_bench(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda")) return cmd_dist_bench_cuda(argc, argv);
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

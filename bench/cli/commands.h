@@ -12,5 +12,8 @@ int cmd_dist_bench(int argc, char **argv); /* distributed attention under mpirun
 /* `distflash bench --device cuda ...`: cmd_bench hands its whole argument list here
    (cmd_bench_cuda.c; prints a clear message when built without CUDA). */
 int cmd_bench_cuda(int argc, char **argv);
+/* `distflash dist-bench --device cuda ...`: cmd_dist_bench hands its arguments here
+   (cmd_dist_bench_cuda.c; a clear message when built without MPI or NCCL). */
+int cmd_dist_bench_cuda(int argc, char **argv);
 
 #endif

@@ -33,6 +33,17 @@ extern "C" {
 #define DFA_VERSION_MINOR 1
 #define DFA_VERSION_PATCH 0
 
+/* DFA_API marks every function of the public headers: the shared library is built with
+   hidden visibility, so it exports exactly what these headers declare. (GCC and Clang; other
+   compilers export everything and need nothing here. Predefine DFA_API to override.) */
+#ifndef DFA_API
+#if defined(__GNUC__) || defined(__clang__)
+#define DFA_API __attribute__((visibility("default")))
+#else
+#define DFA_API
+#endif
+#endif
+
 typedef enum {
     DFA_OK = 0,
     DFA_ERR_INVALID_ARGUMENT, /* a NULL pointer, a bad size, mismatched shapes */
@@ -118,27 +129,27 @@ typedef struct {
    field at its default (dtype f32, non-causal, offsets 0, default scale, flags 0): the
    same as a zero-initialised descriptor with the shape set. Arguments are not checked
    here; the calls check them. */
-dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
-                                 int num_kv_heads, int head_dim);
+DFA_API dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
+                                         int num_kv_heads, int head_dim);
 
 /* Static name of a status ("DFA_OK", "DFA_ERR_INVALID_ARGUMENT", ...). Never NULL. */
-const char *dfa_status_string(dfa_status s);
+DFA_API const char *dfa_status_string(dfa_status s);
 
 /* Message describing the last failure on the calling thread ("" if none yet).
    The pointer stays valid until the next distflash call on this thread. */
-const char *dfa_last_error(void);
+DFA_API const char *dfa_last_error(void);
 
 /* "major.minor.patch" and the compiled-in parts, e.g. "0.1.0 (cpu: avx512 avx2 scalar; cuda; mpi)". */
-const char *dfa_version_string(void);
+DFA_API const char *dfa_version_string(void);
 
 /* Threads used by each CPU call: n >= 1, or 0 for the OpenMP default
    (OMP_NUM_THREADS or the core count). Process-wide; not thread safe against
    calls running at the same moment. */
-dfa_status dfa_set_num_threads(int n);
+DFA_API dfa_status dfa_set_num_threads(int n);
 
 /* The SIMD path the CPU kernels use on this processor: "avx512", "avx2" or "scalar".
    DFA_CPU_ISA=avx512|avx2|scalar in the environment caps it (for testing). */
-const char *dfa_cpu_isa(void);
+DFA_API const char *dfa_cpu_isa(void);
 
 /*
  * Forward: o = softmax(scale * q k^T + mask) v, and its per-row log-sum-exp.
@@ -146,8 +157,8 @@ const char *dfa_cpu_isa(void);
  * overwritten; may be NULL when not needed (inference). Outputs must not
  * overlap inputs or each other. Memory is linear in sequence length.
  */
-dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                        void *o, float *lse);
+DFA_API dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                                void *o, float *lse);
 
 /*
  * Backward: gradients of sum(dout * o) with respect to q, k and v, given the
@@ -156,9 +167,9 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, co
  * lse gives exact partial gradients). dq, dk, dv are overwritten (not
  * accumulated) and must not overlap inputs or each other.
  */
-dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                        const void *o, const float *lse, const void *dout,
-                        void *dq, void *dk, void *dv);
+DFA_API dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                                const void *o, const float *lse, const void *dout,
+                                void *dq, void *dk, void *dv);
 
 /*
  * Fold a partial result computed over other keys into an accumulated one, in
@@ -168,8 +179,8 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, co
  * fields are not read). Rows whose lse is -inf on both sides stay o = 0,
  * lse = -inf. o_part/lse_part must not overlap o_acc/lse_acc.
  */
-dfa_status dfa_attn_merge(const dfa_attn_desc *d, void *o_acc, float *lse_acc,
-                          const void *o_part, const float *lse_part);
+DFA_API dfa_status dfa_attn_merge(const dfa_attn_desc *d, void *o_acc, float *lse_acc,
+                                  const void *o_part, const float *lse_part);
 
 /* ------------------------------------------------------------------------ */
 /* Sequence parallelism (DistFlashAttn). Communicators come from a backend  */
@@ -179,7 +190,7 @@ dfa_status dfa_attn_merge(const dfa_attn_desc *d, void *o_acc, float *lse_acc,
 typedef struct dfa_comm dfa_comm; /* opaque, one per rank */
 
 /* Frees a communicator; the underlying MPI_Comm / ncclComm_t stays the caller's. NULL is a no-op. */
-void dfa_comm_destroy(dfa_comm *c);
+DFA_API void dfa_comm_destroy(dfa_comm *c);
 
 typedef enum {
     DFA_SCHEDULE_BALANCED = 0, /* DistFlashAttn token-level balancing, zero idle for every P (default) */
@@ -202,7 +213,7 @@ typedef struct {
    dfa_attn_desc_init(batch, local_rows, local_rows, num_heads, num_kv_heads, head_dim),
    schedule DFA_SCHEDULE_BALANCED, overlap 0: the same as a zero-initialised descriptor
    with those fields set. */
-dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_heads, int num_kv_heads, int head_dim);
+DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_heads, int num_kv_heads, int head_dim);
 
 /*
  * Distributed forward/backward: every rank of the communicator calls with its
@@ -211,19 +222,19 @@ dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_heads, int n
  * ignored: the schedule's layout decides global positions (dfa_dist_position).
  * Buffers and layouts as in dfa_attn_fwd/bwd, with seqlen = local rows.
  */
-dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
-                             const void *v, void *o, float *lse);
-dfa_status dfa_dist_attn_bwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
-                             const void *v, const void *o, const float *lse, const void *dout,
-                             void *dq, void *dk, void *dv);
+DFA_API dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
+                                     const void *v, void *o, float *lse);
+DFA_API dfa_status dfa_dist_attn_bwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
+                                     const void *v, const void *o, const float *lse, const void *dout,
+                                     void *dq, void *dk, void *dv);
 
 /* Global sequence position of local row i on this rank under a schedule's
    layout (-1 if an argument is out of range). */
-int64_t dfa_dist_position(dfa_schedule s, int rank, int nranks, int local_rows, int i);
+DFA_API int64_t dfa_dist_position(dfa_schedule s, int rank, int nranks, int local_rows, int i);
 
 /* Rank and size of a communicator (-1 / 0 for NULL). */
-int dfa_comm_rank(const dfa_comm *c);
-int dfa_comm_size(const dfa_comm *c);
+DFA_API int dfa_comm_rank(const dfa_comm *c);
+DFA_API int dfa_comm_size(const dfa_comm *c);
 
 #ifdef __cplusplus
 }

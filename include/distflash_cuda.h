@@ -60,21 +60,21 @@ extern "C" {
 #endif
 
 /* Forward: o = softmax(scale q k^T + mask) v and lse (may be NULL), as dfa_attn_fwd. */
-dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
-                             float *lse, cudaStream_t stream);
+DFA_API dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
+                                     float *lse, cudaStream_t stream);
 
 /* Backward: dq, dk, dv from o and lse of the forward (or of a merge), as dfa_attn_bwd. */
-dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
-                             const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream);
+DFA_API dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
+                                     const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream);
 
 /* Fold a partial result into an accumulated one in place, as dfa_attn_merge (f32/bf16/f16). */
-dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
-                               const float *lse_part, cudaStream_t stream);
+DFA_API dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
+                                       const float *lse_part, cudaStream_t stream);
 
 /* Device scratch bytes one dfa_attn_bwd_cuda call with this descriptor takes (0 if d is
    invalid): 8 bytes per (batch, head, query row), plus a float32 copy of dq unless
    DFA_FLAG_DETERMINISTIC is set. The forward and the merge take none. */
-size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
+DFA_API size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
 
 #ifdef __cplusplus
 }

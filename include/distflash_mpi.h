@@ -43,7 +43,7 @@ extern "C" {
  * (DFA_ERR_OUT_OF_MEMORY); MPI_Comm_dup failing (DFA_ERR_BACKEND). *out is set
  * only on success.
  */
-dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out);
+DFA_API dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out);
 
 /*
  * A communicator for the distributed calls on GPUs (distflash_nccl.h), started from MPI:

@@ -2,6 +2,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "dtype.h"
 #include "error.h"
@@ -31,6 +33,138 @@ dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_heads, int n
     d.schedule = DFA_SCHEDULE_BALANCED;
     return d;
 }
+
+/* ---- Descriptors that can grow (the rules are in distflash.h) ------------------------- */
+
+#define DESC_MAX_SIZE 4096u
+#define HEADER_BYTES 16u /* struct_size, magic, version, reserved_header */
+
+/* How a descriptor is named in messages: "d" and "d->" or "d->attn" and "d->attn.". */
+typedef struct {
+    const char *obj, *field;
+} desc_name;
+
+static const desc_name TOP = {"d", "d->"}, NESTED = {"d->attn", "d->attn."};
+
+/* Checks the versioning header at p (the caller's bytes); *size gets the caller's
+   descriptor size (v1_size for a zero-initialised one). */
+static dfa_status read_header(const unsigned char *p, uint32_t v1_size, desc_name n, uint32_t *size,
+                              const char *fn) {
+    uint32_t h[4]; /* struct_size, magic, version, reserved_header */
+    memcpy(h, p, sizeof h);
+    if (h[0] == 0) { /* zero-initialised: the whole header is 0 */
+        if (h[1] != 0)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "%smagic = 0x%08x but %sstruct_size = 0; a zero-initialised descriptor has magic 0 "
+                             "(or set struct_size, magic and version: dfa_attn_desc_init does)",
+                             n.field, h[1], n.field);
+        if (h[2] != 0)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "%sversion = %u but %sstruct_size = 0; a zero-initialised descriptor has version 0",
+                             n.field, h[2], n.field);
+        *size = v1_size;
+    } else {
+        if (h[0] < v1_size || h[0] > DESC_MAX_SIZE || h[0] % 8 != 0)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "%sstruct_size = %u is not a descriptor size: 0 (zero-initialised) or the caller's "
+                             "sizeof, a multiple of 8 from %u to %u (uninitialised memory?)",
+                             n.field, h[0], v1_size, DESC_MAX_SIZE);
+        if (h[1] != DFA_DESC_MAGIC)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "%smagic = 0x%08x, expected DFA_DESC_MAGIC (0x%08x) with %sstruct_size = %u "
+                             "(uninitialised memory? use dfa_attn_desc_init or zero-initialise)",
+                             n.field, h[1], DFA_DESC_MAGIC, n.field, h[0]);
+        if (h[2] == 0)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "%sversion = 0 with %sstruct_size = %u; it must be the caller's DFA_DESC_VERSION "
+                             "(%u in this library)",
+                             n.field, n.field, h[0], DFA_DESC_VERSION);
+        *size = h[0];
+    }
+    if (h[3] != 0)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "%sreserved_header = %u; it must be 0", n.field, h[3]);
+    return DFA_OK;
+}
+
+/* Bytes [from, to) of the caller's descriptor must be zero: this library knows no field there. */
+static dfa_status check_zero(const unsigned char *p, size_t from, size_t to, desc_name n, const char *where,
+                             const char *fn) {
+    size_t first = from;
+    while (first < to && p[first] == 0) first++;
+    if (first >= to) return DFA_OK;
+    size_t last = to - 1;
+    while (p[last] == 0) last--;
+    return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                     "bytes %zu..%zu of %s (%s) are not zero, and this library (descriptor version %u) knows no "
+                     "field there: the caller was built against a newer distflash.h and sets fields this library "
+                     "does not have, or did not zero-initialise the descriptor (= {0}, memset or dfa_attn_desc_init)",
+                     first, last, n.obj, where, DFA_DESC_VERSION);
+}
+
+/* The caller's attention descriptor of `size` bytes at p (header already checked) in this
+   library's layout. Fields keep their offsets from version to version, so the common prefix
+   is copied as is; fields the caller's (older, shorter) layout lacks stay 0, their default. */
+static dfa_status import_attn(const unsigned char *p, uint32_t size, desc_name n, dfa_attn_desc *out,
+                              const char *fn) {
+    const size_t known = offsetof(dfa_attn_desc, reserved), mine = sizeof(dfa_attn_desc);
+    char where[64];
+    snprintf(where, sizeof where, "%sreserved", n.field);
+    dfa_status st = check_zero(p, known, size < mine ? size : mine, n, where, fn);
+    if (!st) st = check_zero(p, mine, size, n, "beyond the fields of this library's version", fn);
+    if (st) return st;
+    dfa_attn_desc a;
+    memset(&a, 0, sizeof a);
+    memcpy(&a, p, known < size ? known : size);
+    a.struct_size = (uint32_t)sizeof a;
+    a.magic = DFA_DESC_MAGIC;
+    a.version = DFA_DESC_VERSION;
+    a.reserved_header = 0;
+    *out = a;
+    return DFA_OK;
+}
+
+dfa_status dfa__attn_desc_import(const dfa_attn_desc *user, dfa_attn_desc *out, const char *fn) {
+    if (!user) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
+    const unsigned char *p = (const unsigned char *)user;
+    uint32_t size;
+    dfa_status st = read_header(p, DFA_ATTN_DESC_SIZE_V1, TOP, &size, fn);
+    return st ? st : import_attn(p, size, TOP, out, fn);
+}
+
+dfa_status dfa__dist_desc_import(const dfa_dist_desc *user, dfa_dist_desc *out, const char *fn) {
+    if (!user) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
+    const unsigned char *p = (const unsigned char *)user;
+    uint32_t size, attn_size;
+    dfa_status st = read_header(p, DFA_DIST_DESC_SIZE_V1, TOP, &size, fn);
+    if (!st) st = read_header(p + HEADER_BYTES, DFA_ATTN_DESC_SIZE_V1, NESTED, &attn_size, fn);
+    if (st) return st;
+    /* The caller's attn has its own size; the distributed fields follow it (8-byte aligned). */
+    const size_t at = offsetof(dfa_dist_desc, attn);
+    const size_t tail = at + ((size_t)attn_size + 7) / 8 * 8; /* the caller's offset of schedule */
+    const size_t known = offsetof(dfa_dist_desc, reserved) - offsetof(dfa_dist_desc, schedule);
+    const size_t mine = sizeof(dfa_dist_desc) - offsetof(dfa_dist_desc, schedule);
+    if (tail + known > size)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->attn.struct_size = %u does not fit in d->struct_size = %u (the distributed fields "
+                         "follow d->attn)",
+                         attn_size, size);
+    dfa_dist_desc x;
+    memset(&x, 0, sizeof x);
+    if ((st = import_attn(p + at, attn_size, NESTED, &x.attn, fn))) return st;
+    const size_t have = size - tail; /* the caller's bytes from schedule on */
+    st = check_zero(p, tail + known, tail + (have < mine ? have : mine), TOP, "d->reserved", fn);
+    if (!st) st = check_zero(p, tail + mine, size, TOP, "beyond the fields of this library's version", fn);
+    if (st) return st;
+    memcpy((unsigned char *)&x + offsetof(dfa_dist_desc, schedule), p + tail, known);
+    x.struct_size = (uint32_t)sizeof x;
+    x.magic = DFA_DESC_MAGIC;
+    x.version = DFA_DESC_VERSION;
+    x.reserved_header = 0;
+    *out = x;
+    return DFA_OK;
+}
+
+/* ---- Contents -------------------------------------------------------------------------- */
 
 /* a * b * c * e without overflowing int64; false on overflow. */
 static bool mul4(int64_t a, int64_t b, int64_t c, int64_t e, int64_t *out) {

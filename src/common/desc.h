@@ -10,10 +10,22 @@
 #define DFA__MAX_HEAD_DIM 256
 #define DFA__MAX_OFFSET ((int64_t)1 << 62)
 
+/* Reads the caller's descriptor by its versioning header (the rules of "Descriptors that can
+   grow" in distflash.h) and writes a normalised copy in this library's layout to *out: header
+   set to this version (struct_size = sizeof, magic, version), fields the caller's layout lacks
+   at their defaults (0). Reads no byte past the caller's struct_size. Refuses a bad header
+   (DFA_ERR_INVALID_ARGUMENT, naming d->struct_size, d->magic, ..., d->attn.struct_size) and
+   non-zero bytes where this library knows no field (DFA_ERR_UNSUPPORTED, naming the bytes).
+   *out is written only on success; the contents (sizes, dtype, ...) are not checked here
+   (dfa__check_desc does that). Entry points import first and then use only the copy. */
+dfa_status dfa__attn_desc_import(const dfa_attn_desc *user, dfa_attn_desc *out, const char *fn);
+dfa_status dfa__dist_desc_import(const dfa_dist_desc *user, dfa_dist_desc *out, const char *fn);
+
 /* Which fields a call reads: merge ignores the key side. */
 typedef enum { DFA__DESC_FULL, DFA__DESC_QUERY_SIDE } dfa__desc_use;
 
-/* Validates d for a call named fn; on failure records the message and returns the status. */
+/* Validates the contents of a normalised descriptor (dfa__attn_desc_import) for a call named
+   fn; on failure records the message and returns the status. */
 dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char *fn);
 
 /* Fails with "fn: <name> is NULL" when p is NULL. */

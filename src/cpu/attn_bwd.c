@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/error.h"
 #include "attn_tiles.h"
@@ -126,26 +127,15 @@ static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg,
     }
 }
 
-dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
+dfa_status dfa_attn_bwd(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
                         const float *lse, const void *dout, void *dq, void *dk, void *dv) {
     static const char fn[] = "dfa_attn_bwd";
     dfa__clear_error();
-    dfa_status st = dfa__check_desc(d, DFA__DESC_FULL, fn);
+    dfa_attn_desc desc; /* the caller's descriptor, normalised: the only one used below */
+    const dfa_attn_desc *d = &desc;
+    dfa_status st = dfa__check_bwd_args(user_d, NULL, &desc, q, k, v, o, lse, dout, dq, dk, dv, fn);
     if (st) return st;
-    if ((st = dfa__check_ptr(q, "q", fn)) || (st = dfa__check_ptr(k, "k", fn)) ||
-        (st = dfa__check_ptr(v, "v", fn)) || (st = dfa__check_ptr(o, "o", fn)) ||
-        (st = dfa__check_ptr(lse, "lse", fn)) || (st = dfa__check_ptr(dout, "dout", fn)) ||
-        (st = dfa__check_ptr(dq, "dq", fn)) || (st = dfa__check_ptr(dk, "dk", fn)) ||
-        (st = dfa__check_ptr(dv, "dv", fn)))
-        return st;
-    const size_t es = dfa__dtype_size(d->dtype);
     const int64_t nq = dfa__q_elems(d), nlse = dfa__lse_elems(d);
-    const size_t qbytes = (size_t)nq * es, kbytes = (size_t)dfa__kv_elems(d) * es;
-    const dfa__buffer outs[] = {{dq, qbytes, "dq"}, {dk, kbytes, "dk"}, {dv, kbytes, "dv"}};
-    const dfa__buffer ins[] = {{q, qbytes, "q"},       {k, kbytes, "k"},
-                               {v, kbytes, "v"},       {o, qbytes, "o"},
-                               {dout, qbytes, "dout"}, {lse, (size_t)nlse * 4, "lse"}};
-    if ((st = dfa__check_no_overlap(outs, 3, ins, 6, fn))) return st;
 
     const int D = d->head_dim, H = d->num_heads;
     const int nthreads = dfa__cpu_threads(), nseg = key_segments(d);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/error.h"
 #include "attn_tiles.h"
@@ -101,20 +102,14 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     }
 }
 
-dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
+dfa_status dfa_attn_fwd(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
                         float *lse) {
     static const char fn[] = "dfa_attn_fwd";
     dfa__clear_error();
-    dfa_status st = dfa__check_desc(d, DFA__DESC_FULL, fn);
+    dfa_attn_desc desc; /* the caller's descriptor, normalised: the only one used below */
+    const dfa_attn_desc *d = &desc;
+    dfa_status st = dfa__check_fwd_args(user_d, NULL, &desc, q, k, v, o, lse, fn);
     if (st) return st;
-    if ((st = dfa__check_ptr(q, "q", fn)) || (st = dfa__check_ptr(k, "k", fn)) ||
-        (st = dfa__check_ptr(v, "v", fn)) || (st = dfa__check_ptr(o, "o", fn)))
-        return st;
-    const size_t es = dfa__dtype_size(d->dtype);
-    const size_t qb = (size_t)dfa__q_elems(d) * es, kb = (size_t)dfa__kv_elems(d) * es;
-    const dfa__buffer outs[] = {{o, qb, "o"}, {lse, (size_t)dfa__lse_elems(d) * 4, "lse"}};
-    const dfa__buffer ins[] = {{q, qb, "q"}, {k, kb, "k"}, {v, kb, "v"}};
-    if ((st = dfa__check_no_overlap(outs, 2, ins, 3, fn))) return st;
 
     const int nthreads = dfa__cpu_threads();
     const size_t per_thread = fwd_scratch_floats(d->head_dim);

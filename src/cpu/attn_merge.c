@@ -3,26 +3,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/dtype.h"
 #include "../common/error.h"
 #include "threads.h"
 
-dfa_status dfa_attn_merge(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
+dfa_status dfa_attn_merge(const dfa_attn_desc *user_d, void *o_acc, float *lse_acc, const void *o_part,
                           const float *lse_part) {
     static const char fn[] = "dfa_attn_merge";
     dfa__clear_error();
-    dfa_status st = dfa__check_desc(d, DFA__DESC_QUERY_SIDE, fn);
+    dfa_attn_desc desc; /* the caller's descriptor, normalised: the only one used below */
+    const dfa_attn_desc *d = &desc;
+    dfa_status st = dfa__check_merge_args(user_d, &desc, o_acc, lse_acc, o_part, lse_part, fn);
     if (st) return st;
-    if ((st = dfa__check_ptr(o_acc, "o_acc", fn)) || (st = dfa__check_ptr(lse_acc, "lse_acc", fn)) ||
-        (st = dfa__check_ptr(o_part, "o_part", fn)) || (st = dfa__check_ptr(lse_part, "lse_part", fn)))
-        return st;
     const int D = d->head_dim, H = d->num_heads;
     const size_t es = dfa__dtype_size(d->dtype);
-    const size_t obytes = (size_t)dfa__q_elems(d) * es, lbytes = (size_t)dfa__lse_elems(d) * 4;
-    const dfa__buffer outs[] = {{o_acc, obytes, "o_acc"}, {lse_acc, lbytes, "lse_acc"}};
-    const dfa__buffer ins[] = {{o_part, obytes, "o_part"}, {lse_part, lbytes, "lse_part"}};
-    if ((st = dfa__check_no_overlap(outs, 2, ins, 2, fn))) return st;
 
     const int nthreads = dfa__cpu_threads();
     float *scratch = malloc(sizeof(float) * 2 * (size_t)D * (size_t)nthreads);

@@ -1,12 +1,14 @@
-/* The public CUDA entry points: the CPU calls' argument checks, then the
- * device-specific ones (storage type, alignment, device memory), then the
- * launchers. Nothing is enqueued before every check has passed. */
+/* The public CUDA entry points: the CPU calls' argument checks (src/common/args.h, with
+ * the device's storage types as an extra descriptor rule), then the device-specific ones
+ * (alignment, device memory), then the launchers. Nothing is enqueued before every check
+ * has passed, and only the normalised copy of the caller's descriptor is used. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "distflash_cuda.h"
 
+#include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/dtype.h"
 #include "../common/error.h"
@@ -39,7 +41,8 @@ typedef struct {
     size_t align;
 } dev_ptr;
 
-/* f32 storage is a property of the descriptor: checked right after it. */
+/* f32 storage is a property of the descriptor: checked right after it, before the pointers
+   (a dfa__desc_rule of the forward and backward). */
 static dfa_status check_dtype(const dfa_attn_desc *d, const char *fn) {
     if (d->dtype == DFA_F32)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
@@ -74,74 +77,52 @@ static dfa__kernel_choice kernel_choice(const char *var) {
     return DFA__FWD_AUTO;
 }
 
-dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
+dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
                              float *lse, cudaStream_t stream) {
     static const char fn[] = "dfa_attn_fwd_cuda";
     dfa__clear_error();
-    dfa_status st = dfa__check_desc(d, DFA__DESC_FULL, fn);
-    if (st || (st = check_dtype(d, fn))) return st;
-    if ((st = dfa__check_ptr(q, "q", fn)) || (st = dfa__check_ptr(k, "k", fn)) ||
-        (st = dfa__check_ptr(v, "v", fn)) || (st = dfa__check_ptr(o, "o", fn)))
-        return st;
-    const size_t es = dfa__dtype_size(d->dtype);
-    const size_t qb = (size_t)dfa__q_elems(d) * es, kb = (size_t)dfa__kv_elems(d) * es;
-    const dfa__buffer outs[] = {{o, qb, "o"}, {lse, (size_t)dfa__lse_elems(d) * 4, "lse"}};
-    const dfa__buffer ins[] = {{q, qb, "q"}, {k, kb, "k"}, {v, kb, "v"}};
-    if ((st = dfa__check_no_overlap(outs, 2, ins, 3, fn))) return st;
+    dfa_attn_desc d;
+    dfa_status st = dfa__check_fwd_args(user_d, check_dtype, &d, q, k, v, o, lse, fn);
+    if (st) return st;
     const dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = check_device_ptrs(ps, 5, fn))) return st;
-    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     return dfa__cuda_fwd(&s, q, k, v, o, lse, kernel_choice("DFA_CUDA_FWD_KERNEL"), stream, fn);
 }
 
-dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
+dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
                              const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream) {
     static const char fn[] = "dfa_attn_bwd_cuda";
     dfa__clear_error();
-    dfa_status st = dfa__check_desc(d, DFA__DESC_FULL, fn);
-    if (st || (st = check_dtype(d, fn))) return st;
-    if ((st = dfa__check_ptr(q, "q", fn)) || (st = dfa__check_ptr(k, "k", fn)) ||
-        (st = dfa__check_ptr(v, "v", fn)) || (st = dfa__check_ptr(o, "o", fn)) ||
-        (st = dfa__check_ptr(lse, "lse", fn)) || (st = dfa__check_ptr(dout, "dout", fn)) ||
-        (st = dfa__check_ptr(dq, "dq", fn)) || (st = dfa__check_ptr(dk, "dk", fn)) ||
-        (st = dfa__check_ptr(dv, "dv", fn)))
-        return st;
-    const size_t es = dfa__dtype_size(d->dtype);
-    const size_t qbytes = (size_t)dfa__q_elems(d) * es, kbytes = (size_t)dfa__kv_elems(d) * es;
-    const dfa__buffer outs[] = {{dq, qbytes, "dq"}, {dk, kbytes, "dk"}, {dv, kbytes, "dv"}};
-    const dfa__buffer ins[] = {{q, qbytes, "q"},       {k, kbytes, "k"},
-                               {v, kbytes, "v"},       {o, qbytes, "o"},
-                               {dout, qbytes, "dout"}, {lse, (size_t)dfa__lse_elems(d) * 4, "lse"}};
-    if ((st = dfa__check_no_overlap(outs, 3, ins, 6, fn))) return st;
+    dfa_attn_desc d;
+    dfa_status st = dfa__check_bwd_args(user_d, check_dtype, &d, q, k, v, o, lse, dout, dq, dk, dv, fn);
+    if (st) return st;
     const dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = check_device_ptrs(ps, 9, fn))) return st;
-    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, kernel_choice("DFA_CUDA_BWD_KERNEL"), stream, fn);
 }
 
-dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
+dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *lse_acc, const void *o_part,
                                const float *lse_part, cudaStream_t stream) {
     static const char fn[] = "dfa_attn_merge_cuda";
     dfa__clear_error();
-    dfa_status st = dfa__check_desc(d, DFA__DESC_QUERY_SIDE, fn);
+    dfa_attn_desc d;
+    dfa_status st = dfa__check_merge_args(user_d, &d, o_acc, lse_acc, o_part, lse_part, fn);
     if (st) return st;
-    if ((st = dfa__check_ptr(o_acc, "o_acc", fn)) || (st = dfa__check_ptr(lse_acc, "lse_acc", fn)) ||
-        (st = dfa__check_ptr(o_part, "o_part", fn)) || (st = dfa__check_ptr(lse_part, "lse_part", fn)))
-        return st;
-    const size_t es = dfa__dtype_size(d->dtype);
-    const size_t obytes = (size_t)dfa__q_elems(d) * es, lbytes = (size_t)dfa__lse_elems(d) * 4;
-    const dfa__buffer outs[] = {{o_acc, obytes, "o_acc"}, {lse_acc, lbytes, "lse_acc"}};
-    const dfa__buffer ins[] = {{o_part, obytes, "o_part"}, {lse_part, lbytes, "lse_part"}};
-    if ((st = dfa__check_no_overlap(outs, 2, ins, 2, fn))) return st;
+    const size_t es = dfa__dtype_size(d.dtype);
     const dev_ptr ps[] = {{o_acc, "o_acc", es}, {lse_acc, "lse_acc", 4}, {o_part, "o_part", es}, {lse_part, "lse_part", 4}};
     if ((st = check_device_ptrs(ps, 4, fn))) return st;
-    return dfa__cuda_merge((int)d->dtype, d->batch, d->seqlen_q, d->num_heads, d->head_dim, o_acc, lse_acc, o_part,
+    return dfa__cuda_merge((int)d.dtype, d.batch, d.seqlen_q, d.num_heads, d.head_dim, o_acc, lse_acc, o_part,
                            lse_part, stream, fn);
 }
 
-size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d) {
-    if (dfa__check_desc(d, DFA__DESC_FULL, "dfa_attn_bwd_cuda_scratch_bytes") != DFA_OK) return 0;
-    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {
+    static const char fn[] = "dfa_attn_bwd_cuda_scratch_bytes";
+    dfa_attn_desc d;
+    if (dfa__attn_desc_import(user_d, &d, fn) != DFA_OK || dfa__check_desc(&d, DFA__DESC_FULL, fn) != DFA_OK)
+        return 0;
+    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     return dfa__cuda_bwd_scratch(&s);
 }

@@ -1,7 +1,8 @@
 /* Internal: the distributed calls with an explicit schedule kind, including the paper's
  * published balancing (DFA__SCHED_PAPER), which the public enum does not offer; used by
  * the public wrappers and by `distflash dist-bench` for its comparison. d->schedule is
- * ignored here (kind replaces it). */
+ * ignored here (kind replaces it; the public wrappers pass a private value of dist_api.c
+ * that means "d->schedule, once the descriptor is imported"). */
 #ifndef DFA_DIST_INTERNAL_H
 #define DFA_DIST_INTERNAL_H
 

@@ -115,6 +115,12 @@ static void test_descriptors(void) {
     d = good(); d.flags = 0x80; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "flags", 1);
     d = good(); d.batch = INT_MAX; d.seqlen_q = INT_MAX; d.num_heads = INT_MAX / 256; d.num_kv_heads = 1; d.head_dim = 256;
     bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "overflow", 1);
+    /* the versioning header and the reserved space (distflash.h, "Descriptors that can grow") */
+    d = good(); d.struct_size = 7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->struct_size", 1);
+    d = good(); d.magic = 0; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->magic", 1);
+    d = good(); d.reserved[0] = 1; bad_desc(d, DFA_ERR_UNSUPPORTED, "d->reserved", 1);
+    d = good(); d.struct_size = 0xdeadbeefu;
+    CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) == 0, "scratch bytes of a descriptor with a bad struct_size is not 0");
     /* the device's own: f32 storage (fwd/bwd), alignment, host memory */
     d = good(); d.dtype = DFA_F32;
     EXPECT(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0), DFA_ERR_UNSUPPORTED, "DFA_F32");
@@ -154,6 +160,14 @@ static void test_pointers(void) {
     CUDA_OK(cudaDeviceSynchronize());
     CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) > 0, "scratch bytes of a good descriptor is 0");
     CHECK(dfa_attn_bwd_cuda_scratch_bytes(NULL) == 0, "scratch bytes of NULL is not 0");
+    dfa_attn_desc z = {0}; /* zero-initialised: the same descriptor as good() */
+    z.batch = B, z.seqlen_q = SQ, z.seqlen_k = SK, z.num_heads = H, z.num_kv_heads = HKV, z.head_dim = D;
+    z.dtype = DFA_BF16, z.causal = 1, z.q_start = 2;
+    CHECK(dfa_attn_bwd_cuda_scratch_bytes(&z) == dfa_attn_bwd_cuda_scratch_bytes(&d),
+          "scratch bytes of a zero-initialised descriptor differ");
+    CHECK(dfa_attn_fwd_cuda(&z, q, k, v, o, lse, 0) == DFA_OK, "zero-initialised descriptor refused: %s",
+          dfa_last_error());
+    CUDA_OK(cudaDeviceSynchronize());
 }
 
 int main(void) {

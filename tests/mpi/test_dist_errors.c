@@ -4,6 +4,7 @@
  * (or the failing rank and its reason), and leave its outputs untouched. Afterwards a valid
  * call still works, gives the same bits twice, and the same bits with overlap on and off. */
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +239,117 @@ static void test_create(void) {
     MPI_Comm_free(&half);
 }
 
+/* Descriptors that can grow (distflash.h), through the distributed calls. On a communicator
+   of one rank (MPI_COMM_SELF, every rank on its own): the accepted forms give the same bits
+   as good_desc(); a bad header or non-zero unknown bytes are refused, naming the field or
+   the bytes. Larger descriptors live in buffers of exactly their size (AddressSanitizer sees
+   any read past struct_size). Then a bad header on one rank of the world communicator. */
+static unsigned char *dist_bytes(uint32_t size, uint32_t attn_size) {
+    const dfa_dist_desc g = good_desc();
+    dfa_dist_desc d = dfa_dist_desc_init(B, N, H, HKV, D);
+    d.attn = g.attn;
+    d.struct_size = size;
+    d.attn.struct_size = attn_size;
+    unsigned char *p = calloc(1, size);
+    memcpy(p, &d, offsetof(dfa_dist_desc, attn) + sizeof d.attn);
+    const size_t at = offsetof(dfa_dist_desc, attn) + attn_size; /* schedule, overlap after the caller's attn */
+    memcpy(p + at, &g.schedule, sizeof g.schedule);
+    memcpy(p + at + sizeof g.schedule, &g.overlap, sizeof g.overlap);
+    return p;
+}
+
+static void test_versioning(bufs *b) {
+    dfa_comm *self = NULL;
+    CHECK(dfa_comm_create_mpi(MPI_COMM_SELF, &self) == DFA_OK, "create(MPI_COMM_SELF): %s", dfa_last_error());
+    const size_t qb = sizeof(float) * B * N * H * D, lb = sizeof(float) * B * H * N;
+    float *o_ref = tl_alloc(DFA_F32, CAP), *lse_ref = tl_alloc(DFA_F32, CAP);
+    float *o = tl_alloc(DFA_F32, CAP), *lse = tl_alloc(DFA_F32, CAP);
+    const dfa_dist_desc g = good_desc();
+    CHECK(dfa_dist_attn_fwd(self, &g, b->q, b->k, b->v, o_ref, lse_ref) == DFA_OK, "rank %d: reference: %s", rank,
+          dfa_last_error());
+
+    dfa_dist_desc zero = {0}; /* zero-initialised, fields set one by one */
+    zero.attn.batch = B, zero.attn.seqlen_q = zero.attn.seqlen_k = N, zero.attn.num_heads = H;
+    zero.attn.num_kv_heads = HKV, zero.attn.head_dim = D, zero.attn.causal = 1, zero.overlap = 1;
+    dfa_dist_desc init = dfa_dist_desc_init(B, N, H, HKV, D);
+    init.attn.causal = 1, init.overlap = 1;
+    unsigned char *bigger = dist_bytes(256, DFA_ATTN_DESC_SIZE_V1);   /* a newer header: more reserved space */
+    unsigned char *bigger_attn = dist_bytes(208, 152);                /* ... and a larger attn */
+    const struct { const void *d; const char *what; } ok[] = {
+        {&zero, "zero-initialised"}, {&init, "dfa_dist_desc_init"}, {bigger, "struct_size 256"},
+        {bigger_attn, "attn.struct_size 152"}};
+    for (int i = 0; i < 4; i++) {
+        tl_poison(o, (size_t)CAP * 4);
+        dfa_status st = dfa_dist_attn_fwd(self, ok[i].d, b->q, b->k, b->v, o, lse);
+        CHECK(st == DFA_OK && !memcmp(o, o_ref, qb) && !memcmp(lse, lse_ref, lb), "rank %d: %s: %s, or other bits (%s)",
+              rank, ok[i].what, dfa_status_string(st), dfa_last_error());
+        st = dfa_dist_attn_bwd(self, ok[i].d, b->q, b->k, b->v, o_ref, lse_ref, b->dout, b->dq, b->dk, b->dv);
+        CHECK(st == DFA_OK, "rank %d: %s: backward %s (%s)", rank, ok[i].what, dfa_status_string(st), dfa_last_error());
+    }
+
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        dfa_dist_desc d = init;
+        d.struct_size = 7;
+        expect_fail(self, "struct_size 7", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->struct_size = 7");
+        d = init;
+        d.struct_size = 0xdeadbeefu;
+        expect_fail(self, "struct_size garbage", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->struct_size");
+        d = init;
+        d.attn.struct_size = 40;
+        expect_fail(self, "attn.struct_size 40", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.struct_size = 40");
+        d = init;
+        d.magic = 0x1234;
+        expect_fail(self, "magic", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->magic");
+        d = zero;
+        d.attn.magic = DFA_DESC_MAGIC; /* with attn.struct_size 0 */
+        expect_fail(self, "attn.magic", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.magic");
+        d = init;
+        d.reserved_header = 1;
+        expect_fail(self, "reserved_header", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->reserved_header");
+        d = init;
+        d.reserved[0] = 1;
+        expect_fail(self, "reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->reserved)");
+        d = zero;
+        d.attn.reserved[7] = 1;
+        expect_fail(self, "attn.reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->attn.reserved)");
+        bigger[250] = 1;
+        expect_fail(self, "tail byte", bwd, (const dfa_dist_desc *)(void *)bigger, b, DFA_ERR_UNSUPPORTED,
+                    "bytes 250..250 of d");
+        bigger[250] = 0;
+        bigger_attn[16 + 150] = 1;
+        expect_fail(self, "attn tail byte", bwd, (const dfa_dist_desc *)(void *)bigger_attn, b, DFA_ERR_UNSUPPORTED,
+                    "bytes 150..150 of d->attn");
+        bigger_attn[16 + 150] = 0;
+        expect_fail(self, "d NULL", bwd, NULL, b, DFA_ERR_INVALID_ARGUMENT, "d (the descriptor) is NULL");
+    }
+    free(bigger);
+    free(bigger_attn);
+    free(o_ref), free(lse_ref), free(o), free(lse);
+    dfa_comm_destroy(self);
+}
+
+/* A bad header on one rank of a larger communicator: that rank names it, the others the rank. */
+static void test_versioning_one_rank(dfa_comm *c, bufs *b) {
+    const int bad = nranks - 1;
+    char who[64];
+    snprintf(who, sizeof who, "rank %d failed", bad);
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        dfa_dist_desc d = good_desc();
+        if (rank == bad) d.attn.struct_size = 12;
+        expect_fail(c, "attn.struct_size on one rank", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT,
+                    rank == bad || nranks == 1 ? "d->attn.struct_size = 12" : who);
+        d = good_desc();
+        if (rank == bad) d.reserved[1] = 3;
+        expect_fail(c, "reserved on one rank", bwd, &d, b, DFA_ERR_UNSUPPORTED,
+                    rank == bad || nranks == 1 ? "(d->reserved)" : who);
+    }
+    /* the header itself is not compared across ranks: zero-initialised here, initialised there */
+    dfa_dist_desc d = good_desc();
+    if (rank % 2) d.struct_size = DFA_DIST_DESC_SIZE_V1, d.magic = DFA_DESC_MAGIC, d.version = DFA_DESC_VERSION;
+    CHECK(dfa_dist_attn_fwd(c, &d, b->q, b->k, b->v, b->o, b->lse) == DFA_OK, "rank %d: mixed headers refused: %s",
+          rank, dfa_last_error());
+}
+
 /* A block that fails in the middle of the protocol (injected through the communicator's
    compute table on the last rank): that rank stops computing but keeps exchanging messages,
    and every rank returns its status after the closing agreement, outputs untouched. */
@@ -310,6 +422,8 @@ int main(int argc, char **argv) {
     test_mismatch(c, &b);
     test_one_rank_bad(c, &b);
     test_bad_everywhere(c, &b);
+    test_versioning(&b);
+    test_versioning_one_rank(c, &b);
     test_failure_midway(c, &b);
     test_recovers(c, &b);
     release(&b);

@@ -10,8 +10,8 @@ static double now_seconds(void) {
 }
 
 static dfa_dist_desc describe(const dft_attention *at, const dft_model_config *c, int batch, int rows) {
-    dfa_dist_desc d;
-    d.attn = dfa_attn_desc_init(batch, rows, rows, c->n_heads, c->n_kv_heads, c->d_model / c->n_heads);
+    /* dfa_dist_desc_init fills the versioning headers and zeroes the rest (reserved space) */
+    dfa_dist_desc d = dfa_dist_desc_init(batch, rows, c->n_heads, c->n_kv_heads, c->d_model / c->n_heads);
     d.attn.causal = 1; /* one process holds the whole sequence from position 0 */
     d.schedule = at->schedule;
     d.overlap = at->overlap;

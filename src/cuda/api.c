@@ -12,6 +12,7 @@
 #include "../common/desc.h"
 #include "../common/dtype.h"
 #include "../common/error.h"
+#include "devcheck.h"
 #include "launch.h"
 
 dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
@@ -35,41 +36,6 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     return s;
 }
 
-typedef struct {
-    const void *ptr;
-    const char *name;
-    size_t align;
-} dev_ptr;
-
-/* f32 storage is a property of the descriptor: checked right after it, before the pointers
-   (a dfa__desc_rule of the forward and backward). */
-static dfa_status check_dtype(const dfa_attn_desc *d, const char *fn) {
-    if (d->dtype == DFA_F32)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
-                         "d->dtype = DFA_F32 is not supported on the device; use DFA_BF16 or DFA_F16 (or the CPU call)");
-    return DFA_OK;
-}
-
-/* Alignment and device residency of every pointer (NULL entries skipped). */
-static dfa_status check_device_ptrs(const dev_ptr *ps, int n, const char *fn) {
-    for (int i = 0; i < n; i++) {
-        if (!ps[i].ptr) continue;
-        if ((uintptr_t)ps[i].ptr % ps[i].align)
-            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "%s = %p is not %zu-byte aligned", ps[i].name, ps[i].ptr,
-                             ps[i].align);
-        struct cudaPointerAttributes a;
-        memset(&a, 0, sizeof a);
-        cudaError_t e = cudaPointerGetAttributes(&a, ps[i].ptr);
-        if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaPointerGetAttributes");
-        const int on_device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
-                              (a.type == cudaMemoryTypeHost && a.devicePointer == ps[i].ptr);
-        if (!on_device)
-            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "%s = %p is not device memory (host pointer?)", ps[i].name,
-                             ps[i].ptr);
-    }
-    return DFA_OK;
-}
-
 static dfa__kernel_choice kernel_choice(const char *var) {
     const char *e = getenv(var);
     if (e && !strcmp(e, "mma")) return DFA__FWD_MMA;
@@ -82,10 +48,10 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     static const char fn[] = "dfa_attn_fwd_cuda";
     dfa__clear_error();
     dfa_attn_desc d;
-    dfa_status st = dfa__check_fwd_args(user_d, check_dtype, &d, q, k, v, o, lse, fn);
+    dfa_status st = dfa__check_fwd_args(user_d, dfa__cuda_check_dtype, &d, q, k, v, o, lse, fn);
     if (st) return st;
-    const dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
-    if ((st = check_device_ptrs(ps, 5, fn))) return st;
+    const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
+    if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
     const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     return dfa__cuda_fwd(&s, q, k, v, o, lse, kernel_choice("DFA_CUDA_FWD_KERNEL"), stream, fn);
 }
@@ -95,11 +61,11 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     static const char fn[] = "dfa_attn_bwd_cuda";
     dfa__clear_error();
     dfa_attn_desc d;
-    dfa_status st = dfa__check_bwd_args(user_d, check_dtype, &d, q, k, v, o, lse, dout, dq, dk, dv, fn);
+    dfa_status st = dfa__check_bwd_args(user_d, dfa__cuda_check_dtype, &d, q, k, v, o, lse, dout, dq, dk, dv, fn);
     if (st) return st;
-    const dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
+    const dfa__dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
-    if ((st = check_device_ptrs(ps, 9, fn))) return st;
+    if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
     const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, kernel_choice("DFA_CUDA_BWD_KERNEL"), stream, fn);
 }
@@ -112,8 +78,8 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *
     dfa_status st = dfa__check_merge_args(user_d, &d, o_acc, lse_acc, o_part, lse_part, fn);
     if (st) return st;
     const size_t es = dfa__dtype_size(d.dtype);
-    const dev_ptr ps[] = {{o_acc, "o_acc", es}, {lse_acc, "lse_acc", 4}, {o_part, "o_part", es}, {lse_part, "lse_part", 4}};
-    if ((st = check_device_ptrs(ps, 4, fn))) return st;
+    const dfa__dev_ptr ps[] = {{o_acc, "o_acc", es}, {lse_acc, "lse_acc", 4}, {o_part, "o_part", es}, {lse_part, "lse_part", 4}};
+    if ((st = dfa__cuda_check_device_ptrs(ps, 4, fn))) return st;
     return dfa__cuda_merge((int)d.dtype, d.batch, d.seqlen_q, d.num_heads, d.head_dim, o_acc, lse_acc, o_part,
                            lse_part, stream, fn);
 }

@@ -27,8 +27,7 @@ int64_t dfa_dist_position(dfa_schedule s, int rank, int nranks, int local_rows, 
     return (int64_t)rank * local_rows + i;
 }
 
-/* The distributed calls' own rules, after the common checks of the call shape. */
-static dfa_status check_dist(const dfa_dist_desc *d, dfa__sched_kind kind, const char *fn) {
+dfa_status dfa__check_dist_desc(const dfa_dist_desc *d, dfa__sched_kind kind, const char *fn) {
     if (d->attn.seqlen_q != d->attn.seqlen_k)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "d->attn.seqlen_q = %d and d->attn.seqlen_k = %d differ; both are this rank's local rows",
@@ -75,7 +74,7 @@ static dfa_status check_local(const dfa_dist_desc *user, int bwd, dfa__sched_kin
     st = bwd ? dfa__check_bwd_args(&nd->attn, NULL, &nd->attn, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq,
                                    b->dk, b->dv, fn)
              : dfa__check_fwd_args(&nd->attn, NULL, &nd->attn, b->q, b->k, b->v, b->o, b->lse, fn);
-    return st ? st : check_dist(nd, *kind, fn);
+    return st ? st : dfa__check_dist_desc(nd, *kind, fn);
 }
 
 dfa_status dfa__dist_fwd(dfa_comm *c, const dfa_dist_desc *user, dfa__sched_kind kind, const void *q,

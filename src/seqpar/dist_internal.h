@@ -9,6 +9,10 @@
 #include "distflash.h"
 #include "schedule.h"
 
+/* The distributed calls' own rules on a normalised descriptor (after the common checks of the
+   call shape): seqlen_q == seqlen_k, a known schedule kind, overlap 0 or 1. */
+dfa_status dfa__check_dist_desc(const dfa_dist_desc *d, dfa__sched_kind kind, const char *fn);
+
 dfa_status dfa__dist_fwd(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, const void *q, const void *k,
                          const void *v, void *o, float *lse);
 dfa_status dfa__dist_bwd(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, const void *q, const void *k,

@@ -55,7 +55,7 @@ DFA_API dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out);
  * (DFA_ERR_INVALID_ARGUMENT, checked on each rank before anything collective); a library
  * built without NCCL (DFA_ERR_UNSUPPORTED); MPI, CUDA or NCCL failures (DFA_ERR_BACKEND).
  */
-dfa_status dfa_comm_create_nccl_mpi(MPI_Comm comm, int device, dfa_comm **out);
+DFA_API dfa_status dfa_comm_create_nccl_mpi(MPI_Comm comm, int device, dfa_comm **out);
 
 #ifdef __cplusplus
 }

@@ -84,38 +84,38 @@ extern "C" {
  * is the sequence order. Errors: out NULL or comm NULL (DFA_ERR_INVALID_ARGUMENT), NCCL or
  * CUDA failures (DFA_ERR_BACKEND), memory (DFA_ERR_OUT_OF_MEMORY); *out is set only on success.
  */
-dfa_status dfa_comm_create_nccl(ncclComm_t comm, dfa_comm **out);
+DFA_API dfa_status dfa_comm_create_nccl(ncclComm_t comm, dfa_comm **out);
 
 /* The distributed forward on device memory: o, lse (lse may be NULL) for this rank's rows. */
-dfa_status dfa_dist_attn_fwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
+DFA_API dfa_status dfa_dist_attn_fwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
                                   void *o, float *lse, cudaStream_t stream);
 
 /* The distributed backward on device memory: dq, dk, dv for this rank's rows, from the o and
    lse of the distributed forward. */
-dfa_status dfa_dist_attn_bwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
+DFA_API dfa_status dfa_dist_attn_bwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
                                   const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
                                   cudaStream_t stream);
 
 /* Seconds a transfer (or a host-side agreement) may wait before the communicator is aborted:
    > 0 and finite. Default 600. Not collective; set the same value on every rank. NCCL
    communicators only (DFA_ERR_UNSUPPORTED for MPI ones). */
-dfa_status dfa_comm_set_timeout(dfa_comm *c, double seconds);
+DFA_API dfa_status dfa_comm_set_timeout(dfa_comm *c, double seconds);
 
 /* DFA_OK, or a failure that earlier calls on c left behind and that has come to light by
    now (a peer's failed call, a timeout); never waits. After the caller has synchronised
    the streams of its calls, every such failure has come to light. */
-dfa_status dfa_comm_check(dfa_comm *c);
+DFA_API dfa_status dfa_comm_check(dfa_comm *c);
 
 /* Bytes of workspace one call with descriptor d on nranks ranks needs (the larger of the
    forward and the backward); 0 if d is invalid or nranks < 1. */
-size_t dfa_dist_attn_cuda_workspace_bytes(int nranks, const dfa_dist_desc *d);
+DFA_API size_t dfa_dist_attn_cuda_workspace_bytes(int nranks, const dfa_dist_desc *d);
 
 /* Hands c a device buffer of `bytes` bytes (256-byte aligned) for its workspace, instead of
    the one it allocates itself (freed now); ws NULL goes back to the communicator's own.
    The caller keeps ws alive and unused by anything else until c is destroyed or given
    another; calls whose workspace would be larger fail with DFA_ERR_INVALID_ARGUMENT. Not
    while calls on c are in flight on a stream (synchronise first). */
-dfa_status dfa_comm_set_workspace(dfa_comm *c, void *ws, size_t bytes);
+DFA_API dfa_status dfa_comm_set_workspace(dfa_comm *c, void *ws, size_t bytes);
 
 #ifdef __cplusplus
 }

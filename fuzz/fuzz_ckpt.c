@@ -52,12 +52,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static uint64_t fnv1a64(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* A message is one line of printable text: a hostile file must not write terminal
    escapes or line breaks into the trainer's output. */
 static int printable(const char *s, size_t cap) {
@@ -129,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint8_t *copy = malloc(size);
         if (!copy) return 0;
         memcpy(copy, data, size);
-        uint64_t sum = fnv1a64(copy, size - 8);
+        uint64_t sum = dft_ckpt_checksum(copy, size - 8);
         for (int i = 0; i < 8; i++) copy[size - 8 + i] = (uint8_t)(sum >> (8 * i));
         load_bytes(copy, size);
         free(copy);

@@ -26,6 +26,8 @@ static uint64_t fnv1a64(uint64_t h, const uint8_t *p, size_t n) {
 }
 #define FNV_OFFSET_BASIS 0xcbf29ce484222325ull
 
+uint64_t dft_ckpt_checksum(const void *bytes, size_t n) { return fnv1a64(FNV_OFFSET_BASIS, bytes, n); }
+
 static void put_u32(uint8_t *b, uint32_t x) {
     for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i));
 }
@@ -386,7 +388,7 @@ int dft_ckpt_load(const char *path, const dft_ckpt_field *fields, int nfields, i
     if (parse_layout(path, buf, len, &lo, err, errlen)) goto done;
     /* The checksum comes before any comparison so a corrupt byte is reported as corruption,
        not as a configuration that seems to differ. */
-    if (fnv1a64(FNV_OFFSET_BASIS, buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
+    if (dft_ckpt_checksum(buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
         dft_train_msg(err, errlen, "checkpoint %s: checksum mismatch (file corrupt)", path);
         goto done;
     }

@@ -10,9 +10,13 @@
  *  - Every entry point returns a dfa_status. On any status other than DFA_OK
  *    the outputs are untouched, and dfa_last_error() names the argument and
  *    says why. The library never prints, exits or aborts.
- *  - The caller owns every buffer. The library may allocate scratch memory for
- *    the duration of a call (linear in sequence length, never seqlen_q x
- *    seqlen_k) and frees it before returning.
+ *  - The caller owns every buffer. Scratch memory is linear in sequence length,
+ *    never seqlen_q x seqlen_k. The single-device calls allocate it for the
+ *    duration of a call and free it before returning (the CUDA backward gives
+ *    its device scratch back in stream order, see distflash_cuda.h). The
+ *    distributed calls keep theirs in the communicator between calls, reused
+ *    while the shapes stay the same and replaced when they change, until
+ *    dfa_comm_destroy frees it (see distflash_mpi.h).
  *  - Thread safety: calls are reentrant; distinct calls may run concurrently
  *    from different threads on distinct outputs. Each CPU call parallelises
  *    itself with OpenMP (see dfa_set_num_threads).

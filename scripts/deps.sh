@@ -9,16 +9,35 @@ dfa_need_packages() {
   command -v make >/dev/null 2>&1 || missing+=(make)
   command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
   command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
-  [ ${#missing[@]} -eq 0 ] && return 0
+  dfa_install_packages "${missing[@]}"
+}
+
+# The fuzz targets (fuzz/run.sh): clang with libFuzzer and the sanitizer runtimes. Debian 12
+# ships libFuzzer's runtime in libclang-rt-14-dev, which clang-14 only recommends.
+dfa_fuzz_cc() { command -v clang-14 2>/dev/null || command -v clang 2>/dev/null; }
+dfa_have_libfuzzer() { # dfa_have_libfuzzer <clang>: links a trivial fuzz target
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' |
+    "$1" -x c - -fsanitize=fuzzer,address,undefined -o /dev/null >/dev/null 2>&1
+}
+dfa_need_fuzz_packages() {
+  local cc missing=()
+  cc=$(dfa_fuzz_cc) || missing+=(clang-14)
+  if [ -z "$cc" ] || ! dfa_have_libfuzzer "$cc"; then missing+=(libclang-rt-14-dev); fi
+  dfa_install_packages "${missing[@]}"
+}
+
+# Installs the named packages as root; otherwise prints the exact command and fails.
+dfa_install_packages() {
+  [ $# -eq 0 ] && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "distflash: installing ${missing[*]}" >&2
+    echo "distflash: installing $*" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null || {
-      echo "distflash: apt-get install ${missing[*]} failed" >&2; return 1; }
+    apt-get update -qq >/dev/null && apt-get install -y -qq "$@" >/dev/null || {
+      echo "distflash: apt-get install $* failed" >&2; return 1; }
     return 0
   fi
   echo "distflash: missing packages. Install them with:" >&2
-  echo "  sudo apt-get install -y ${missing[*]}" >&2
+  echo "  sudo apt-get install -y $*" >&2
   return 1
 }
 

@@ -1,16 +1,10 @@
 #include "fma_peak.h"
+#include "measure.h"
 
 #include <stdint.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
 
 /* 12 independent accumulators per thread: more than FMA latency x FMA ports on
    current x86 cores, so the loop runs at the FMA throughput. Named variables, so
@@ -60,20 +54,20 @@ static double measure(float (*run)(void), int lanes, int threads, double seconds
     volatile float sink = 0;
     for (int trial = 0; trial < 3; trial++) {
         long calls_total = 0;
-        const double t0 = now();
+        const double t0 = measure_now();
         double t1 = t0;
 #pragma omp parallel num_threads(threads) reduction(+ : calls_total)
         {
             long calls = 0;
             float s = 0;
-            while (now() - t0 < seconds / 3) {
+            while (measure_now() - t0 < seconds / 3) {
                 s += run();
                 calls++;
             }
             sink += s;
             calls_total += calls;
         }
-        t1 = now();
+        t1 = measure_now();
         const double g = 2.0 * lanes * 12.0 * ITERS * (double)calls_total / (t1 - t0) / 1e9;
         best = g > best ? g : best;
     }

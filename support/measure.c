@@ -1,6 +1,7 @@
 #include "measure.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,11 +112,14 @@ double measure_rss_kib(void) {
     return kib;
 }
 
-double measure_now(void) {
+static double seconds_of(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+double measure_now(void) { return seconds_of(CLOCK_MONOTONIC); }
+double measure_cpu_now(void) { return seconds_of(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -123,11 +127,14 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 double measure_median(const double *x, int n) {
-    double tmp[MEASURE_MAX_REPS];
-    if (n > MEASURE_MAX_REPS) n = MEASURE_MAX_REPS;
+    double small[MEASURE_MAX_REPS];
+    double *tmp = n <= MEASURE_MAX_REPS ? small : malloc(sizeof(double) * (size_t)n);
+    if (!tmp) return NAN;
     memcpy(tmp, x, sizeof(double) * (size_t)n);
     qsort(tmp, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    const double m = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    if (tmp != small) free(tmp);
+    return m;
 }
 
 void measure_fill(dfa_dtype t, void *p, int64_t n, uint64_t seed) {

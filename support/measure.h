@@ -41,7 +41,8 @@ double measure_wait_idle(double max_seconds);
 double measure_rss_kib(void);
 
 double measure_now(void);                       /* monotonic seconds */
-double measure_median(const double *x, int n);  /* of n >= 1 values */
+double measure_cpu_now(void);                   /* CPU seconds of this process, all its threads */
+double measure_median(const double *x, int n);  /* of n >= 1 values (x is not changed) */
 
 /* Random inputs in storage type t: n values, roughly normal with unit variance. */
 void measure_fill(dfa_dtype t, void *p, int64_t n, uint64_t seed);

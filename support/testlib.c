@@ -7,6 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_values.h"
+#include "common/dtype.h"
+
 int tl_checks, tl_failures;
 static uint64_t rng_state;
 static uint64_t seed;
@@ -58,7 +61,7 @@ double tl_rand_normal(void) {
 
 int tl_rand_int(int lo, int hi) { return lo + (int)(tl_rand_u64() % (uint64_t)(hi - lo + 1)); }
 
-size_t tl_dtype_size(dfa_dtype t) { return t == DFA_F32 ? 4 : 2; }
+size_t tl_dtype_size(dfa_dtype t) { return dfa__dtype_size(t); }
 
 void *tl_alloc(dfa_dtype t, int64_t n) {
     void *p = malloc((size_t)(n > 0 ? n : 1) * tl_dtype_size(t));
@@ -69,61 +72,24 @@ void *tl_alloc(dfa_dtype t, int64_t n) {
     return p;
 }
 
-/* Exact conversions, written independently of the library's. */
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static double f16_to_f64(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double s = (h & 0x8000) ? -1.0 : 1.0;
-    if (e == 31) return m ? NAN : s * INFINITY;
-    if (e == 0) return s * ldexp((double)m, -24);
-    return s * ldexp(1024.0 + m, e - 25);
-}
-
+/* The storage types through the library's own conversions (src/common/dtype.h), so that a
+   test rounds exactly as the library stores; tests/cpu/test_dtype.c checks those conversions
+   against an independent exact reference. */
 double tl_get(dfa_dtype t, const void *p, int64_t i) {
     if (t == DFA_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
-    return t == DFA_BF16 ? (double)bf16_to_f32(h) : f16_to_f64(h);
-}
-
-/* Round to the nearest representable value by searching the two neighbours (slow, plain, exact). */
-static uint16_t round16(dfa_dtype t, double x) {
-    if (isnan(x)) return t == DFA_BF16 ? 0x7fc0 : 0x7e00;
-    /* binary search over the ordered positive codes */
-    double ax = fabs(x);
-    uint16_t sign = x < 0 ? 0x8000 : 0;
-    uint16_t lo = 0, hi = t == DFA_BF16 ? 0x7f80 : 0x7c00; /* +0 .. +inf */
-    while (hi - lo > 1) {
-        uint16_t mid = (uint16_t)((lo + hi) / 2);
-        double v = t == DFA_BF16 ? (double)bf16_to_f32(mid) : f16_to_f64(mid);
-        if (v <= ax) lo = mid; else hi = mid;
-    }
-    double vlo = t == DFA_BF16 ? (double)bf16_to_f32(lo) : f16_to_f64(lo);
-    double vhi = t == DFA_BF16 ? (double)bf16_to_f32(hi) : f16_to_f64(hi);
-    uint16_t r;
-    if (ax - vlo < vhi - ax) r = lo;
-    else if (ax - vlo > vhi - ax) r = hi;
-    else r = (lo & 1) ? hi : lo;
-    return (uint16_t)(sign | r);
+    return t == DFA_BF16 ? (double)dfa__bf16_to_f32(h) : (double)dfa__f16_to_f32(h);
 }
 
 void tl_set(dfa_dtype t, void *p, int64_t i, double x) {
-    if (t == DFA_F32) ((float *)p)[i] = (float)x;
-    else ((uint16_t *)p)[i] = round16(t, x);
+    const float f = (float)x;
+    if (t == DFA_F32) ((float *)p)[i] = f;
+    else ((uint16_t *)p)[i] = t == DFA_BF16 ? dfa__f32_to_bf16(f) : dfa__f32_to_f16(f);
 }
 
 void tl_fill_normal(dfa_dtype t, void *p, int64_t n, double stddev) {
     for (int64_t i = 0; i < n; i++) {
-        double x = stddev * tl_rand_normal();
-        if (t == DFA_F32) ((float *)p)[i] = (float)x;
-        else {
-            /* bf16/f16: truncate a float32 then fix with exact rounding only when cheap enough */
-            tl_set(t, p, i, (double)(float)x);
-        }
+        tl_set(t, p, i, stddev * tl_rand_normal());
     }
 }
 
@@ -178,10 +144,9 @@ dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t,
 
 const char *tl_desc_str(const dfa_attn_desc *d) {
     static _Thread_local char buf[256];
-    static const char *names[] = {"f32", "bf16", "f16"};
     snprintf(buf, sizeof buf, "B=%d Sq=%d Sk=%d H=%d Hkv=%d D=%d %s causal=%d q_start=%lld k_start=%lld",
              d->batch, d->seqlen_q, d->seqlen_k, d->num_heads, d->num_kv_heads, d->head_dim,
-             (unsigned)d->dtype < 3 ? names[d->dtype] : "?", d->causal, (long long)d->q_start,
+             cli_dtype_name(d->dtype), d->causal, (long long)d->q_start,
              (long long)d->k_start);
     return buf;
 }

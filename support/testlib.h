@@ -35,7 +35,7 @@ void tl_fill_normal(dfa_dtype t, void *p, int64_t n, double stddev);
 void tl_poison(void *p, size_t bytes);            /* every byte 0xFF: NaN in f32, bf16 and f16 */
 int64_t tl_count_nan(dfa_dtype t, const void *p, int64_t n);
 double tl_get(dfa_dtype t, const void *p, int64_t i);
-void tl_set(dfa_dtype t, void *p, int64_t i, double x); /* rounds to nearest even */
+void tl_set(dfa_dtype t, void *p, int64_t i, double x); /* to float32, then as the library stores (nearest even) */
 double *tl_to_f64(dfa_dtype t, const void *p, int64_t n); /* malloc'd copy */
 
 /* ---- comparison ---- */

@@ -1,17 +1,14 @@
 /* `distflash train`: the small LLaMA-style trainer (train/model, train/). Under
  * `mpirun -np P` the ranks split every sequence (sequence parallelism). */
-#include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "commands.h"
+#include "train_args.h"
 #include "train/trainer.h"
 
 static void usage(FILE *f) {
@@ -51,29 +48,6 @@ static void usage(FILE *f) {
             d.eval_seqs);
 }
 
-static int parse_int(const char *flag, const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < INT_MIN || x > INT_MAX) {
-        fprintf(stderr, "distflash train: %s needs an integer, got \"%s\"\n", flag, v ? v : "");
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *v, float *out) {
-    char *end;
-    float x = v ? strtof(v, &end) : 0;
-    if (!v || *end || end == v || !isfinite(x)) {
-        fprintf(stderr, "distflash train: %s needs a finite number, got \"%s\"\n", flag, v ? v : "");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* Threads per rank: an explicit --threads, else OMP_NUM_THREADS, else the cores shared
    among the ranks of this node. */
 static int default_threads(void) {
@@ -87,81 +61,29 @@ static int default_threads(void) {
 }
 
 int cmd_train(int argc, char **argv) {
-    dft_train_config c = dft_train_defaults();
-    int threads = default_threads(), quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
-        if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
-        struct { const char *flag; int *p; } ints[] = {
-            {"--layers", &c.model.n_layers}, {"--d-model", &c.model.d_model}, {"--heads", &c.model.n_heads},
-            {"--kv-heads", &c.model.n_kv_heads}, {"--ffn", &c.model.ffn}, {"--context", &c.model.context},
-            {"--steps", &c.steps}, {"--batch", &c.batch}, {"--warmup", &c.warmup}, {"--overlap", &c.overlap},
-            {"--threads", &threads}, {"--eval-every", &c.eval_every}, {"--eval-seqs", &c.eval_seqs},
-            {"--save-every", &c.save_every}, {"--stop-after", &c.stop_after}};
-        struct { const char *flag; float *p; } floats[] = {
-            {"--rope-base", &c.model.rope_base}, {"--init-std", &c.model.init_std}, {"--lr", &c.lr},
-            {"--lr-min", &c.lr_min}, {"--weight-decay", &c.weight_decay}, {"--clip", &c.clip},
-            {"--answer-weight", &c.answer_weight}, {"--length-warmup", &c.length_warmup}};
-        struct { const char *flag; const char **p; } strs[] = {
-            {"--data", &c.data_path}, {"--log", &c.csv_path}, {"--plot", &c.plot_path},
-            {"--save", &c.save_path}, {"--resume", &c.resume_path}};
-        int found = 0;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
-            if (!strcmp(a, ints[k].flag)) {
-                if (parse_int(a, v, ints[k].p)) return 2;
-                found = 1;
-            }
-        for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++)
-            if (!strcmp(a, floats[k].flag)) {
-                if (parse_float(a, v, floats[k].p)) return 2;
-                found = 1;
-            }
-        for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
-            if (!strcmp(a, strs[k].flag)) {
-                if (!v) return fprintf(stderr, "distflash train: %s needs a value\n", a), 2;
-                *strs[k].p = v;
-                found = 1;
-            }
-        if (!strcmp(a, "--seed")) {
-            char *end;
-            if (!v || (c.seed = strtoull(v, &end, 10), *end || end == v))
-                return fprintf(stderr, "distflash train: --seed needs a non-negative integer\n"), 2;
-            found = 1;
-        } else if (!strcmp(a, "--checkpoint")) {
-            int p = dft_ckpt_policy_parse(v);
-            if (p < 0) return fprintf(stderr, "distflash train: --checkpoint takes none, layer or attn-output\n"), 2;
-            c.policy = (dft_ckpt_policy)p;
-            found = 1;
-        } else if (!strcmp(a, "--sp")) {
-            if (v && !strcmp(v, "balanced")) c.schedule = DFA_SCHEDULE_BALANCED;
-            else if (v && !strcmp(v, "ring")) c.schedule = DFA_SCHEDULE_RING;
-            else return fprintf(stderr, "distflash train: --sp takes balanced or ring\n"), 2;
-            found = 1;
-        }
-        if (!found) {
-            fprintf(stderr, "distflash train: unknown option %s (see distflash train --help)\n", a);
-            return 2;
-        }
-        i++; /* every option but --quiet and --help takes a value */
+    train_args a;
+    char err[1024] = "";
+    if (train_args_parse(argc, argv, &a, err, sizeof err)) {
+        fprintf(stderr, "distflash train: %s\n", err);
+        return 2;
     }
-    if (threads < 0) return fprintf(stderr, "distflash train: --threads must be >= 0\n"), 2;
+    if (a.help) return usage(stdout), 0;
+    dft_train_config c = a.cfg;
+    int threads = a.threads >= 0 ? a.threads : default_threads();
     if (threads > 0) {
         dfa_set_num_threads(threads);
 #ifdef _OPENMP
         omp_set_num_threads(threads);
 #endif
     }
-    if (c.plot_path && !c.csv_path) return fprintf(stderr, "distflash train: --plot needs --log FILE.csv\n"), 2;
 
     dft_group g;
-    char err[1024] = "";
     if (dft_group_open(&g, &argc, &argv, err, sizeof err)) {
         fprintf(stderr, "distflash train: %s\n", err);
         return 1;
     }
     c.out = g.rank == 0 ? stdout : NULL;
-    c.progress = !quiet;
+    c.progress = !a.quiet;
     dft_train_report rep;
     int rc = dft_train(&c, &g, &rep, NULL, err, sizeof err);
     if (rc) {

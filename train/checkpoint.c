@@ -26,6 +26,8 @@ static uint64_t fnv1a64(uint64_t h, const uint8_t *p, size_t n) {
 }
 #define FNV_OFFSET_BASIS 0xcbf29ce484222325ull
 
+uint64_t dft_ckpt_checksum(const void *bytes, size_t n) { return fnv1a64(FNV_OFFSET_BASIS, bytes, n); }
+
 static void put_u32(uint8_t *b, uint32_t x) {
     for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i));
 }
@@ -305,6 +307,25 @@ static int parse_layout(const char *path, const uint8_t *buf, size_t len, layout
     return 0;
 }
 
+/* A field name read from the file, fit for a one-line message: the file is untrusted, so a
+   byte outside printable ASCII (a NUL, a line break, a terminal escape) and the backslash
+   show as \xNN. out holds at least 4 * 255 + 1 bytes. */
+enum { NAME_TEXT_MAX = 4 * 255 + 1 };
+static const char *name_text(char out[NAME_TEXT_MAX], const uint8_t *name, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = name[i];
+        if (c >= 0x20 && c <= 0x7e && c != '\\') {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '\\', out[o++] = 'x', out[o++] = hex[c >> 4], out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* The file's configuration against this run's: same names, same order, same values. */
 static int compare_fields(const char *path, const uint8_t *buf, const layout *lo, const dft_ckpt_field *fields,
                           int nfields, char *err, size_t errlen) {
@@ -316,9 +337,9 @@ static int compare_fields(const char *path, const uint8_t *buf, const layout *lo
         double value = bits_f64(get_u64(buf + pos + 1 + nlen));
         pos += FIELD_FIXED + nlen;
         if (nlen != strlen(fields[i].name) || memcmp(name, fields[i].name, nlen) != 0) {
-            dft_train_msg(err, errlen,
-                           "checkpoint %s: configuration field %u is '%.*s' in the file but '%s' in this run", path, i,
-                           (int)nlen, name, fields[i].name);
+            char text[NAME_TEXT_MAX];
+            dft_train_msg(err, errlen, "checkpoint %s: configuration field %u is '%s' in the file but '%s' in this run",
+                           path, i, name_text(text, (const uint8_t *)name, nlen), fields[i].name);
             return -1;
         }
         /* bit equality also accepts a NaN saved and compared as itself */
@@ -332,11 +353,12 @@ static int compare_fields(const char *path, const uint8_t *buf, const layout *lo
         }
     }
     if (lo->nfields > common) {
+        char text[NAME_TEXT_MAX];
         dft_train_msg(
             err, errlen,
             "checkpoint %s: the file has %u configuration fields but this run has %d (first extra in the file: "
-            "'%.*s')",
-            path, lo->nfields, nfields, (int)buf[pos], (const char *)buf + pos + 1);
+            "'%s')",
+            path, lo->nfields, nfields, name_text(text, buf + pos + 1, buf[pos]));
         return -1;
     }
     if ((uint32_t)nfields > common) {
@@ -366,7 +388,7 @@ int dft_ckpt_load(const char *path, const dft_ckpt_field *fields, int nfields, i
     if (parse_layout(path, buf, len, &lo, err, errlen)) goto done;
     /* The checksum comes before any comparison so a corrupt byte is reported as corruption,
        not as a configuration that seems to differ. */
-    if (fnv1a64(FNV_OFFSET_BASIS, buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
+    if (dft_ckpt_checksum(buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
         dft_train_msg(err, errlen, "checkpoint %s: checksum mismatch (file corrupt)", path);
         goto done;
     }

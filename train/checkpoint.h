@@ -34,4 +34,8 @@ int dft_ckpt_save(const char *path, const dft_ckpt_field *fields, int nfields, i
 int dft_ckpt_load(const char *path, const dft_ckpt_field *fields, int nfields, int64_t *step,
                    float *const *sections, int nsections, size_t nfloats, char *err, size_t errlen);
 
+/* The checksum of a file's first n bytes, as the last 8 bytes of a file hold it (little-endian):
+   FNV-1a 64. For tools and tests that build or repair files byte by byte. */
+uint64_t dft_ckpt_checksum(const void *bytes, size_t n);
+
 #endif

@@ -25,21 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GOLDEN 0x9e3779b97f4a7c15ull
-
-uint64_t dft_rng_hash(uint64_t x) {
-    uint64_t z = x + GOLDEN;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A counter-based stream: draw i is hash(key + i * GOLDEN), the splitmix64 sequence from key. */
+/* A counter-based stream: draw i is hash(key + i * DFT_RNG_GOLDEN), the splitmix64 sequence from key. */
 typedef struct {
     uint64_t key, i;
 } rng_stream;
 
-static uint64_t rng_next(rng_stream *s) { return dft_rng_hash(s->key + (s->i++) * GOLDEN); }
+static uint64_t rng_next(rng_stream *s) { return dft_rng_hash(s->key + (s->i++) * DFT_RNG_GOLDEN); }
 
 /* Uniform in [0, n) for 0 < n <= 2^32 (multiply-shift; bias below 2^-32). */
 static uint64_t rng_below(rng_stream *s, uint64_t n) { return ((rng_next(s) >> 32) * n) >> 32; }

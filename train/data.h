@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "train/rng.h" /* dft_rng_hash: counter-based random numbers over a key */
+
 #define DFT_PASSKEY_DIGITS 5
 #define DFT_PASSKEY_MIN_CONTEXT 256 /* shortest context the passkey generator accepts */
 
@@ -43,7 +45,5 @@ void dft_data_close(dft_data *d);
 void dft_data_sample(const dft_data *d, dft_split split, uint64_t index, uint8_t *bytes, float *weight,
                       int *answer_pos);
 
-/* Counter-based random numbers (splitmix64 over a key): the same stream for the same key. */
-uint64_t dft_rng_hash(uint64_t x);
 
 #endif

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "train/checkpoint.h"
+#include "train/clock.h"
 #include "train/data.h"
 #include "train/log.h"
 #include "train/optim.h"
@@ -24,12 +24,6 @@ dft_train_config dft_train_defaults(void) {
     c.seed = 1234, c.policy = DFT_CKPT_ATTN_OUTPUT, c.schedule = DFA_SCHEDULE_BALANCED, c.overlap = 1;
     c.answer_weight = 1000.0f, c.eval_every = 1800, c.eval_seqs = 128, c.progress = 1;
     return c;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int check_config(const dft_train_config *c, int ranks, char *err, size_t errlen) {
@@ -312,7 +306,7 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
 
     int steps_here = end - (int)first;
     double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));
-    double t_start = now_seconds(), tokens_done = 0, tokens_left = 0;
+    double t_start = dft_now_seconds(), tokens_done = 0, tokens_left = 0;
     for (int step = (int)first; step < end; step++) tokens_left += (double)c->batch * span_at(c, g->size, step);
     int live = c->progress && c->out && g->rank == 0 && isatty(fileno(c->out));
     int rc = step_times ? 0 : -1;
@@ -320,7 +314,7 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     double attn_seconds = 0;
     long fwd_calls = 0, bwd_calls = 0;
     for (int step = (int)first; rc == 0 && step < end; step++) {
-        double t0 = now_seconds();
+        double t0 = dft_now_seconds();
         long fwd0 = r.attn.fwd_calls, bwd0 = r.attn.bwd_calls;
         double attn0 = r.attn.fwd_seconds + r.attn.bwd_seconds;
         if (dft_group_any(g, use_span(&r, span_at(c, g->size, step)))) {
@@ -346,7 +340,7 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
         fwd_calls += r.attn.fwd_calls - fwd0, bwd_calls += r.attn.bwd_calls - bwd0;
         attn_seconds += r.attn.fwd_seconds + r.attn.bwd_seconds - attn0;
         update(&r, step);
-        step_times[step - first] = now_seconds() - t0;
+        step_times[step - first] = dft_now_seconds() - t0;
         rep->loss = loss;
 
         int done = step + 1;
@@ -359,7 +353,7 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
             rep->eval_loss = eval_loss, rep->eval_acc = eval_acc, rep->eval_digit_acc = eval_digit;
         }
         tokens_done += (double)c->batch * span, tokens_left -= (double)c->batch * span;
-        double elapsed = now_seconds() - t_start, tps = tokens_done / elapsed;
+        double elapsed = dft_now_seconds() - t_start, tps = tokens_done / elapsed;
         dft_lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
         double row[8] = {done, dft_lr_at(&sched, step), loss, eval_loss, eval_acc, tps, elapsed, eval_digit};
         if (csv && dft_csv_row(csv, row, 8)) {
@@ -396,7 +390,7 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     if (live) fprintf(c->out, "\n");
     dft_csv_close(csv);
     rep->steps_done = rc == 0 ? end : rep->steps_done;
-    rep->seconds = now_seconds() - t_start;
+    rep->seconds = dft_now_seconds() - t_start;
     if (steps_here > 0 && rc == 0) {
         qsort(step_times, (size_t)steps_here, sizeof(double), cmp_double);
         rep->median_step_seconds = step_times[steps_here / 2];

@@ -10,58 +10,29 @@
 #include <time.h>
 
 #include "bench_passes.h"
+#include "cli_values.h"
 #include "commands.h"
 #include "fma_peak.h"
 #include "measure.h"
 #include "naive_attn.h"
 
 #define MAX_LIST 16
+#define MAX_VALUE (1L << 30) /* of any size option */
 
 typedef struct {
     int n;
     int v[MAX_LIST];
 } int_list;
 
-static int parse_list(const char *s, int_list *out, int (*conv)(const char *tok, int *ok)) {
-    out->n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        int ok = 0;
-        const int x = conv(tok, &ok);
-        if (!ok || out->n == MAX_LIST) return -1;
-        out->v[out->n++] = x;
-    }
-    return out->n ? 0 : -1;
-}
-
-/* integers with an optional k suffix (1k = 1024) */
-static int conv_int(const char *tok, int *ok) {
-    char *end;
-    long x = strtol(tok, &end, 10);
-    if (*end == 'k' || *end == 'K') x *= 1024, end++;
-    *ok = *end == 0 && end != tok && x >= 0 && x <= (1L << 30);
-    return (int)x;
-}
-static int conv_dtype(const char *tok, int *ok) {
-    *ok = 1;
-    if (!strcmp(tok, "f32")) return DFA_F32;
-    if (!strcmp(tok, "bf16")) return DFA_BF16;
-    if (!strcmp(tok, "f16")) return DFA_F16;
-    *ok = 0;
-    return 0;
-}
-/* *dst = the integer in val (k suffix allowed) if it is >= min; returns 0 otherwise */
-static int get_int(const char *val, int *dst, int min) {
-    int ok = 0;
-    if (!val) return 0;
-    const int x = conv_int(val, &ok);
-    if (!ok || x < min) return 0;
-    *dst = x;
+/* a comma-separated list of sizes (k = 1024); returns 0 when val is not one */
+static int get_list(const char *val, int_list *l) {
+    const int n = cli_size_list(val, 0, MAX_VALUE, l->v, MAX_LIST);
+    if (n < 0) return 0;
+    l->n = n;
     return 1;
 }
-
-static const char *dtype_name(int t) { return t == DFA_F32 ? "f32" : t == DFA_BF16 ? "bf16" : "f16"; }
+/* *dst = the size in val if it is >= min; returns 0 otherwise */
+static int get_int(const char *val, int *dst, int min) { return cli_size(val, min, MAX_VALUE, dst) == 0; }
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -146,7 +117,9 @@ int cmd_bench(int argc, char **argv) {
     int batch = 1, heads = 8, kv_heads = 0, threads = 0, reps = 3, warmup = 1, no_bwd = 0, no_naive = 0;
     int peak_only = 0;
     double naive_max_gib = 4.0, peak = 0, wait_idle = 0;
-    int_list seqlens = {1, {4096}}, dims = {1, {128}}, causals = {1, {1}}, dtypes = {1, {DFA_F32}};
+    int_list seqlens = {1, {4096}}, dims = {1, {128}}, causals = {1, {1}};
+    dfa_dtype dtypes[MAX_LIST] = {DFA_F32};
+    int ndtypes = 1;
     char cmdline[1024] = "distflash";
     for (int i = 0; i < argc; i++)
         snprintf(cmdline + strlen(cmdline), sizeof cmdline - strlen(cmdline), " %s", argv[i]);
@@ -168,13 +141,13 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-heads")) {
             ok = get_int(val, &kv_heads, 1);
         } else if (IS("-s", "--seqlen")) {
-            ok = val && parse_list(val, &seqlens, conv_int) == 0;
+            ok = get_list(val, &seqlens);
         } else if (IS("-d", "--head-dim")) {
-            ok = val && parse_list(val, &dims, conv_int) == 0;
+            ok = get_list(val, &dims);
         } else if (!strcmp(a, "--causal")) {
-            ok = val && parse_list(val, &causals, conv_int) == 0;
+            ok = get_list(val, &causals);
         } else if (!strcmp(a, "--dtype")) {
-            ok = val && parse_list(val, &dtypes, conv_dtype) == 0;
+            ok = (ndtypes = cli_dtype_list(val, dtypes, MAX_LIST)) > 0;
         } else if (IS("-t", "--threads")) {
             ok = get_int(val, &threads, 0);
         } else if (IS("-r", "--repeats")) {
@@ -220,15 +193,15 @@ int cmd_bench(int argc, char **argv) {
            "GFLOP/s | naive bwd MiB | other CPUs |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failures = 0;
-    for (int ti = 0; ti < dtypes.n; ti++)
+    for (int ti = 0; ti < ndtypes; ti++)
         for (int di = 0; di < dims.n; di++)
             for (int si = 0; si < seqlens.n; si++)
                 for (int ci = 0; ci < causals.n; ci++) {
                     dfa_attn_desc d = dfa_attn_desc_init(batch, seqlens.v[si], seqlens.v[si], heads, kv_heads, dims.v[di]);
-                    d.dtype = (dfa_dtype)dtypes.v[ti];
+                    d.dtype = dtypes[ti];
                     d.causal = causals.v[ci] != 0;
                     printf("| %d | %d | %d | %d | %d | %d | %s ", batch, heads, kv_heads, d.seqlen_q, d.head_dim,
-                           d.causal, dtype_name(d.dtype));
+                           d.causal, cli_dtype_name(d.dtype));
                     fflush(stdout);
                     double other_max = -1;
                     for (int kind = 0; kind < 4; kind++) {

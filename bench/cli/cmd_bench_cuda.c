@@ -25,7 +25,9 @@ int cmd_bench_cuda(int argc, char **argv) {
 #include <math.h>
 #include <stdint.h>
 
+#include "cli_values.h"
 #include "distflash_cuda.h"
+#include "measure.h"
 
 #define BENCH_CUDA(call)                                                                                   \
     do {                                                                                                   \
@@ -45,19 +47,7 @@ typedef struct {
     const char *json;
 } bench_opts;
 
-static int parse_list(const char *s, int *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s) return -1;
-        if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
-        out[n++] = (int)x;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
+#define MAX_VALUE (1L << 30) /* of any size in a list */
 
 static void usage(FILE *f) {
     fprintf(f, "usage: distflash bench --device cuda [--dims 64,128] [--seqlens 2k,8k,32k] [--causal 0,1]\n"
@@ -77,23 +67,7 @@ static int fill_random(void *dst, size_t bytes, dfa_dtype t, uint64_t seed) {
         block = malloc(block_elems * 2);
         if (!block) return -1;
     }
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < block_elems; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        /* sum of 4 uniforms: roughly normal, unit variance */
-        double u = 0;
-        for (int j = 0; j < 4; j++) u += (double)((s >> (16 * j)) & 0xffff) / 65536.0;
-        const float f = (float)((u - 2.0) * 1.7320508);
-        uint32_t w;
-        memcpy(&w, &f, 4);
-        if (t == DFA_BF16) {
-            block[i] = (uint16_t)((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
-        } else { /* |f| < 4: normal f16 range, round to nearest */
-            const uint32_t sign = (w >> 16) & 0x8000u, a = w & 0x7fffffffu;
-            block[i] = a < 0x38800000u ? (uint16_t)sign
-                                       : (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
-        }
-    }
+    measure_fill(t, block, (int64_t)block_elems, seed); /* roughly normal, unit variance */
     for (size_t off = 0; off < bytes; off += block_elems * 2) {
         const size_t n = bytes - off < block_elems * 2 ? bytes - off : block_elems * 2;
         BENCH_CUDA(cudaMemcpy((char *)dst + off, block, n, cudaMemcpyHostToDevice));
@@ -211,7 +185,7 @@ static int run_fit(const bench_opts *o, cudaMemPool_t pool) {
     buffers b;
     const size_t scratch = dfa_attn_bwd_cuda_scratch_bytes(&d);
     printf("fit check: S=%d, 32 heads x 128, %s%s: buffers %.2f GiB + scratch %.2f GiB; device free %.2f of %.2f GiB\n",
-           S, o->dtype == DFA_BF16 ? "bf16" : "f16", o->deterministic ? ", deterministic" : "",
+           S, cli_dtype_name(o->dtype), o->deterministic ? ", deterministic" : "",
            (16.0 * S * 4096 + 128.0 * S) / (1 << 30), scratch / (double)(1 << 30), free_b / (double)(1 << 30),
            total_b / (double)(1 << 30));
     if (alloc_buffers(&b, &d)) {
@@ -233,20 +207,20 @@ int cmd_bench_cuda(int argc, char **argv) {
     bench_opts o = {{64, 128}, 2, {2048, 8192, 32768}, 3, {0, 1}, 2, 3, 10, 0, 0, DFA_BF16, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        dfa_dtype t;
         if (!strcmp(a, "--device")) { i++; continue; } /* cmd_bench passes it through */
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (!strcmp(a, "--deterministic")) { o.deterministic = 1; continue; }
         if (!val) { usage(stderr); return 2; }
         i++;
-        if (!strcmp(a, "--dims")) o.ndims = parse_list(val, o.dims, 4);
-        else if (!strcmp(a, "--seqlens")) o.nseqs = parse_list(val, o.seqs, 8);
-        else if (!strcmp(a, "--causal")) o.ncausals = parse_list(val, o.causals, 2);
+        if (!strcmp(a, "--dims")) o.ndims = cli_size_list(val, 0, MAX_VALUE, o.dims, 4);
+        else if (!strcmp(a, "--seqlens")) o.nseqs = cli_size_list(val, 0, MAX_VALUE, o.seqs, 8);
+        else if (!strcmp(a, "--causal")) o.ncausals = cli_size_list(val, 0, MAX_VALUE, o.causals, 2);
         else if (!strcmp(a, "--warmup")) o.warmup = atoi(val);
         else if (!strcmp(a, "--reps")) o.reps = atoi(val);
         else if (!strcmp(a, "--fit")) o.fit = !strcmp(val, "auto") ? -1 : atoi(val);
         else if (!strcmp(a, "--json")) o.json = val;
-        else if (!strcmp(a, "--dtype") && !strcmp(val, "bf16")) o.dtype = DFA_BF16;
-        else if (!strcmp(a, "--dtype") && !strcmp(val, "f16")) o.dtype = DFA_F16;
+        else if (!strcmp(a, "--dtype") && !cli_dtype(val, &t) && t != DFA_F32) o.dtype = t;
         else { usage(stderr); return 2; }
     }
     if (o.ndims <= 0 || o.nseqs <= 0 || o.ncausals <= 0 || o.reps < 1 || o.warmup < 0) { usage(stderr); return 2; }

@@ -1,13 +1,16 @@
-/* distflash demo [attention]: the README's main job for now. Exact attention on
- * a long sequence with the CPU kernels, checked element by element against the
- * naive materialising implementation at a length where that fits, with the
- * speed and peak memory of both. Each pass runs in a forked child
- * (tools/bench_passes.h) so that its memory is measured on its own. */
+/* distflash demo [attention]: the attention demo, a developer subcommand of
+ * distflash-bench (distflash hands it over from a build tree; scripts/demo --attention
+ * runs it). The README's main job is the training demo, scripts/demo. Exact attention
+ * on a long sequence with the CPU kernels, checked element by element against the
+ * naive materialising implementation at a length where that fits, with the speed and
+ * peak memory of both. Each pass runs in a forked child (bench_passes.h) so that its
+ * memory is measured on its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_passes.h"
+#include "cli_values.h"
 #include "commands.h"
 #include "naive_attn.h"
 
@@ -22,8 +25,6 @@ static void usage(FILE *f) {
             "      --no-causal       full attention instead of causal\n"
             "  -t, --threads N       threads (0: the OpenMP default)\n");
 }
-
-static const char *dtype_name(dfa_dtype t) { return t == DFA_F32 ? "f32" : t == DFA_BF16 ? "bf16" : "f16"; }
 
 static void print_row(const char *what, const pass_outcome *r) {
     if (r->ran)
@@ -48,6 +49,7 @@ int cmd_demo(int argc, char **argv) {
     for (; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int *dst = NULL;
+        dfa_dtype t;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -57,8 +59,8 @@ int cmd_demo(int argc, char **argv) {
         else if (!strcmp(a, "-d") || !strcmp(a, "--head-dim")) dst = &D;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) dst = &threads;
         else if (!strcmp(a, "--no-causal")) causal = 0;
-        else if (!strcmp(a, "--dtype") && val && (!strcmp(val, "f32") || !strcmp(val, "bf16"))) {
-            dtype = !strcmp(val, "f32") ? DFA_F32 : DFA_BF16;
+        else if (!strcmp(a, "--dtype") && !cli_dtype(val, &t) && t != DFA_F16) {
+            dtype = t;
             i++;
         } else {
             fprintf(stderr, "distflash demo: unknown option '%s'\n", a);
@@ -91,7 +93,7 @@ int cmd_demo(int argc, char **argv) {
     else snprintf(tbuf, sizeof tbuf, "OpenMP default");
     printf("distflash demo: exact FlashAttention on the CPU (%s kernels, threads: %s)\n", dfa_cpu_isa(), tbuf);
     printf("  layout [batch, seq, heads, head_dim], B=1, H=%d, D=%d, %s, %s\n", H, D, causal ? "causal" : "full",
-           dtype_name(dtype));
+           cli_dtype_name(dtype));
 
     /* 1. every element against the naive path where it fits */
     dfa_attn_desc small = dfa_attn_desc_init(1, S_check, S_check, H, H, D);

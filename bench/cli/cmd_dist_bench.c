@@ -29,6 +29,7 @@ int cmd_dist_bench(int argc, char **argv) {
 #include "seqpar/dist_internal.h"
 #include "seqpar/executor.h"
 #include "seqpar/simulate.h"
+#include "cli_values.h"
 #include "distflash_mpi.h"
 
 typedef struct {
@@ -95,10 +96,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
                     return -1;
                 }
             } else if (!strcmp(a, "--dtype")) {
-                if (!strcmp(v, "f32")) o->dtype = DFA_F32;
-                else if (!strcmp(v, "bf16")) o->dtype = DFA_BF16;
-                else if (!strcmp(v, "f16")) o->dtype = DFA_F16;
-                else {
+                if (cli_dtype(v, &o->dtype)) {
                     if (rank == 0) fprintf(stderr, "distflash dist-bench: --dtype is f32, bf16 or f16\n");
                     return -1;
                 }

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_values.h"
 #include "commands.h"
+#include "common/dtype.h"
 #include "seqpar/schedule.h"
 #include "seqpar/simulate.h"
 
@@ -95,12 +97,12 @@ static int parse(int argc, char **argv, sim_opts *o) {
             else o->m.shape.head_dim = x;
         } else if (!strcmp(a, "--dtype")) {
             NEXT();
-            if (!strcmp(v, "f32")) o->m.shape.elem = 4;
-            else if (!strcmp(v, "bf16") || !strcmp(v, "f16")) o->m.shape.elem = 2;
-            else {
+            dfa_dtype t;
+            if (cli_dtype(v, &t)) {
                 fprintf(stderr, "distflash simulate: --dtype is bf16, f16 or f32\n");
                 return -1;
             }
+            o->m.shape.elem = dfa__dtype_size(t);
             o->dtype = v;
         } else if (!strcmp(a, "--flops") || !strcmp(a, "--bandwidth") || !strcmp(a, "--latency")) {
             NEXT();

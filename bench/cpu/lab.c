@@ -15,29 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "oracle.h"
 #include "lab.h"
-
-static double wall(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-static double cpu(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-static int cmp_dbl(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_dbl);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
+#include "measure.h"
+#include "oracle.h"
 
 static unsigned long long rng = 88172645463325252ull;
 static float frand(void) { /* roughly normal: sum of 4 uniforms, centred */
@@ -114,9 +95,9 @@ static void lab_gemm(void) {
             run_gemm(tabs[t], g.op, g.M, g.N, g.K, A, B, C);
             const double err = rel_err(C, ref64, (size_t)g.M * g.N);
             const long iters = 100000000L / ((long)g.M * g.N * g.K) + 1;
-            double t0 = wall();
+            double t0 = measure_now();
             for (long i = 0; i < iters; i++) run_gemm(tabs[t], g.op, g.M, g.N, g.K, A, B, C);
-            const double dt = wall() - t0;
+            const double dt = measure_now() - t0;
             printf(" %9.1f (%8.1e)", 2.0 * g.M * g.N * g.K * iters / dt / 1e9, err);
         }
         printf("\n");
@@ -200,15 +181,15 @@ static void lab_attention(const dfa__cpu_kernels *kr, dfa_attn_desc big, lab_opt
             double *tw = malloc(sizeof(double) * (size_t)op.reps), *tc = malloc(sizeof(double) * (size_t)op.reps);
             if (pass) dfa_attn_fwd(&big, bp.q, bp.k, bp.v, bp.o, bp.lse);
             for (int r = -1; r < op.reps; r++) {
-                const double w0 = wall(), c0 = cpu();
+                const double w0 = measure_now(), c0 = measure_cpu_now();
                 if (!pass)
                     lab_fwd_variants[vi].fwd(&big, kr, lab_fwd_variants[vi].tiles, bp.q, bp.k, bp.v, bp.o, bp.lse, op.threads);
                 else
                     lab_bwd_variants[vi].bwd(&big, kr, lab_bwd_variants[vi].tiles, bp.q, bp.k, bp.v, bp.o, bp.lse,
                                              bp.dout, bp.dq, bp.dk, bp.dv, op.threads);
-                if (r >= 0) tw[r] = wall() - w0, tc[r] = cpu() - c0;
+                if (r >= 0) tw[r] = measure_now() - w0, tc[r] = measure_cpu_now() - c0;
             }
-            const double mw = median(tw, op.reps), mc = median(tc, op.reps), fl = pass ? 2.5 * ff : ff;
+            const double mw = measure_median(tw, op.reps), mc = measure_median(tc, op.reps), fl = pass ? 2.5 * ff : ff;
             printf("%-16s %-5s %10.2e %10.1f %10.1f %9.1f  %s%s\n", name, pass ? "bwd" : "fwd", err, mw * 1e3,
                    fl / mw / 1e9, fl / mc / 1e9, what, err < 1e-4 ? "" : "   <-- CHECK FAILED");
             free(tw), free(tc);

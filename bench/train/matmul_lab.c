@@ -7,20 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "measure.h"
 #include "train/model/matmul.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void fill(float *p, long n, unsigned seed) {
     for (long i = 0; i < n; i++) {
@@ -56,17 +45,17 @@ int main(int argc, char **argv) {
         fill(x, (long)M * K, 1), fill(w, (long)K * N, 2), fill(y, (long)M * N, 3);
         double t[3][7], flops = 2.0 * M * K * N, err = 0;
         for (int r = 0; r < 7; r++) {
-            double t0 = now();
+            double t0 = measure_now();
             dft_gemm_nn(y, x, w, M, K, N, 0);
-            t[0][r] = now() - t0;
+            t[0][r] = measure_now() - t0;
             if (r == 0) err = fmax(err, check(y, x, K, 1, w, N, 1, M, K, N));
             memset(dw, 0, sizeof(float) * K * N);
-            t0 = now();
+            t0 = measure_now();
             dft_gemm_tn_acc(dw, x, y, M, K, N);
-            t[1][r] = now() - t0;
-            t0 = now();
+            t[1][r] = measure_now() - t0;
+            t0 = measure_now();
             dft_gemm_nt(dx, y, w, M, N, K, 0);
-            t[2][r] = now() - t0;
+            t[2][r] = measure_now() - t0;
             if (r == 0) err = fmax(err, check(dx, y, N, 1, w, 1, N, M, N, K));
         }
         /* dW = x^T y: check a few entries */
@@ -78,9 +67,8 @@ int main(int argc, char **argv) {
                 worst = fmax(worst, fabs(dw[k * N + n] - ref)), scale = fmax(scale, fabs(ref));
             }
         err = fmax(err, worst / scale);
-        for (int i = 0; i < 3; i++) qsort(t[i], 7, sizeof(double), cmp);
-        printf("| %d | %d | %.1f | %.1f | %.1f | %.1e |\n", K, N, flops / t[0][3] * 1e-9, flops / t[1][3] * 1e-9,
-               flops / t[2][3] * 1e-9, err);
+        printf("| %d | %d | %.1f | %.1f | %.1f | %.1e |\n", K, N, flops / measure_median(t[0], 7) * 1e-9,
+               flops / measure_median(t[1], 7) * 1e-9, flops / measure_median(t[2], 7) * 1e-9, err);
         free(x), free(w), free(y), free(dw), free(dx);
     }
     return 0;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_values.h"
 #include "oracle.h"
 #include "testlib.h"
 #include "distflash_cuda.h"
@@ -320,7 +321,7 @@ static void test_merge(void) {
         }
         const double unit = t == DFA_F32 ? 1e-5 : t == DFA_F16 ? 2e-3 : 1.6e-2;
         CHECK(od <= unit * 4 && ld <= 1e-5 * 10, "merge (%s) differs from the CPU merge: o by %.3g, lse by %.3g",
-              t == DFA_F32 ? "f32" : t == DFA_BF16 ? "bf16" : "f16", od, ld);
+              cli_dtype_name(t), od, ld);
         CUDA_OK(cudaFree(oad)); CUDA_OK(cudaFree(opd)); CUDA_OK(cudaFree(lad)); CUDA_OK(cudaFree(lpd));
         free(oa); free(op); free(og); free(la); free(lp); free(lg);
     }

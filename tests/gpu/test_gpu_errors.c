@@ -22,13 +22,7 @@ static float snap_lse[NL];
 
 static void fill(void *p, size_t bytes) {
     unsigned char *h = malloc(bytes);
-    for (size_t i = 0; i < bytes; i += 2) { /* small random bf16 values */
-        const float f = (float)tl_rand_normal();
-        unsigned int u;
-        memcpy(&u, &f, 4);
-        h[i] = (unsigned char)(u >> 16);
-        h[i + 1] = (unsigned char)(u >> 24);
-    }
+    tl_fill_normal(DFA_BF16, h, (int64_t)(bytes / ES), 1.0); /* small random bf16 values */
     CUDA_OK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
     free(h);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_values.h"
 #include "oracle.h"
 #include "testlib.h"
 #include "seqpar/dist_internal.h"
@@ -77,7 +78,7 @@ static void run_case(dfa_comm *c, const dcase *k) {
     const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
     char cfg[200];
     snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d", nranks,
-             dfa__sched_name(k->kind), B, n, H, Hkv, D, t == DFA_F32 ? "f32" : "bf16", k->causal, k->overlap);
+             dfa__sched_name(k->kind), B, n, H, Hkv, D, cli_dtype_name(t), k->causal, k->overlap);
 
     /* the whole sequence, drawn on rank 0 */
     void *q = tl_alloc(t, NQ), *kk = tl_alloc(t, NK), *v = tl_alloc(t, NK), *dout = tl_alloc(t, NQ);

@@ -318,6 +318,44 @@ static void test_checkpoint(void) {
     expect_refusal(path, ck_fields, CK_NF, CK_S, CK_N + 1, "floats", "nfloats one larger");
     expect_refusal(path, ck_fields, CK_NF, CK_S - 1, CK_N, "sections", "one section fewer");
 
+    /* Field names come from the file, which is untrusted: a message shows bytes outside
+       printable ASCII (terminal escapes, line breaks, NUL) and the backslash as \xNN, so a
+       hostile file cannot write control sequences into the trainer's output (found by
+       fuzz/fuzz_ckpt.c; fuzz/corpus/ckpt/regress_field_name_bytes.ckpt). */
+    memcpy(f, ck_fields, sizeof ck_fields);
+    f[0].name = "d_model\x1b[2J\nX";
+    f[CK_NF] = (dft_ckpt_field){"x\x1b]0;title\x07\\\xff", 1};
+    rc = dft_ckpt_save(bad, f, CK_NF + 1, 1, src, CK_S, CK_N, err, sizeof err);
+    CHECK(rc == 0, "save with hostile names: %s", err);
+    expect_refusal(bad, ck_fields, CK_NF, CK_S, CK_N, "field 0 is 'd_model\\x1b[2J\\x0aX' in the file",
+                   "escape bytes in a field name");
+    f[0].name = "d_model";
+    rc = dft_ckpt_save(bad, f, CK_NF + 1, 1, src, CK_S, CK_N, err, sizeof err);
+    CHECK(rc == 0, "save with a hostile extra name: %s", err);
+    expect_refusal(bad, ck_fields, CK_NF, CK_S, CK_N, "first extra in the file: 'x\\x1b]0;title\\x07\\x5c\\xff')",
+                   "escape bytes in an extra field name");
+    {
+        /* a NUL inside a name (the writer cannot make one): patch it in, fix the checksum */
+        size_t blen = 0;
+        unsigned char *b = read_all(bad, &blen);
+        CHECK(b && blen > 8 + 20 && b[16] == 7 && memcmp(b + 17, "d_model", 7) == 0, "layout of %s", bad);
+        if (b && blen > 8 + 20 && b[16] == 7) {
+            b[17 + 1] = '\0';
+            const uint64_t h = dft_ckpt_checksum(b, blen - 8);
+            for (int i = 0; i < 8; i++) b[blen - 8 + i] = (unsigned char)(h >> (8 * i));
+            CHECK(write_all(bad, b, blen) == 0, "cannot write %s", bad);
+            expect_refusal(bad, ck_fields, CK_NF, CK_S, CK_N, "field 0 is 'd\\x00model' in the file but 'd_model'",
+                           "NUL in a field name");
+        }
+        free(b);
+    }
+    float *o2[CK_S] = {ck_out[0], ck_out[1], ck_out[2]};
+    poison_outputs(&step);
+    rc = dft_ckpt_load(bad, ck_fields, CK_NF, &step, o2, CK_S, CK_N, err, sizeof err);
+    for (const char *c = err; *c; c++)
+        CHECK((unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f, "message has byte 0x%02x: '%s'", (unsigned char)*c,
+              err);
+
     /* Missing file; unwritable place. */
     char missing[128];
     scratch(missing, sizeof missing, "no-such.ckpt");

@@ -1,6 +1,7 @@
 /* The model's shape, parameters and initialisation. The forward and backward passes are
  * in model_pass.c, the activation buffers in acts.c. */
 #include "train/model/model.h"
+#include "train/rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -70,18 +71,12 @@ int dft_param_tensors(const dft_model_config *c, dft_param_tensor out[16]) {
     return n;
 }
 
-/* splitmix64: the initial weights are a pure function of (seed, index). */
-static uint64_t mix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
+/* The initial weights are a pure function of (seed, index). */
 static double normal_at(uint64_t seed, uint64_t i) {
     /* Box-Muller from two uniforms in (0, 1] */
-    double u1 = ((mix(seed ^ mix(2 * i)) >> 11) + 1) * 0x1.0p-53;
-    double u2 = ((mix(seed ^ mix(2 * i + 1)) >> 11) + 1) * 0x1.0p-53;
+    double u1 = ((dft_rng_hash(seed ^ dft_rng_hash(2 * i)) >> 11) + 1) * 0x1.0p-53;
+    double u2 = ((dft_rng_hash(seed ^ dft_rng_hash(2 * i + 1)) >> 11) + 1) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 

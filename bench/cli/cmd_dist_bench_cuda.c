@@ -39,6 +39,8 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
 #include "distflash_nccl.h"
 #include "seqpar/dist_internal.h"
 #include "seqpar/executor.h"
+#include "cli_values.h"
+#include "measure.h"
 
 static int rank, nranks;
 
@@ -73,21 +75,6 @@ static void usage(FILE *f) {
             "  --fit                         the longest causal fwd+bwd that fits (H x D as given)\n");
 }
 
-static int parse_len(const char *s, int *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        double x = strtod(s, &end);
-        if (end == s) return -1;
-        if (*end == 'k' || *end == 'K') x *= 1024, end++;
-        else if (*end == 'm' || *end == 'M') x *= 1024 * 1024, end++;
-        out[n++] = (int)x;
-        if (*end && *end != ',') return -1;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 static int parse(int argc, char **argv, opts *o) {
     *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, DFA_BF16, NULL};
     for (int i = 1; i < argc; i++) {
@@ -104,12 +91,9 @@ static int parse(int argc, char **argv, opts *o) {
             *ip = atoi(argv[++i]);
             if (*ip < (ip == &o->warmup ? 0 : 1)) return -1;
         } else if (!strcmp(a, "--seqlens") && v) {
-            if ((o->nseqs = parse_len(argv[++i], o->seqs, 16)) < 1) return -1;
+            if ((o->nseqs = cli_size_list(argv[++i], 1, 1L << 30, o->seqs, 16)) < 1) return -1;
         } else if (!strcmp(a, "--dtype") && v) {
-            v = argv[++i];
-            if (!strcmp(v, "bf16")) o->dtype = DFA_BF16;
-            else if (!strcmp(v, "f16")) o->dtype = DFA_F16;
-            else return -1;
+            if (cli_dtype(argv[++i], &o->dtype) || o->dtype == DFA_F32) return -1;
         } else if (!strcmp(a, "--json") && v) {
             o->json = argv[++i];
         } else if (!strcmp(a, "--non-causal")) o->causal = 0;
@@ -126,31 +110,17 @@ static int parse(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Random bf16/f16-looking bytes: uniform in [-1, 1) as 16-bit floats (a small block, repeated). */
-static void fill_random(void *dst, size_t elems, uint64_t seed) {
+/* Random inputs of storage type t on the device: a block of 4M values (measure_fill), repeated. */
+static void fill_random(dfa_dtype t, void *dst, size_t elems, uint64_t seed) {
     enum { BLOCK = 1 << 22 };
-    static uint16_t *block;
-    if (!block) {
-        block = malloc(sizeof(uint16_t) * BLOCK);
-        if (!block) MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < BLOCK; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        const float x = (float)((double)(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-        uint32_t u;
-        memcpy(&u, &x, 4);
-        block[i] = (uint16_t)(u >> 16); /* bf16 by truncation; as f16 bits also finite and small */
-    }
+    uint16_t *block = malloc(sizeof(uint16_t) * BLOCK);
+    if (!block) MPI_Abort(MPI_COMM_WORLD, 1);
+    measure_fill(t, block, BLOCK, seed);
     for (size_t off = 0; off < elems; off += BLOCK) {
         const size_t n = elems - off < BLOCK ? elems - off : BLOCK;
         DB_CUDA(cudaMemcpy((uint16_t *)dst + off, block, n * 2, cudaMemcpyHostToDevice));
     }
+    free(block);
 }
 
 typedef struct {
@@ -174,10 +144,10 @@ static int alloc_bufs(bufs *b, const opts *o, int64_t n) {
         memset(b, 0, sizeof *b);
         return -1;
     }
-    fill_random(b->q, qb / 2, 1 + 10 * (uint64_t)rank);
-    fill_random(b->k, kb / 2, 2 + 10 * (uint64_t)rank);
-    fill_random(b->v, kb / 2, 3 + 10 * (uint64_t)rank);
-    fill_random(b->dout, qb / 2, 4 + 10 * (uint64_t)rank);
+    fill_random(o->dtype, b->q, qb / 2, 1 + 10 * (uint64_t)rank);
+    fill_random(o->dtype, b->k, kb / 2, 2 + 10 * (uint64_t)rank);
+    fill_random(o->dtype, b->v, kb / 2, 3 + 10 * (uint64_t)rank);
+    fill_random(o->dtype, b->dout, qb / 2, 4 + 10 * (uint64_t)rank);
     return 0;
 }
 
@@ -243,9 +213,7 @@ static timing measure(dfa_comm *c, const dfa_dist_desc *d, int kind, const bufs 
         if (collective) MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (r >= o->warmup) f[r - o->warmup] = t[0], fb[r - o->warmup] = t[1];
     }
-    qsort(f, (size_t)o->reps, sizeof(double), cmp_double);
-    qsort(fb, (size_t)o->reps, sizeof(double), cmp_double);
-    timing tm = {f[o->reps / 2], fb[o->reps / 2]};
+    timing tm = {measure_median(f, o->reps), measure_median(fb, o->reps)};
     free(f);
     free(fb);
     return tm;

@@ -25,7 +25,8 @@ typedef struct {
     int bf16;         /* 1: bf16 storage, 0: f16 (q, k, v, o, dout and, unless out_f32, the outputs) */
     unsigned flags;   /* DFA_FLAG_* */
     int out_f32;      /* 1: the forward writes o, the backward dq, dk, dv as float32 (same layouts,
-                         4-byte elements); the inputs keep the storage type. 0 for the public calls. */
+                         4-byte elements, 16-byte aligned); the inputs keep the storage type.
+                         0 for the public calls. */
 } dfa__cuda_shape;
 
 /* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). */

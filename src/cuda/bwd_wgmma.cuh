@@ -19,9 +19,9 @@
  * bwd_mma.cuh follows. VARIANT 0 is the library's kernel; the others run only in
  * the kernel lab (bench/gpu: bit 0 issues dQ behind dV/dK under one wait, bit 1
  * adds dq with bulk reduce-adds from shared memory). OUT32 writes dk, dv (and, in
- * the atomic path, scale * dq straight into the caller's float32 dq) as float32. Tiles are 64-column blocks of 128-byte rows in the
- * 128-byte swizzle, as in the forward; dS^T is stored [key][query] and read as
- * an MN-major A operand. */
+ * the atomic path, scale * dq straight into the caller's float32 dq) as float32.
+ * Tiles are 64-column blocks of 128-byte rows in the 128-byte swizzle, as in the
+ * forward; dS^T is stored [key][query] and read as an MN-major A operand. */
 #ifndef DFA_CUDA_BWD_WGMMA_CUH
 #define DFA_CUDA_BWD_WGMMA_CUH
 

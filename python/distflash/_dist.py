@@ -181,8 +181,8 @@ def dist_desc_for(q, k, schedule, causal, scale, deterministic=False):
                            flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0)
 
 
-def check_local(q, k, v, fn):
-    check_qkv(q, k, v, fn)
+def check_local(q, k, v, fn, contiguous=True):
+    check_qkv(q, k, v, fn, contiguous)
     if q.device.type != "cuda":
         raise ValueError(f"{fn}: the distributed calls run on CUDA tensors (NCCL); q is on {q.device}")
     if q.shape[1] != k.shape[1]:
@@ -198,7 +198,8 @@ def _p(t):
 @torch.library.custom_op("distflash::dist_attn_fwd", mutates_args=())
 def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, causal: bool,
                   softmax_scale: float) -> Tuple[Tensor, Tensor]:
-    check_local(q, k, v, "distflash::dist_attn_fwd")
+    check_local(q, k, v, "distflash::dist_attn_fwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     c = get_comm(group, q.device)
@@ -218,7 +219,8 @@ def _(q, k, v, group, schedule, causal, softmax_scale):
 def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, group: str,
                   schedule: int, causal: bool, softmax_scale: float,
                   deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    check_local(q, k, v, "distflash::dist_attn_bwd")
+    check_local(q, k, v, "distflash::dist_attn_bwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     c = get_comm(group, q.device)

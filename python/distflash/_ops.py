@@ -23,9 +23,11 @@ _OFFSET_MAX = 2**62
 
 # --- argument checks (plain Python on shapes/devices/dtypes, so torch.compile traces them) ---
 
-def check_qkv(q, k, v, fn):
+def check_qkv(q, k, v, fn, contiguous=True):
     """Raises TypeError/ValueError for inputs the C calls cannot take as they are. Head counts
-    that do not divide and unsupported head_dim are left to the library (DistflashError)."""
+    that do not divide and unsupported head_dim are left to the library (DistflashError).
+    The public functions require contiguous inputs (contiguous=True: a clear error instead of a
+    hidden copy); the ops themselves copy if needed, since a compiler may hand them any layout."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
@@ -42,7 +44,7 @@ def check_qkv(q, k, v, fn):
         raise TypeError(f"{fn}: dtype {q.dtype} is not supported (float32, bfloat16 or float16 on CPU; "
                         "bfloat16 or float16 on CUDA)")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not t.is_contiguous():
+        if contiguous and not t.is_contiguous():
             raise ValueError(f"{fn}: {name} must be contiguous (row-major [batch, seqlen, heads, head_dim]); "
                              f"it has shape {tuple(t.shape)} and strides {t.stride()}: call .contiguous()")
     if k.shape != v.shape:
@@ -139,7 +141,8 @@ def as_dout(g, like):
 @torch.library.custom_op("distflash::attn_fwd", mutates_args=())
 def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, q_start: int,
              k_start: int) -> Tuple[Tensor, Tensor]:
-    check_qkv(q, k, v, "distflash::attn_fwd")
+    check_qkv(q, k, v, "distflash::attn_fwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = _empty(q.shape, q)
     lse = _empty(_lse_shape(q), q, torch.float32)
     if _degenerate(q, k):  # no keys: o = 0, lse = -inf, as for a fully masked row
@@ -159,7 +162,8 @@ def _(q, k, v, causal, softmax_scale, q_start, k_start):
 def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, grad_lse: Optional[Tensor],
              causal: bool, softmax_scale: float, q_start: int, k_start: int,
              deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    check_qkv(q, k, v, "distflash::attn_bwd")
+    check_qkv(q, k, v, "distflash::attn_bwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
     if _degenerate(q, k):

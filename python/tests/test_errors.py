@@ -109,10 +109,17 @@ def test_backward_errors_surface_too():
 
 
 def test_direct_op_call_is_checked():
-    """The custom op checks its inputs too (a caller may use torch.ops.distflash directly)."""
+    """The custom op checks its inputs too (a caller may use torch.ops.distflash directly, and a
+    compiler may hand it any layout: a non-contiguous input is copied there, not refused)."""
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="must be contiguous"):
-        torch.ops.distflash.attn_fwd(q.transpose(1, 2), k, v, False, 0.25, 0, 0)
+    with pytest.raises(ValueError, match="4 dimensions"):
+        torch.ops.distflash.attn_fwd(q[0], k, v, False, 0.25, 0, 0)
+    with pytest.raises(TypeError, match="one dtype"):
+        torch.ops.distflash.attn_fwd(q, k.half(), v, False, 0.25, 0, 0)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not qt.is_contiguous()
+    o, _ = torch.ops.distflash.attn_fwd(qt, k, v, False, 0.25, 0, 0)
+    assert torch.equal(o, torch.ops.distflash.attn_fwd(q, k, v, False, 0.25, 0, 0)[0])
 
 
 def test_dist_position_bad_arguments():

@@ -8,7 +8,8 @@ paths that were tried.
 Where the library comes from (first that exists wins):
   1. $DISTFLASH_LIB: a path to libdistflash.so (an error if it does not load);
   2. the copy inside the installed package (distflash/libdistflash.so, put there by pip);
-  3. the source tree: <repo>/build/src/libdistflash.so (this file is <repo>/python/distflash/);
+  3. the source tree: <repo>/build/src/libdistflash.so, then <repo>/build-gpu/src/ (scripts/test
+     --gpu's build); this file is <repo>/python/distflash/_capi.py;
   4. the system linker path (ctypes.util.find_library("distflash"), e.g. after cmake --install).
 """
 
@@ -196,6 +197,7 @@ def _candidates():
     yield os.path.join(here, "libdistflash.so")
     repo = os.path.dirname(os.path.dirname(here))
     yield os.path.join(repo, "build", "src", "libdistflash.so")
+    yield os.path.join(repo, "build-gpu", "src", "libdistflash.so")  # scripts/test --gpu's build
 
 
 def _load():

@@ -90,6 +90,7 @@ def test_current_stream_is_used():
     synchronisation in between (the C calls enqueue on torch's current stream)."""
     side = torch.cuda.Stream()
     q0, k0, v0, dout = _case((1, 2048, 2048, 8, 8, 128), torch.bfloat16, seed=22)
+    side.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
     with torch.cuda.stream(side):
         q, k, v = (t * 1.0 for t in (q0, k0, v0))  # produced on the side stream
         o = dft.attention(q, k, v, causal=True)

@@ -43,10 +43,10 @@
  *    stream run in their order. Concurrent calls must not write the same
  *    outputs.
  *
- * Debug knobs (read at each call; for tests and the kernel lab):
- * DFA_CUDA_FWD_KERNEL / DFA_CUDA_BWD_KERNEL = mma|wgmma force a kernel family
- * (wgmma: DFA_ERR_UNSUPPORTED where it cannot run); DFA_CUDA_FWD_VARIANT and
- * DFA_CUDA_BWD_VARIANT pick lab variants of the Hopper kernels.
+ * Kernel choice: fixed by the shape and the device as above; the library reads
+ * no environment variables. The GPU tests and the kernel lab (bench/gpu) force a
+ * kernel family through an internal hook, and the lab also runs the kernel
+ * variants the library does not ship.
  */
 #ifndef DISTFLASH_CUDA_H
 #define DISTFLASH_CUDA_H

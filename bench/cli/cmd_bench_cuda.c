@@ -56,7 +56,7 @@ static void usage(FILE *f) {
                "  TFLOP/s of forward and forward+backward, peak device memory; heads = 4096/d,\n"
                "  batch = max(1, 32768/S). --fit S: does fwd+bwd at 32 heads x 128, batch 1, length S fit?\n"
                "  (--fit auto: the longest S the memory model allows, then checked)\n"
-               "  DFA_CUDA_FWD_KERNEL=mma|wgmma forces a forward kernel.\n");
+               "  The library's kernels only; kernel families and variants side by side: dfa_lab_cuda.\n");
 }
 
 /* Fills n bytes of device memory with random bf16/f16 normals (a 64 MiB random block, repeated). */

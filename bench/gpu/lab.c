@@ -6,8 +6,10 @@
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
  *
  * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
- * and the backward kernels (mma.sync; wgmma) with either dq path (f32 atomics;
- * deterministic dq pass). */
+ * and the backward kernels (mma.sync; wgmma and its lab variants) with either dq
+ * path (f32 atomics; deterministic dq pass). The library's kernels run through the
+ * public calls with their family forced (dfa__cuda_force_family, the tests' hook);
+ * the variants it does not ship come from lab_variants.cu. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -15,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/launch.h"
 #include "distflash_cuda.h"
+#include "lab_variants.h"
 
 #define LAB_CUDA(call)                                                                                     \
     do {                                                                                                   \
@@ -27,23 +31,35 @@
     } while (0)
 
 typedef struct {
-    const char *name, *fwd_kernel, *fwd_variant, *bwd_kernel;
+    const char *name;
+    int family; /* DFA__FAMILY_MMA or DFA__FAMILY_WGMMA: the library's kernels of that family */
     int bwd, deterministic;
-    const char *bwd_variant;
+    int lab; /* LAB_LIBRARY, or the lab variant (lab_variants.h) that replaces the measured pass */
 } variant;
 
 static const variant variants[] = {
-    {"fwd mma.sync", "mma", "0", "mma", 0, 0, NULL},
-    {"bwd mma atomic dq", "mma", "0", "mma", 1, 0, NULL},
-    {"bwd mma determ. dq", "mma", "0", "mma", 1, 1, NULL},
-    {"fwd wgmma", "wgmma", "0", "mma", 0, 0, NULL},
-    {"fwd wgmma ping-pong", "wgmma", "1", "mma", 0, 0, NULL},
-    {"bwd wgmma atomic dq", "wgmma", "1", "wgmma", 1, 0, NULL},
-    {"bwd wgmma atomic fused", "wgmma", "1", "wgmma", 1, 0, "1"},
-    {"bwd wgmma bulk-red dq", "wgmma", "1", "wgmma", 1, 0, "2"},
-    {"bwd wgmma bulk fused", "wgmma", "1", "wgmma", 1, 0, "3"},
-    {"bwd wgmma determ. dq", "wgmma", "1", "wgmma", 1, 1, NULL},
+    {"fwd mma.sync", DFA__FAMILY_MMA, 0, 0, LAB_LIBRARY},
+    {"bwd mma atomic dq", DFA__FAMILY_MMA, 1, 0, LAB_LIBRARY},
+    {"bwd mma determ. dq", DFA__FAMILY_MMA, 1, 1, LAB_LIBRARY},
+    {"fwd wgmma", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PLAIN},
+    {"fwd wgmma ping-pong", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY},
+    {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY},
+    {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED},
+    {"bwd wgmma bulk-red dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK},
+    {"bwd wgmma bulk fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK_FUSED},
+    {"bwd wgmma determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_LIBRARY},
 };
+
+/* The variant's forward: its own for a forward lab variant, else the library's (of its family). */
+static dfa_status run_fwd(const variant *v, const dfa_attn_desc *d, const void *q, const void *k, const void *vv,
+                          void *o, float *lse) {
+    return v->lab && !v->bwd ? lab_fwd(v->lab, d, q, k, vv, o, lse, 0) : dfa_attn_fwd_cuda(d, q, k, vv, o, lse, 0);
+}
+static dfa_status run_bwd(const variant *v, const dfa_attn_desc *d, const void *q, const void *k, const void *vv,
+                          const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv) {
+    return v->lab ? lab_bwd(v->lab, d, q, k, vv, o, lse, dout, dq, dk, dv, 0)
+                  : dfa_attn_bwd_cuda(d, q, k, vv, o, lse, dout, dq, dk, dv, 0);
+}
 
 static uint64_t rng = 88172645463325252ull;
 static float rnd(void) {
@@ -78,15 +94,7 @@ static void *dev_random(size_t n, uint16_t **host_copy) {
     return d;
 }
 
-static void set_variant(const variant *v) {
-    if (v->fwd_kernel) setenv("DFA_CUDA_FWD_KERNEL", v->fwd_kernel, 1);
-    else unsetenv("DFA_CUDA_FWD_KERNEL");
-    if (v->fwd_variant) setenv("DFA_CUDA_FWD_VARIANT", v->fwd_variant, 1);
-    else unsetenv("DFA_CUDA_FWD_VARIANT");
-    setenv("DFA_CUDA_BWD_KERNEL", v->bwd_kernel, 1);
-    if (v->bwd_variant) setenv("DFA_CUDA_BWD_VARIANT", v->bwd_variant, 1);
-    else unsetenv("DFA_CUDA_BWD_VARIANT");
-}
+static void set_variant(const variant *v) { dfa__cuda_force_family(v->family); }
 
 static double rel_diff(const uint16_t *a, const uint16_t *ref, size_t n) {
     double m = 0, r = 0;
@@ -119,7 +127,7 @@ static double check(const variant *v, int D, int S, int causal) {
     LAB_CUDA(cudaMalloc(&dk, nk * 2)); LAB_CUDA(cudaMalloc(&dv, nk * 2)); LAB_CUDA(cudaMalloc((void **)&lse, nl * 4));
     LAB_CUDA(cudaMemset(o, 0xff, nq * 2));
     double worst = 0;
-    if (dfa_attn_fwd_cuda(&d, q, k, v_, o, lse, 0)) {
+    if (run_fwd(v, &d, q, k, v_, o, lse)) {
         fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
         return INFINITY;
     }
@@ -131,7 +139,7 @@ static double check(const variant *v, int D, int S, int causal) {
         LAB_CUDA(cudaMemcpy(o, co, nq * 2, cudaMemcpyHostToDevice));
         LAB_CUDA(cudaMemcpy(lse, cl, nl * 4, cudaMemcpyHostToDevice));
         LAB_CUDA(cudaMemset(dq, 0xff, nq * 2)); LAB_CUDA(cudaMemset(dk, 0xff, nk * 2)); LAB_CUDA(cudaMemset(dv, 0xff, nk * 2));
-        if (dfa_attn_bwd_cuda(&d, q, k, v_, o, lse, dout, dq, dk, dv, 0)) {
+        if (run_bwd(v, &d, q, k, v_, o, lse, dout, dq, dk, dv)) {
             fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
             return INFINITY;
         }
@@ -172,14 +180,14 @@ static float timeit(const variant *v, int D, int S, int causal, int reps) {
     LAB_CUDA(cudaEventCreate(&e1));
     float ts[64];
     if (reps > 64) reps = 64;
-    if (dfa_attn_fwd_cuda(&d, q, k, vv, o, lse, 0)) {
+    if (run_fwd(v, &d, q, k, vv, o, lse)) {
         fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
         return NAN;
     }
     for (int r = -2; r < reps; r++) {
         LAB_CUDA(cudaEventRecord(e0, 0));
-        const dfa_status st = v->bwd ? dfa_attn_bwd_cuda(&d, q, k, vv, o, lse, dout, dq, dk, dv, 0)
-                                     : dfa_attn_fwd_cuda(&d, q, k, vv, o, lse, 0);
+        const dfa_status st = v->bwd ? run_bwd(v, &d, q, k, vv, o, lse, dout, dq, dk, dv)
+                                     : run_fwd(v, &d, q, k, vv, o, lse);
         LAB_CUDA(cudaEventRecord(e1, 0));
         LAB_CUDA(cudaEventSynchronize(e1));
         if (st) {

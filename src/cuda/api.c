@@ -28,19 +28,13 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     s.offset = 0;
     s.scale = dfa__softmax_scale(d);
     s.flags = d->flags;
+    s.out_f32 = 0;
     if (d->causal) {
         const long long off = (long long)(d->q_start - d->k_start); /* both < 2^62 in magnitude */
         if (off >= (long long)d->seqlen_k - 1) s.causal = 0;     /* row 0 already sees every key */
         else s.offset = off < -(long long)d->seqlen_q - 1 ? -(long long)d->seqlen_q - 1 : off;
     }
     return s;
-}
-
-static dfa__kernel_choice kernel_choice(const char *var) {
-    const char *e = getenv(var);
-    if (e && !strcmp(e, "mma")) return DFA__FWD_MMA;
-    if (e && !strcmp(e, "wgmma")) return DFA__FWD_WGMMA;
-    return DFA__FWD_AUTO;
 }
 
 dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
@@ -53,7 +47,7 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
     const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    return dfa__cuda_fwd(&s, q, k, v, o, lse, kernel_choice("DFA_CUDA_FWD_KERNEL"), stream, fn);
+    return dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
 }
 
 dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
@@ -67,7 +61,7 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
     const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, kernel_choice("DFA_CUDA_BWD_KERNEL"), stream, fn);
+    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, stream, fn);
 }
 
 dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *lse_acc, const void *o_part,

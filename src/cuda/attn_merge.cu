@@ -1,32 +1,9 @@
-/* Merge of partial results on the device, and the CUDA helpers every launcher
- * shares (error mapping, device capability). */
+/* Merge of partial results on the device. */
 #include <cuda_runtime.h>
 #include <math.h>
 
-#include "launch.h"
+#include "launch.cuh"
 #include "ptx.cuh"
-
-extern "C" {
-#include "../common/error.h"
-}
-
-extern "C" dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what) {
-    (void)cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
-    return dfa__fail(e == cudaErrorMemoryAllocation ? DFA_ERR_OUT_OF_MEMORY : DFA_ERR_BACKEND, fn, "%s failed: %s (%s)",
-                     what, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-extern "C" int dfa__cuda_device_cc(const char *fn, dfa_status *st) {
-    int dev = 0, major = 0, minor = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (e != cudaSuccess) {
-        *st = dfa__cuda_fail(e, fn, "querying the current CUDA device");
-        return -1;
-    }
-    return major * 10 + minor;
-}
 
 template <int T> static __device__ __forceinline__ float dfa__ld(const void *p, long long i) {
     if (T == DFA_F32) return ((const float *)p)[i];
@@ -87,17 +64,8 @@ extern "C" dfa_status dfa__cuda_merge(int dtype, int batch, int seqlen_q, int nu
     dfa_status st = DFA_OK;
     if (dfa__cuda_device_cc(fn, &st) < 0) return st;
     const long long rows = (long long)batch * seqlen_q * num_heads;
-    const long long blocks = (rows + 7) / 8;
-    if (blocks > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many rows (%lld) for one launch", rows);
-    if (dtype == DFA_F32)
-        dfa__merge_kernel<DFA_F32><<<(unsigned)blocks, 256, 0, stream>>>(seqlen_q, num_heads, head_dim, rows, o_acc,
-                                                                        lse_acc, o_part, lse_part);
-    else if (dtype == DFA_BF16)
-        dfa__merge_kernel<DFA_BF16><<<(unsigned)blocks, 256, 0, stream>>>(seqlen_q, num_heads, head_dim, rows, o_acc,
-                                                                         lse_acc, o_part, lse_part);
-    else
-        dfa__merge_kernel<DFA_F16><<<(unsigned)blocks, 256, 0, stream>>>(seqlen_q, num_heads, head_dim, rows, o_acc,
-                                                                        lse_acc, o_part, lse_part);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? DFA_OK : dfa__cuda_fail(e, fn, "merge kernel launch");
+    void (*kernel)(int, int, int, long long, void *, float *, const void *, const float *) =
+        dtype == DFA_F32 ? dfa__merge_kernel<DFA_F32> : dtype == DFA_BF16 ? dfa__merge_kernel<DFA_BF16> : dfa__merge_kernel<DFA_F16>;
+    return dfa__launch(kernel, (rows + 7) / 8, 256, 0, stream, fn, "rows", "merge kernel launch", seqlen_q, num_heads,
+                       head_dim, rows, o_acc, lse_acc, o_part, lse_part);
 }

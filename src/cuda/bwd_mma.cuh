@@ -9,6 +9,9 @@
  *                         recomputes P and dS over its keys and owns its dq rows
  *   dfa__bwd_dq_convert   f32 accumulator * scale -> storage type
  *
+ * OUT32 (the caller's float32 partial results) writes dq, dk, dv as float32: the atomic
+ * path then adds scale * dS K straight into the caller's dq (no conversion pass).
+ *
  * In the key-block kernel each warp owns 16 keys and computes S^T = K Q^T and
  * dP^T = V dO^T directly, so P^T and dS^T come out in the A-fragment layout that
  * dV += P^T dO and dK += dS^T Q need. For DP = 256 two warps share 16 keys and
@@ -16,30 +19,31 @@
 #ifndef DFA_CUDA_BWD_MMA_CUH
 #define DFA_CUDA_BWD_MMA_CUH
 
+#include "launch.h"
 #include "tile.cuh"
 
+/* The kernels' parameters: the tensors and scratch, then the resolved shape (launch.h). A
+   plain struct (ptxas allocated registers worse for a parameter block with a base class). */
 typedef struct {
     const uint16_t *q, *k, *v, *o, *dout;
     const float *lse;
-    float *dsum;   /* [batch, heads, seqlen_q] D_i */
-    float *lse2;   /* [batch, heads, seqlen_q] lse * log2(e); +inf where the row sees nothing */
-    float *dq_acc; /* [batch, seqlen_q, heads, head_dim] f32, atomic path only */
-    uint16_t *dq, *dk, *dv;
-    int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim;
-    int causal;
-    long long offset;
-    float scale, scale_log2;
+    float *dsum;        /* [batch, heads, seqlen_q] D_i */
+    float *lse2;        /* [batch, heads, seqlen_q] lse * log2(e); +inf where the row sees nothing */
+    float *dq_acc;      /* [batch, seqlen_q, heads, head_dim] f32, atomic path only (OUT32: dq itself) */
+    void *dq, *dk, *dv; /* the storage type, or float32 (OUT32) */
+    dfa__cuda_shape sh;
+    float scale_log2;
 } dfa__bwd_params;
 
 /* One warp per (batch, row, head) in the memory order of o. */
 template <int BF16> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p) {
-    const long long rows = (long long)p.batch * p.seqlen_q * p.num_heads;
+    const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
     const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= rows) return;
-    const uint16_t *o = p.o + r * p.head_dim, *dO = p.dout + r * p.head_dim;
+    const uint16_t *o = p.o + r * p.sh.head_dim, *dO = p.dout + r * p.sh.head_dim;
     float sum = 0.0f;
-    for (int c = lane * 8; c < p.head_dim; c += 256) {
+    for (int c = lane * 8; c < p.sh.head_dim; c += 256) {
         const uint4 a = *(const uint4 *)(o + c), b = *(const uint4 *)(dO + c);
         const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -51,12 +55,18 @@ template <int BF16> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
     if (lane == 0) {
-        const long long h = r % p.num_heads, bi = r / p.num_heads, b = bi / p.seqlen_q, i = bi % p.seqlen_q;
-        const long long li = (b * p.num_heads + h) * p.seqlen_q + i;
+        const long long h = r % p.sh.num_heads, bi = r / p.sh.num_heads, b = bi / p.sh.seqlen_q, i = bi % p.sh.seqlen_q;
+        const long long li = (b * p.sh.num_heads + h) * p.sh.seqlen_q + i;
         const float L = p.lse[li];
         p.dsum[li] = sum;
         p.lse2[li] = L == -INFINITY ? INFINITY : L * DFA__LOG2E;
     }
+}
+
+/* A dq contribution on its way into the float32 accumulator: as it is (the conversion pass
+   scales it), or already scaled when the accumulator is the caller's float32 dq (OUT32). */
+template <int OUT32> static __device__ __forceinline__ float dfa__dq_out(float x, float scale) {
+    return OUT32 ? x * scale : x;
 }
 
 template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_cfg {
@@ -65,10 +75,11 @@ template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_
     static constexpr int SMEM = (2 * BN * DP + 4 * BM * DP + (DQ_ATOMIC ? BN * DS_LD : 0)) * 2 + 4 * BM * 4;
 };
 
-template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16>
+template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16, int OUT32>
 __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(const dfa__bwd_params p) {
+    typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, DQ_ATOMIC> C;
-    constexpr int NW = C::NW, NT = C::NT, KS = DP / 16, Q8 = BM / 8, DW = DP / DSPLIT, DW8 = DW / 8;
+    constexpr int NW = C::NW, NT = C::NT, Q8 = BM / 8, DW = DP / DSPLIT, DW8 = DW / 8;
     constexpr int DS_LD = C::DS_LD;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t sK = dfa__smem_addr(dfa__smem), sV = sK + BN * DP * 2;
@@ -80,22 +91,22 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int kw = warp % (BN / 16), dsp = warp / (BN / 16);
-    const int nn = (p.seqlen_k + BN - 1) / BN;
+    const int nn = (p.sh.seqlen_k + BN - 1) / BN;
     const int nb_ = (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
-    const int b = bg / p.num_kv_heads, kvh = bg % p.num_kv_heads;
-    const int group = p.num_heads / p.num_kv_heads;
+    const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
+    const int group = p.sh.num_heads / p.sh.num_kv_heads;
     const int n0 = nb_ * BN;
-    const long long qstride = (long long)p.num_heads * p.head_dim, kstride = (long long)p.num_kv_heads * p.head_dim;
-    const uint16_t *kg = p.k + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
-    const uint16_t *vg = p.v + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
+    const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 
     /* query blocks that see any key of this block */
     int mb_begin = 0;
-    if (p.causal) {
-        const long long first = (long long)n0 - p.offset; /* first query that sees key n0 */
-        mb_begin = first <= 0 ? 0 : (first >= p.seqlen_q ? (p.seqlen_q + BM - 1) / BM : (int)(first / BM));
+    if (p.sh.causal) {
+        const long long first = (long long)n0 - p.sh.offset; /* first query that sees key n0 */
+        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? (p.sh.seqlen_q + BM - 1) / BM : (int)(first / BM));
     }
-    const int mb_end = (p.seqlen_q + BM - 1) / BM;
+    const int mb_end = (p.sh.seqlen_q + BM - 1) / BM;
     const int nmb = mb_end - mb_begin, total = nmb * group;
 
     /* the smallest query index that sees each of this lane's two keys (INT_MAX: none) */
@@ -103,9 +114,9 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = n0 + kw * 16 + g + 8 * r;
-        long long qm = p.causal ? (long long)key - p.offset : 0;
+        long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
         qm = qm < 0 ? 0 : qm;
-        qmin[r] = key >= p.seqlen_k || qm > p.seqlen_q ? 0x7fffffff : (int)qm;
+        qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
     }
 
     float dk[DW8][4], dv[DW8][4];
@@ -119,21 +130,21 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     do {                                                                                                          \
         const int hh_ = (it_) / nmb, mq_ = (mb_begin + (it_) % nmb) * BM;                                         \
         const int h_ = kvh * group + hh_;                                                                         \
-        const long long qoff_ = (long long)b * p.seqlen_q * qstride + (long long)h_ * p.head_dim;                \
-        dfa__load_tile<DP, BM, NT>(sQ0 + (buf_) * BM * DP * 2, p.q + qoff_, qstride, mq_, p.seqlen_q, p.head_dim, \
+        const long long qoff_ = (long long)b * p.sh.seqlen_q * qstride + (long long)h_ * p.sh.head_dim;                \
+        dfa__load_tile<DP, BM, NT>(sQ0 + (buf_) * BM * DP * 2, p.q + qoff_, qstride, mq_, p.sh.seqlen_q, p.sh.head_dim, \
                                    tid);                                                                          \
-        dfa__load_tile<DP, BM, NT>(sO0 + (buf_) * BM * DP * 2, p.dout + qoff_, qstride, mq_, p.seqlen_q,         \
-                                   p.head_dim, tid);                                                              \
+        dfa__load_tile<DP, BM, NT>(sO0 + (buf_) * BM * DP * 2, p.dout + qoff_, qstride, mq_, p.sh.seqlen_q,         \
+                                   p.sh.head_dim, tid);                                                              \
         for (int i_ = tid; i_ < BM; i_ += NT) {                                                                   \
             const int row_ = mq_ + i_;                                                                            \
-            const long long li_ = ((long long)b * p.num_heads + h_) * p.seqlen_q + row_;                         \
-            sL[(buf_) * BM + i_] = row_ < p.seqlen_q ? p.lse2[li_] : INFINITY;                                    \
-            sD[(buf_) * BM + i_] = row_ < p.seqlen_q ? p.dsum[li_] : 0.0f;                                        \
+            const long long li_ = ((long long)b * p.sh.num_heads + h_) * p.sh.seqlen_q + row_;                         \
+            sL[(buf_) * BM + i_] = row_ < p.sh.seqlen_q ? p.lse2[li_] : INFINITY;                                    \
+            sD[(buf_) * BM + i_] = row_ < p.sh.seqlen_q ? p.dsum[li_] : 0.0f;                                        \
         }                                                                                                         \
     } while (0)
 
-    dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n0, p.seqlen_k, p.head_dim, tid);
-    dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n0, p.seqlen_k, p.head_dim, tid);
+    dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n0, p.sh.seqlen_k, p.sh.head_dim, tid);
+    dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n0, p.sh.seqlen_k, p.sh.head_dim, tid);
     if (total > 0) DFA__BWD_LOAD(0, 0);
     dfa__cp_async_commit();
 
@@ -153,25 +164,10 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
         for (int j = 0; j < Q8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dp[j][e] = st[j][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t av[4], ak[4];
-            dfa__ldmatrix_x4(av, dfa__addr_a<DP>(sV, kw * 16, kk * 16, lane));
-            dfa__ldmatrix_x4(ak, dfa__addr_a<DP>(sK, kw * 16, kk * 16, lane));
-#pragma unroll
-            for (int nb = 0; nb < BM / 16; nb++) {
-                uint32_t r[4];
-                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(sO, nb * 16, kk * 16, lane));
-                dfa__mma16816<BF16>(dp[2 * nb], av, r[0], r[1]);
-                dfa__mma16816<BF16>(dp[2 * nb + 1], av, r[2], r[3]);
-                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(sQ, nb * 16, kk * 16, lane));
-                dfa__mma16816<BF16>(st[2 * nb], ak, r[0], r[1]);
-                dfa__mma16816<BF16>(st[2 * nb + 1], ak, r[2], r[3]);
-            }
-        }
+        dfa__mma_abt2<DP, BM, BF16>(dp, st, sV, sK, sO, sQ, kw * 16, lane);
         /* P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D) */
-        const bool need_mask = n0 + BN > p.seqlen_k ||
-                               (p.causal && (long long)m0 + p.offset < (long long)n0 + BN - 1);
+        const bool need_mask = n0 + BN > p.sh.seqlen_k ||
+                               (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
 #pragma unroll
         for (int j = 0; j < Q8; j++)
 #pragma unroll
@@ -186,14 +182,8 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
             uint32_t ap[4], as[4];
-            ap[0] = dfa__pack2<BF16>(st[2 * kk][0], st[2 * kk][1]);
-            ap[1] = dfa__pack2<BF16>(st[2 * kk][2], st[2 * kk][3]);
-            ap[2] = dfa__pack2<BF16>(st[2 * kk + 1][0], st[2 * kk + 1][1]);
-            ap[3] = dfa__pack2<BF16>(st[2 * kk + 1][2], st[2 * kk + 1][3]);
-            as[0] = dfa__pack2<BF16>(dp[2 * kk][0], dp[2 * kk][1]);
-            as[1] = dfa__pack2<BF16>(dp[2 * kk][2], dp[2 * kk][3]);
-            as[2] = dfa__pack2<BF16>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            as[3] = dfa__pack2<BF16>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            dfa__pack_a<BF16>(ap, st[2 * kk], st[2 * kk + 1]);
+            dfa__pack_a<BF16>(as, dp[2 * kk], dp[2 * kk + 1]);
             if (DQ_ATOMIC && dsp == 0) {
                 /* dS^T rows (keys) of this warp, for the dQ product below */
                 const uint32_t row0 = sdS + (uint32_t)((kw * 16 + g) * DS_LD + kk * 16 + 2 * t) * 2;
@@ -237,21 +227,23 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
                     dfa__mma16816<BF16>(dqa[2 * db + 1], a, r[2], r[3]);
                 }
             }
-            float *dqg = p.dq_acc + (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
+            float *dqg = p.dq_acc + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int row = m0 + rt * 16 + g + 8 * r;
-                if (row >= p.seqlen_q) continue;
+                if (row >= p.sh.seqlen_q) continue;
                 float *dst = dqg + (long long)row * qstride;
 #pragma unroll
                 for (int j = 0; j < CW / 8; j++) {
                     const int c = cg * CW + j * 8 + 2 * t;
-                    if (c >= p.head_dim) continue;
+                    if (c >= p.sh.head_dim) continue;
+                    const float x = dfa__dq_out<OUT32>(dqa[j][2 * r], p.sh.scale);
+                    const float y = dfa__dq_out<OUT32>(dqa[j][2 * r + 1], p.sh.scale);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                    atomicAdd((float2 *)(dst + c), make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]));
+                    atomicAdd((float2 *)(dst + c), make_float2(x, y));
 #else
-                    atomicAdd(dst + c, dqa[j][2 * r]);
-                    atomicAdd(dst + c + 1, dqa[j][2 * r + 1]);
+                    atomicAdd(dst + c, x);
+                    atomicAdd(dst + c + 1, y);
 #endif
                 }
             }
@@ -262,19 +254,18 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     dfa__cp_async_wait<0>();
 
     /* dK = scale * dS^T Q, dV = P^T dO: rows n0 + kw*16 + g (+8), columns of this warp's slice */
-    uint16_t *dkg = p.dk + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
-    uint16_t *dvg = p.dv + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = n0 + kw * 16 + g + 8 * r;
-        if (key >= p.seqlen_k) continue;
+        if (key >= p.sh.seqlen_k) continue;
 #pragma unroll
         for (int j = 0; j < DW8; j++) {
             const int c = dsp * DW + j * 8 + 2 * t;
-            if (c >= p.head_dim) continue;
-            *(uint32_t *)(dkg + (long long)key * kstride + c) =
-                dfa__pack2<BF16>(dk[j][2 * r] * p.scale, dk[j][2 * r + 1] * p.scale);
-            *(uint32_t *)(dvg + (long long)key * kstride + c) = dfa__pack2<BF16>(dv[j][2 * r], dv[j][2 * r + 1]);
+            if (c >= p.sh.head_dim) continue;
+            dfa__store2<BF16>(dkg + (long long)key * kstride + c, dk[j][2 * r] * p.sh.scale, dk[j][2 * r + 1] * p.sh.scale);
+            dfa__store2<BF16>(dvg + (long long)key * kstride + c, dv[j][2 * r], dv[j][2 * r + 1]);
         }
     }
 }
@@ -285,38 +276,39 @@ template <int DP, int NW, int BN> struct dfa__bwd_dq_cfg {
 };
 
 /* Deterministic dq: every dq row is summed by one warp in key order. */
-template <int DP, int NW, int BN, int BF16>
+template <int DP, int NW, int BN, int BF16, int OUT32>
 __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_params p) {
+    typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_dq_cfg<DP, NW, BN> C;
-    constexpr int BM = C::BM, NT = C::NT, KS = DP / 16, NT8 = BN / 8, OT8 = DP / 8;
+    constexpr int BM = C::BM, NT = C::NT, NT8 = BN / 8, OT8 = DP / 8;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t sQ = dfa__smem_addr(dfa__smem), sO = sQ + BM * DP * 2;
     const uint32_t sK = sO + BM * DP * 2, sV = sK + 2 * BN * DP * 2;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int heads = p.batch * p.num_heads;
-    const int nm = (p.seqlen_q + BM - 1) / BM;
+    const int heads = p.sh.batch * p.sh.num_heads;
+    const int nm = (p.sh.seqlen_q + BM - 1) / BM;
     const int mb = nm - 1 - (int)(blockIdx.x / heads), bh = (int)(blockIdx.x % heads);
-    const int b = bh / p.num_heads, h = bh % p.num_heads, kvh = h / (p.num_heads / p.num_kv_heads);
+    const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
-    const long long qstride = (long long)p.num_heads * p.head_dim, kstride = (long long)p.num_kv_heads * p.head_dim;
-    const long long qoff = (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
-    const uint16_t *kg = p.k + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
-    const uint16_t *vg = p.v + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
+    const long long qoff = (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
+    const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 
-    const int n_end = dfa__key_end(m0, BM, p.seqlen_k, p.causal, p.offset);
+    const int n_end = dfa__key_end(m0, BM, p.sh.seqlen_k, p.sh.causal, p.sh.offset);
     const int nblocks = (n_end + BN - 1) / BN;
 
     const int row_a = m0 + warp * 16 + g;
-    const int lim[2] = {dfa__row_limit(row_a, p.seqlen_k, p.causal, p.offset),
-                        dfa__row_limit(row_a + 8, p.seqlen_k, p.causal, p.offset)};
+    const int lim[2] = {dfa__row_limit(row_a, p.sh.seqlen_k, p.sh.causal, p.sh.offset),
+                        dfa__row_limit(row_a + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
     float L[2], Dr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row_a + 8 * r;
-        const long long li = (long long)bh * p.seqlen_q + row;
-        L[r] = row < p.seqlen_q ? p.lse2[li] : INFINITY;
-        Dr[r] = row < p.seqlen_q ? p.dsum[li] : 0.0f;
+        const long long li = (long long)bh * p.sh.seqlen_q + row;
+        L[r] = row < p.sh.seqlen_q ? p.lse2[li] : INFINITY;
+        Dr[r] = row < p.sh.seqlen_q ? p.dsum[li] : 0.0f;
     }
 
     float acc[OT8][4];
@@ -324,18 +316,18 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
     for (int j = 0; j < OT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
     if (nblocks > 0) {
-        dfa__load_tile<DP, BM, NT>(sQ, p.q + qoff, qstride, m0, p.seqlen_q, p.head_dim, tid);
-        dfa__load_tile<DP, BM, NT>(sO, p.dout + qoff, qstride, m0, p.seqlen_q, p.head_dim, tid);
-        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, 0, p.seqlen_k, p.head_dim, tid);
-        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, 0, p.seqlen_k, p.head_dim, tid);
+        dfa__load_tile<DP, BM, NT>(sQ, p.q + qoff, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BM, NT>(sO, p.dout + qoff, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, 0, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, 0, p.sh.seqlen_k, p.sh.head_dim, tid);
         dfa__cp_async_commit();
     }
     for (int it = 0; it < nblocks; it++) {
         const int buf = it & 1, n0 = it * BN;
         if (it + 1 < nblocks) {
-            dfa__load_tile<DP, BN, NT>(sK + (buf ^ 1) * BN * DP * 2, kg, kstride, n0 + BN, p.seqlen_k, p.head_dim,
+            dfa__load_tile<DP, BN, NT>(sK + (buf ^ 1) * BN * DP * 2, kg, kstride, n0 + BN, p.sh.seqlen_k, p.sh.head_dim,
                                        tid);
-            dfa__load_tile<DP, BN, NT>(sV + (buf ^ 1) * BN * DP * 2, vg, kstride, n0 + BN, p.seqlen_k, p.head_dim,
+            dfa__load_tile<DP, BN, NT>(sV + (buf ^ 1) * BN * DP * 2, vg, kstride, n0 + BN, p.sh.seqlen_k, p.sh.head_dim,
                                        tid);
         }
         dfa__cp_async_commit();
@@ -347,22 +339,7 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
         for (int j = 0; j < NT8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t aq[4], ao[4];
-            dfa__ldmatrix_x4(aq, dfa__addr_a<DP>(sQ, warp * 16, kk * 16, lane));
-            dfa__ldmatrix_x4(ao, dfa__addr_a<DP>(sO, warp * 16, kk * 16, lane));
-#pragma unroll
-            for (int nb = 0; nb < BN / 16; nb++) {
-                uint32_t r[4];
-                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(kb, nb * 16, kk * 16, lane));
-                dfa__mma16816<BF16>(s[2 * nb], aq, r[0], r[1]);
-                dfa__mma16816<BF16>(s[2 * nb + 1], aq, r[2], r[3]);
-                dfa__ldmatrix_x4(r, dfa__addr_b<DP>(vb, nb * 16, kk * 16, lane));
-                dfa__mma16816<BF16>(dp[2 * nb], ao, r[0], r[1]);
-                dfa__mma16816<BF16>(dp[2 * nb + 1], ao, r[2], r[3]);
-            }
-        }
+        dfa__mma_abt2<DP, BN, BF16>(s, dp, sQ, sO, kb, vb, warp * 16, lane);
 #pragma unroll
         for (int j = 0; j < NT8; j++)
 #pragma unroll
@@ -372,35 +349,20 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
                 if (col > lim[r]) pv = 0.0f;
                 dp[j][e] = pv * (dp[j][e] - Dr[r]);
             }
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t a[4];
-            a[0] = dfa__pack2<BF16>(dp[2 * kk][0], dp[2 * kk][1]);
-            a[1] = dfa__pack2<BF16>(dp[2 * kk][2], dp[2 * kk][3]);
-            a[2] = dfa__pack2<BF16>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            a[3] = dfa__pack2<BF16>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-#pragma unroll
-            for (int db = 0; db < DP / 16; db++) {
-                uint32_t r[4];
-                dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(kb, kk * 16, db * 16, lane));
-                dfa__mma16816<BF16>(acc[2 * db], a, r[0], r[1]);
-                dfa__mma16816<BF16>(acc[2 * db + 1], a, r[2], r[3]);
-            }
-        }
+        dfa__mma_pv<DP, BN, BF16>(acc, dp, kb, lane); /* dQ += dS K */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
     }
     dfa__cp_async_wait<0>();
-    uint16_t *dqg = p.dq + qoff;
+    OutT *dqg = (OutT *)p.dq + qoff;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row_a + 8 * r;
-        if (row >= p.seqlen_q) continue;
+        if (row >= p.sh.seqlen_q) continue;
 #pragma unroll
         for (int j = 0; j < OT8; j++) {
             const int c = j * 8 + 2 * t;
-            if (c < p.head_dim)
-                *(uint32_t *)(dqg + (long long)row * qstride + c) =
-                    dfa__pack2<BF16>(acc[j][2 * r] * p.scale, acc[j][2 * r + 1] * p.scale);
+            if (c < p.sh.head_dim)
+                dfa__store2<BF16>(dqg + (long long)row * qstride + c, acc[j][2 * r] * p.sh.scale, acc[j][2 * r + 1] * p.sh.scale);
         }
     }
 }
@@ -411,10 +373,10 @@ template <int BF16> __global__ void dfa__bwd_dq_convert(const dfa__bwd_params p,
     if (i >= n8) return;
     const float4 a = ((const float4 *)p.dq_acc)[2 * i], c = ((const float4 *)p.dq_acc)[2 * i + 1];
     uint4 r;
-    r.x = dfa__pack2<BF16>(a.x * p.scale, a.y * p.scale);
-    r.y = dfa__pack2<BF16>(a.z * p.scale, a.w * p.scale);
-    r.z = dfa__pack2<BF16>(c.x * p.scale, c.y * p.scale);
-    r.w = dfa__pack2<BF16>(c.z * p.scale, c.w * p.scale);
+    r.x = dfa__pack2<BF16>(a.x * p.sh.scale, a.y * p.sh.scale);
+    r.y = dfa__pack2<BF16>(a.z * p.sh.scale, a.w * p.sh.scale);
+    r.z = dfa__pack2<BF16>(c.x * p.sh.scale, c.y * p.sh.scale);
+    r.w = dfa__pack2<BF16>(c.z * p.sh.scale, c.w * p.sh.scale);
     ((uint4 *)p.dq)[i] = r;
 }
 

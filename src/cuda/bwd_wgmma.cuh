@@ -16,9 +16,12 @@
  *
  * Each consumer warpgroup computes half of the dQ tile and adds it into the f32
  * accumulator with atomics (DQ_ATOMIC); without it the deterministic dq pass of
- * bwd_mma.cuh follows. Tiles are 64-column blocks of 128-byte rows in the
- * 128-byte swizzle, as in the forward; dS^T is stored [key][query] and read as
- * an MN-major A operand. */
+ * bwd_mma.cuh follows. VARIANT 0 is the library's kernel; the others run only in
+ * the kernel lab (bench/gpu: bit 0 issues dQ behind dV/dK under one wait, bit 1
+ * adds dq with bulk reduce-adds from shared memory). OUT32 writes dk, dv (and, in
+ * the atomic path, scale * dq straight into the caller's float32 dq) as float32.
+ * Tiles are 64-column blocks of 128-byte rows in the 128-byte swizzle, as in the
+ * forward; dS^T is stored [key][query] and read as an MN-major A operand. */
 #ifndef DFA_CUDA_BWD_WGMMA_CUH
 #define DFA_CUDA_BWD_WGMMA_CUH
 
@@ -35,12 +38,13 @@ template <int D, int BM> struct dfa__bwd_wgmma_cfg {
     static constexpr int SMEM = OFF_BAR + 64 + 1024;
 };
 
-template <int D, int BM, int DQ_ATOMIC, int VARIANT, int BF16>
+template <int D, int BM, int DQ_ATOMIC, int VARIANT, int BF16, int OUT32>
 __global__ void __launch_bounds__(256, 1)
     dfa__bwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
                           const dfa__bwd_params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_wgmma_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
     constexpr int SPLIT = !(VARIANT & 1), BULK = (VARIANT & 2) != 0;
@@ -52,17 +56,17 @@ __global__ void __launch_bounds__(256, 1)
 #define EMPTY(s) (bar + 8u * (1 + STAGES + (s)))
 
     const int tid = threadIdx.x;
-    const int nn = (p.seqlen_k + BN - 1) / BN;
+    const int nn = (p.sh.seqlen_k + BN - 1) / BN;
     const int nb_ = (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
-    const int b = bg / p.num_kv_heads, kvh = bg % p.num_kv_heads;
-    const int group = p.num_heads / p.num_kv_heads, n0 = nb_ * BN;
-    const long long qstride = (long long)p.num_heads * p.head_dim, kstride = (long long)p.num_kv_heads * p.head_dim;
+    const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
+    const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
     int mb_begin = 0;
-    if (p.causal) {
-        const long long first = (long long)n0 - p.offset;
-        mb_begin = first <= 0 ? 0 : (first >= p.seqlen_q ? (p.seqlen_q + BM - 1) / BM : (int)(first / BM));
+    if (p.sh.causal) {
+        const long long first = (long long)n0 - p.sh.offset;
+        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? (p.sh.seqlen_q + BM - 1) / BM : (int)(first / BM));
     }
-    const int nmb = (p.seqlen_q + BM - 1) / BM - mb_begin, total = nmb * group;
+    const int nmb = (p.sh.seqlen_q + BM - 1) / BM - mb_begin, total = nmb * group;
 
     if (tid == 0) {
         dfa__mbar_init(bar, 1);
@@ -85,6 +89,21 @@ __global__ void __launch_bounds__(256, 1)
             dfa__tma_load_4d(sO + s_ * C::QBYTES + cb * BM * 128, &tdo, FULL(s_), cb * 64, h_, m_, b);             \
         }                                                                                                         \
     } while (0)
+    /* once dV/dK of an iteration are complete: release its stage, and refill the stage once both
+       warpgroups are done with it */
+#define RELEASE_STAGE()                                                                                           \
+    do {                                                                                                          \
+        _Pragma("unroll") for (int i = 0; i < D8 * 4; i++) {                                                      \
+            dfa__reg_fence(dk[i]);                                                                                \
+            dfa__reg_fence(dv[i]);                                                                                \
+        }                                                                                                         \
+        dfa__mbar_arrive(EMPTY(s));                                                                               \
+        if (tid == 0 && it + STAGES < total) {                                                                    \
+            dfa__mbar_wait(EMPTY(s), ph);                                                                         \
+            ISSUE_QDO(it + STAGES);                                                                               \
+        }                                                                                                         \
+    } while (0)
+
     if (tid == 0) {
         dfa__mbar_expect_tx(bar, 2 * C::KVBYTES);
 #pragma unroll
@@ -102,9 +121,9 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = n0 + key0 + 8 * r;
-        long long qm = p.causal ? (long long)key - p.offset : 0;
+        long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
         qm = qm < 0 ? 0 : qm;
-        qmin[r] = key >= p.seqlen_k || qm > p.seqlen_q ? 0x7fffffff : (int)qm;
+        qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
     }
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
@@ -137,9 +156,9 @@ __global__ void __launch_bounds__(256, 1)
             dfa__reg_fence(st[i]);
             dfa__reg_fence(dp[i]);
         }
-        const bool need_mask = n0 + BN > p.seqlen_k ||
-                               (p.causal && (long long)m0 + p.offset < (long long)n0 + BN - 1);
-        const long long lrow = ((long long)b * p.num_heads + h) * p.seqlen_q;
+        const bool need_mask = n0 + BN > p.sh.seqlen_k ||
+                               (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
+        const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
 #pragma unroll
         for (int j = 0; j < Q8; j++) {
             /* lse (base 2) and D of this lane's two query columns of tile j; rows past the end see nothing */
@@ -147,8 +166,8 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int q = m0 + 8 * j + 2 * t + e;
-                L[e] = q < p.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY;
-                Dq[e] = q < p.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
+                L[e] = q < p.sh.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY;
+                Dq[e] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -161,14 +180,8 @@ __global__ void __launch_bounds__(256, 1)
         uint32_t pf[BM / 16][4], sf[BM / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            pf[kk][0] = dfa__pack2<BF16>(st[8 * kk + 0], st[8 * kk + 1]);
-            pf[kk][1] = dfa__pack2<BF16>(st[8 * kk + 2], st[8 * kk + 3]);
-            pf[kk][2] = dfa__pack2<BF16>(st[8 * kk + 4], st[8 * kk + 5]);
-            pf[kk][3] = dfa__pack2<BF16>(st[8 * kk + 6], st[8 * kk + 7]);
-            sf[kk][0] = dfa__pack2<BF16>(dp[8 * kk + 0], dp[8 * kk + 1]);
-            sf[kk][1] = dfa__pack2<BF16>(dp[8 * kk + 2], dp[8 * kk + 3]);
-            sf[kk][2] = dfa__pack2<BF16>(dp[8 * kk + 4], dp[8 * kk + 5]);
-            sf[kk][3] = dfa__pack2<BF16>(dp[8 * kk + 6], dp[8 * kk + 7]);
+            dfa__pack_a<BF16>(pf[kk], st + 8 * kk, st + 8 * kk + 4);
+            dfa__pack_a<BF16>(sf[kk], dp + 8 * kk, dp + 8 * kk + 4);
         }
         const uint32_t ds_s = sS + (it & 1) * C::DSBYTES;
         if (DQ_ATOMIC) {
@@ -202,16 +215,7 @@ __global__ void __launch_bounds__(256, 1)
         if (SPLIT || !DQ_ATOMIC) {
             dfa__wgmma_commit();
             dfa__wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < D8 * 4; i++) {
-                dfa__reg_fence(dk[i]);
-                dfa__reg_fence(dv[i]);
-            }
-            dfa__mbar_arrive(EMPTY(s));
-            if (tid == 0 && it + STAGES < total) { /* refill this stage once both warpgroups are done */
-                dfa__mbar_wait(EMPTY(s), ph);
-                ISSUE_QDO(it + STAGES);
-            }
+            RELEASE_STAGE();
         }
         if (DQ_ATOMIC) {
 #pragma unroll
@@ -226,21 +230,10 @@ __global__ void __launch_bounds__(256, 1)
             }
             dfa__wgmma_commit();
             dfa__wgmma_wait<0>();
-            if (!SPLIT) {
-#pragma unroll
-                for (int i = 0; i < D8 * 4; i++) {
-                    dfa__reg_fence(dk[i]);
-                    dfa__reg_fence(dv[i]);
-                }
-                dfa__mbar_arrive(EMPTY(s));
-                if (tid == 0 && it + STAGES < total) {
-                    dfa__mbar_wait(EMPTY(s), ph);
-                    ISSUE_QDO(it + STAGES);
-                }
-            }
+            if (!SPLIT) RELEASE_STAGE();
 #pragma unroll
             for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
-            float *dqg = p.dq_acc + (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
+            float *dqg = p.dq_acc + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
             if (BULK) {
                 /* stage the 64 x 64 tile in shared memory, then one bulk reduce-add per row
                    (256 bytes) from 64 threads; the previous tile's reads must be done first */
@@ -252,12 +245,13 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
                     for (int j = 0; j < 8; j++)
                         *(float2 *)(sdq + (warp * 16 + g + 8 * r) * C::DQ_LD + 8 * j + 2 * t) =
-                            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+                            make_float2(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale),
+                                        dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale));
                 dfa__fence_proxy_async();
                 dfa__named_sync(2 + c, 128);
                 if (wt < 64) {
                     const int row = m0 + dq_row0 + wt;
-                    if (row < p.seqlen_q)
+                    if (row < p.sh.seqlen_q)
                         asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 256;"
                                      ::"l"(dqg + (long long)row * qstride + dq_col0),
                                      "r"(dfa__smem_addr(sdq + wt * C::DQ_LD))
@@ -268,11 +262,12 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const int row = m0 + dq_row0 + warp * 16 + g + 8 * r;
-                    if (row >= p.seqlen_q) continue;
+                    if (row >= p.sh.seqlen_q) continue;
                     float *dst = dqg + (long long)row * qstride + dq_col0 + 2 * t;
 #pragma unroll
                     for (int j = 0; j < 8; j++)
-                        atomicAdd((float2 *)(dst + 8 * j), make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+                        atomicAdd((float2 *)(dst + 8 * j), make_float2(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale),
+                                                                       dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale)));
                 }
             }
         }
@@ -280,21 +275,22 @@ __global__ void __launch_bounds__(256, 1)
 
     if (BULK && DQ_ATOMIC && wt < 64) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 
-    uint16_t *dkg = p.dk + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
-    uint16_t *dvg = p.dv + (long long)b * p.seqlen_k * kstride + (long long)kvh * p.head_dim;
+    OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = n0 + key0 + 8 * r;
-        if (key >= p.seqlen_k) continue;
+        if (key >= p.sh.seqlen_k) continue;
 #pragma unroll
         for (int j = 0; j < D8; j++) {
             const int col = 8 * j + 2 * t;
-            *(uint32_t *)(dkg + (long long)key * kstride + col) =
-                dfa__pack2<BF16>(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
-            *(uint32_t *)(dvg + (long long)key * kstride + col) = dfa__pack2<BF16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+            dfa__store2<BF16>(dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * p.sh.scale,
+                              dk[4 * j + 2 * r + 1] * p.sh.scale);
+            dfa__store2<BF16>(dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
         }
     }
     }
+#undef RELEASE_STAGE
 #undef ISSUE_QDO
 #undef FULL
 #undef EMPTY

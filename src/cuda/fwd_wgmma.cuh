@@ -10,7 +10,8 @@
  * producer hands registers to the consumers with setmaxnreg, but ptxas 13.0
  * still allocates the consumer code within the even 168-register share (see
  * bench/gpu/NOTES.md), so the consumers are written to fit in 168. PINGPONG
- * (the default) staggers the two consumers' Q K^T with named barriers.
+ * (the library's kernel; 0 runs only in the kernel lab) staggers the two
+ * consumers' Q K^T with named barriers. OUT32 writes o as float32.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
  * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. */
@@ -53,11 +54,12 @@ static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a
 
 /* PINGPONG: the two consumer warpgroups take turns issuing their Q K^T products
    (named barriers 1 and 2), so one's softmax runs under the other's matrix work. */
-template <int D, int BN, int BF16, int PINGPONG>
+template <int D, int BN, int BF16, int PINGPONG, int OUT32>
 __global__ void __launch_bounds__(384, 1)
     dfa__fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__fwd_wgmma_cfg<D, BN> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
@@ -71,25 +73,25 @@ __global__ void __launch_bounds__(384, 1)
 #define V_EMPTY(s) (bar + 8u * (1 + 3 * STAGES + (s)))
 
     const int tid = threadIdx.x;
-    const int heads = p.batch * p.num_heads;
-    const int nm = (p.seqlen_q + BM - 1) / BM;
+    const int heads = p.sh.batch * p.sh.num_heads;
+    const int nm = (p.sh.seqlen_q + BM - 1) / BM;
     const int mb = nm - 1 - (int)(blockIdx.x / heads), bh = (int)(blockIdx.x % heads);
-    const int b = bh / p.num_heads, h = bh % p.num_heads, kvh = h / (p.num_heads / p.num_kv_heads);
+    const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
-    const long long qstride = (long long)p.num_heads * p.head_dim;
-    uint16_t *og = p.o + (long long)b * p.seqlen_q * qstride + (long long)h * p.head_dim;
-    float *lseg = p.lse ? p.lse + (long long)bh * p.seqlen_q : (float *)0;
-    const int n_end = dfa__key_end(m0, BM, p.seqlen_k, p.causal, p.offset);
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
+    OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
+    float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
+    const int n_end = dfa__key_end(m0, BM, p.sh.seqlen_k, p.sh.causal, p.sh.offset);
     const int nblocks = (n_end + BN - 1) / BN;
 
     if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf */
         for (int i = tid; i < BM * (D / 8); i += C::NT) {
             const int r = m0 + i / (D / 8), c = (i % (D / 8)) * 8;
-            if (r < p.seqlen_q) *(uint4 *)(og + (long long)r * qstride + c) = make_uint4(0, 0, 0, 0);
+            if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * qstride + c);
         }
         if (lseg)
             for (int i = tid; i < BM; i += C::NT)
-                if (m0 + i < p.seqlen_q) lseg[m0 + i] = -INFINITY;
+                if (m0 + i < p.sh.seqlen_q) lseg[m0 + i] = -INFINITY;
         return;
     }
 
@@ -133,8 +135,8 @@ __global__ void __launch_bounds__(384, 1)
     dfa__setmaxnreg_inc<232>();
     const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
     const int row0 = m0 + c * 64 + warp * 16;
-    const int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.seqlen_k, p.causal, p.offset),
-                        dfa__row_limit(row0 + (lane >> 2) + 8, p.seqlen_k, p.causal, p.offset)};
+    const int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.sh.seqlen_k, p.sh.causal, p.sh.offset),
+                        dfa__row_limit(row0 + (lane >> 2) + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
     float o[OT8 * 4];
 #pragma unroll
     for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
@@ -165,34 +167,11 @@ __global__ void __launch_bounds__(384, 1)
         dfa__mbar_arrive(K_EMPTY(s));
 
         float(*s4)[4] = (float(*)[4])sc;
-        const bool need_mask = n0 + BN > p.seqlen_k ||
-                               (p.causal && (long long)n0 + BN - 1 > (long long)m0 + p.offset);
-        if (need_mask) {
-#pragma unroll
-            for (int j = 0; j < NT8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);
-                    if (col > lim[e >> 1]) s4[j][e] = -INFINITY;
-                }
-        }
-        float alpha[2];
-        dfa__softmax_tile<NT8>(s4, m, l, p.scale_log2, alpha);
-#pragma unroll
-        for (int j = 0; j < OT8; j++) {
-            o[4 * j] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
-        }
+        dfa__softmax_step<BN, OT8>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset,
+                                   p.scale_log2, lane);
         uint32_t pf[BN / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            pf[kk][0] = dfa__pack2<BF16>(s4[2 * kk][0], s4[2 * kk][1]);
-            pf[kk][1] = dfa__pack2<BF16>(s4[2 * kk][2], s4[2 * kk][3]);
-            pf[kk][2] = dfa__pack2<BF16>(s4[2 * kk + 1][0], s4[2 * kk + 1][1]);
-            pf[kk][3] = dfa__pack2<BF16>(s4[2 * kk + 1][2], s4[2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
         dfa__mbar_wait(V_FULL(s), ph);
         dfa__wgmma_fence();
 #pragma unroll
@@ -206,7 +185,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
         dfa__mbar_arrive(V_EMPTY(s));
     }
-    dfa__store_o_lse<OT8, BF16>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.seqlen_q, p.head_dim, lane);
+    dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q, p.sh.head_dim, lane);
 #undef K_FULL
 #undef K_EMPTY
 #undef V_FULL

@@ -1,6 +1,7 @@
-/* Internal: between the C entry points (api.c) and the CUDA launchers (*.cu).
- * api.c validates arguments; the launchers pick a kernel, launch it on the
- * caller's stream and map CUDA failures to DFA_ERR_BACKEND. */
+/* Internal: between the C entry points (api.c, the sequence-parallel executor)
+ * and the CUDA launchers (*.cu). Callers validate arguments; the launchers pick
+ * a kernel, launch it on the caller's stream and map CUDA failures to
+ * DFA_ERR_BACKEND. Nothing here is part of the public API. */
 #ifndef DFA_CUDA_LAUNCH_H
 #define DFA_CUDA_LAUNCH_H
 
@@ -12,38 +13,65 @@
 extern "C" {
 #endif
 
-/* Which forward kernel to use (DFA_CUDA_FWD_KERNEL=auto|mma|wgmma in the environment). */
-typedef enum { DFA__FWD_AUTO = 0, DFA__FWD_MMA = 1, DFA__FWD_WGMMA = 2 } dfa__fwd_kernel;
-/* The same choice for the backward key-block kernel (DFA_CUDA_BWD_KERNEL). */
-typedef dfa__fwd_kernel dfa__kernel_choice;
-
-/* One attention call, resolved: sizes, element type, causal offset, scale. */
+/* One attention call, resolved: sizes, element type, causal offset, scale. The kernels'
+   parameter blocks hold a copy of it (member sh; launch_fwd.cuh, launch_bwd.cuh). The order of
+   the fields is the kernels' parameter layout, which ptxas's register allocation is sensitive
+   to: keep it. */
 typedef struct {
     int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim;
-    int bf16;         /* 1: bf16 storage, 0: f16 */
     int causal;       /* 0 also when every key is visible to every row */
     long long offset; /* q_start - k_start, clamped to [-seqlen_q - 1, seqlen_k] */
     float scale;      /* resolved softmax scale */
+    int bf16;         /* 1: bf16 storage, 0: f16 (q, k, v, o, dout and, unless out_f32, the outputs) */
     unsigned flags;   /* DFA_FLAG_* */
+    int out_f32;      /* 1: the forward writes o, the backward dq, dk, dv as float32 (same layouts,
+                         4-byte elements, 16-byte aligned); the inputs keep the storage type.
+                         0 for the public calls. */
 } dfa__cuda_shape;
 
-/* Resolves a validated descriptor (f16/bf16) into a shape. */
+/* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). */
 dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d);
 
+/* o (and lse, which may be NULL) of one forward, enqueued on stream. */
 dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, void *o,
-                         float *lse, dfa__fwd_kernel which, cudaStream_t stream, const char *fn);
+                         float *lse, cudaStream_t stream, const char *fn);
 
+/* dq, dk, dv of one backward, enqueued on stream. scratch: NULL to take dfa__cuda_bwd_scratch(s)
+   bytes with cudaMallocAsync on stream (given back with cudaFreeAsync before this returns), or a
+   caller-owned device buffer of at least that many bytes, 256-byte aligned, used instead (it
+   must stay untouched until the stream has passed this call). With out_f32 and without
+   DFA_FLAG_DETERMINISTIC, dq itself is the float32 accumulator (zeroed on the stream first). */
 dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
-                         const float *lse, const void *dout, void *dq, void *dk, void *dv,
-                         dfa__kernel_choice which, cudaStream_t stream, const char *fn);
+                         const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
+                         cudaStream_t stream, const char *fn);
 
-/* Bytes of device scratch one backward call takes (stream-ordered, freed before it returns). */
+/* Bytes of device scratch one backward with this shape takes: D and lse * log2(e) per
+   (batch, head, query row), 256-byte aligned, plus the float32 dq accumulator unless the call
+   is deterministic or writes float32 (then dq is written directly). */
 size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s);
 
 /* dtype: 0 f32, 1 bf16, 2 f16 (as dfa_dtype). rows = batch * seqlen_q * num_heads. */
 dfa_status dfa__cuda_merge(int dtype, int batch, int seqlen_q, int num_heads, int head_dim, void *o_acc,
                            float *lse_acc, const void *o_part, const float *lse_part, cudaStream_t stream,
                            const char *fn);
+
+/* Kernel families. AUTO: the Hopper (wgmma/TMA) kernels for head dims 64 and 128 on sm_90,
+   the mma.sync kernels otherwise. */
+enum { DFA__FAMILY_AUTO = 0, DFA__FAMILY_MMA = 1, DFA__FAMILY_WGMMA = 2 };
+
+/* FOR TESTS ONLY: makes every later forward and backward of this process use one family
+   (DFA__FAMILY_WGMMA: DFA_ERR_UNSUPPORTED where it cannot run), or the default again
+   (DFA__FAMILY_AUTO). Process-wide; call it while no other thread is in a CUDA call of the
+   library. Not exported in any public header: the GPU tests link the static library. */
+void dfa__cuda_force_family(int family);
+/* The forced family, DFA__FAMILY_AUTO unless a test forced one. */
+int dfa__cuda_forced_family(void);
+
+/* The family a call uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
+   device into *wgmma (1: Hopper kernels). Fails (status recorded) when the device is older
+   than sm_80, or when WGMMA is asked for where it cannot run; `what` names the pass in the
+   message ("forward", "backward"). */
+dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, const char *what, int *wgmma, const char *fn);
 
 /* Maps a CUDA error to DFA_ERR_BACKEND (or DFA_ERR_OUT_OF_MEMORY) with CUDA's own message. */
 dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what);

@@ -3,7 +3,8 @@
  *
  * A tile is rows x DP 16-bit elements (DP = head dim padded to 64, 128 or 256),
  * each row split into 16-byte chunks stored at chunk ^ (row & 7): the 8 rows one
- * ldmatrix reads at a time then hit 8 different bank groups. */
+ * ldmatrix reads at a time then hit 8 different bank groups. Also the pieces the
+ * kernels share: products over such tiles, fragment packing, output stores. */
 #ifndef DFA_CUDA_TILE_CUH
 #define DFA_CUDA_TILE_CUH
 
@@ -103,11 +104,111 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
     }
 }
 
+/* One key tile of a forward's online softmax: masks the raw scores s (C layout, BN/8 tiles,
+   this warp's rows g and g+8 with visibility limits lim) where the tile [n0, n0 + BN) crosses
+   the end of the keys or the causal diagonal of the query tile at m0, turns them into
+   probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum. */
+template <int BN, int OT8>
+static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*acc)[4], float *m, float *l,
+                                                         const int *lim, int n0, int m0, int seqlen_k, int causal,
+                                                         long long offset, float scale_log2, int lane) {
+    constexpr int NT8 = BN / 8;
+    const bool need_mask = n0 + BN > seqlen_k || (causal && (long long)n0 + BN - 1 > (long long)m0 + offset);
+    if (need_mask) {
+#pragma unroll
+        for (int j = 0; j < NT8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);
+                if (col > lim[e >> 1]) s[j][e] = -INFINITY;
+            }
+    }
+    float alpha[2];
+    dfa__softmax_tile<NT8>(s, m, l, scale_log2, alpha);
+#pragma unroll
+    for (int j = 0; j < OT8; j++) {
+        acc[j][0] *= alpha[0];
+        acc[j][1] *= alpha[0];
+        acc[j][2] *= alpha[1];
+        acc[j][3] *= alpha[1];
+    }
+}
+
+/* The A fragment of an m16n8k16 product from two adjacent C tiles (columns 0-7 and 8-15 of
+   16), rounded to 16 bits: how P and dS feed the next product without leaving registers. */
+template <int BF16>
+static __device__ __forceinline__ void dfa__pack_a(uint32_t *a, const float *c0, const float *c1) {
+    a[0] = dfa__pack2<BF16>(c0[0], c0[1]);
+    a[1] = dfa__pack2<BF16>(c0[2], c0[3]);
+    a[2] = dfa__pack2<BF16>(c1[0], c1[1]);
+    a[3] = dfa__pack2<BF16>(c1[2], c1[3]);
+}
+
+/* Two products of this warp's 16 rows r0 that share their k loop over all DP columns:
+   c1 += A1 B1^T and c2 += A2 B2^T, with A1, A2 row-major tiles at a1, a2 and B1, B2 tiles of
+   N rows stored [n][k] at b1, b2 (N/8 C tiles each). */
+template <int DP, int N, int BF16>
+static __device__ __forceinline__ void dfa__mma_abt2(float (*c1)[4], float (*c2)[4], uint32_t a1, uint32_t a2,
+                                                     uint32_t b1, uint32_t b2, int r0, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; kk++) {
+        uint32_t f1[4], f2[4];
+        dfa__ldmatrix_x4(f1, dfa__addr_a<DP>(a1, r0, kk * 16, lane));
+        dfa__ldmatrix_x4(f2, dfa__addr_a<DP>(a2, r0, kk * 16, lane));
+#pragma unroll
+        for (int nb = 0; nb < N / 16; nb++) {
+            uint32_t r[4];
+            dfa__ldmatrix_x4(r, dfa__addr_b<DP>(b1, nb * 16, kk * 16, lane));
+            dfa__mma16816<BF16>(c1[2 * nb], f1, r[0], r[1]);
+            dfa__mma16816<BF16>(c1[2 * nb + 1], f1, r[2], r[3]);
+            dfa__ldmatrix_x4(r, dfa__addr_b<DP>(b2, nb * 16, kk * 16, lane));
+            dfa__mma16816<BF16>(c2[2 * nb], f2, r[0], r[1]);
+            dfa__mma16816<BF16>(c2[2 * nb + 1], f2, r[2], r[3]);
+        }
+    }
+}
+
+/* acc (this warp's 16 rows x DP, C tiles) += P V: P is 16 x BN in C tiles (rounded to 16 bits
+   here), V a BN x DP tile at vb stored [key][column] (read transposed). */
+template <int DP, int BN, int BF16>
+static __device__ __forceinline__ void dfa__mma_pv(float (*acc)[4], float (*p)[4], uint32_t vb, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        uint32_t a[4];
+        dfa__pack_a<BF16>(a, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+        for (int db = 0; db < DP / 16; db++) {
+            uint32_t r[4];
+            dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(vb, kk * 16, db * 16, lane));
+            dfa__mma16816<BF16>(acc[2 * db], a, r[0], r[1]);
+            dfa__mma16816<BF16>(acc[2 * db + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+/* Output elements: the storage type's 16 bits, or float32 (OUT32, caller's partial results). */
+template <int OUT32> struct dfa__out_type { typedef uint16_t type; };
+template <> struct dfa__out_type<1> { typedef float type; };
+
+/* Two adjacent output elements (p 4-byte aligned for 16 bits, 8-byte aligned for float32). */
+template <int BF16> static __device__ __forceinline__ void dfa__store2(uint16_t *p, float x, float y) {
+    *(uint32_t *)p = dfa__pack2<BF16>(x, y);
+}
+template <int BF16> static __device__ __forceinline__ void dfa__store2(float *p, float x, float y) {
+    *(float2 *)p = make_float2(x, y);
+}
+/* Eight zero output elements (p 16-byte aligned). */
+static __device__ __forceinline__ void dfa__store_zero8(uint16_t *p) { *(uint4 *)p = make_uint4(0, 0, 0, 0); }
+static __device__ __forceinline__ void dfa__store_zero8(float *p) {
+    ((uint4 *)p)[0] = make_uint4(0, 0, 0, 0);
+    ((uint4 *)p)[1] = make_uint4(0, 0, 0, 0);
+}
+
 /* Writes this warp's 16 rows of the normalised output (C layout, NT8 tiles of 8 columns)
    and their log-sum-exp. row0 = first of the 16 rows; o_row(r) addresses are base + r*stride. */
-template <int NT8, int BF16>
+template <int NT8, int BF16, typename OutT>
 static __device__ __forceinline__ void dfa__store_o_lse(float (*acc)[4], const float *m, const float *l_part,
-                                                        uint16_t *o, long long stride, float *lse, int row0,
+                                                        OutT *o, long long stride, float *lse, int row0,
                                                         int seqlen_q, int d, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -116,12 +217,11 @@ static __device__ __forceinline__ void dfa__store_o_lse(float (*acc)[4], const f
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         const int row = row0 + g + 8 * r;
         if (row < seqlen_q) {
-            uint16_t *orow = o + (long long)row * stride;
+            OutT *orow = o + (long long)row * stride;
 #pragma unroll
             for (int j = 0; j < NT8; j++) {
                 const int c = j * 8 + 2 * t;
-                if (c < d)
-                    *(uint32_t *)(orow + c) = dfa__pack2<BF16>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
+                if (c < d) dfa__store2<BF16>(orow + c, acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
             }
             if (lse && t == 0) lse[row] = l > 0.0f ? m[r] * DFA__LN2 + logf(l) : -INFINITY;
         }

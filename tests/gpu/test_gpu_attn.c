@@ -5,14 +5,20 @@
  * has (mma.sync everywhere, wgmma for head dims 64/128 on sm_90), forward and
  * backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
+ * The internal launchers' float32 outputs (out_f32 = 1, for the sequence-parallel
+ * executor) on the same cases: at least as accurate as the 16-bit results, which
+ * must be their rounding (bit for bit where no atomics sum), with the library's
+ * scratch and with a caller's.
  * DFA_GPU_TEST_SMALL=1 runs a few tiny cases (for compute-sanitizer);
- * DFA_GPU_TEST_KERNEL=mma|wgmma checks one family of kernels (forward and backward). */
+ * DFA_GPU_TEST_KERNEL=mma|wgmma checks one family of kernels (forward and backward),
+ * through the library's test-only hook dfa__cuda_force_family (src/cuda/launch.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli_values.h"
+#include "cuda/launch.h"
 #include "oracle.h"
 #include "testlib.h"
 #include "distflash_cuda.h"
@@ -20,6 +26,7 @@
 
 static int cc;
 static const char *only_kernel; /* DFA_GPU_TEST_KERNEL=mma|wgmma: check one family of kernels */
+static const int families[2] = {DFA__FAMILY_MMA, DFA__FAMILY_WGMMA}; /* as kernels[] below */
 
 /* max |got - ref| <= 2 * naive error + atol; returns the tolerance used */
 static double check_close(const char *what, const char *kernel, const dfa_attn_desc *d, const void *got,
@@ -44,6 +51,168 @@ static void check_vs_cpu(const char *what, const char *kernel, const dfa_attn_de
     const double cpu_err = tl_max_err(t, cpu, ref, n);
     CHECK(diff <= tol + cpu_err, "%s [%s]: differs from the CPU library by %.3g (> %.3g) for %s", what, kernel, diff,
           tol + cpu_err, tl_desc_str(d));
+}
+
+/* 1 when rounding the float32 values f to the storage type gives the 16-bit values h
+   (compared as numbers: +0 and -0 are equal). */
+static int rounds_to(dfa_dtype t, const float *f, const void *h, int64_t n) {
+    void *r = tl_alloc(t, n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        tl_set(t, r, i, (double)f[i]);
+        bad += !(tl_get(t, r, i) == tl_get(t, h, i));
+    }
+    free(r);
+    return bad == 0;
+}
+
+/* The forward with out_f32 = 1 through the internal launcher (the family forced by the
+   caller): o in float32 at least as accurate as the 16-bit o16 (the same tolerance), o16 is
+   its rounding, and lse is the same. */
+static void check_fwd_f32(const dfa_attn_desc *d, const char *kernel, const void *qd, const void *kd, const void *vd,
+                          const void *o16, const float *lse16, const double *oref, double tol) {
+    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
+    const int64_t nl = (int64_t)d->batch * d->num_heads * d->seqlen_q;
+    dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    s.out_f32 = 1;
+    float *od = dev_alloc(4 * (size_t)nq), *ld = dev_alloc(4 * (size_t)nl);
+    float *o = malloc(4 * (size_t)nq), *l = malloc(4 * (size_t)nl);
+    dev_poison(od, 4 * (size_t)nq);
+    dev_poison(ld, 4 * (size_t)nl);
+    const dfa_status st = dfa__cuda_fwd(&s, qd, kd, vd, od, ld, 0, "test_gpu_attn");
+    CHECK(st == DFA_OK, "fwd f32 [%s] failed: %s (%s) for %s", kernel, dfa_status_string(st), dfa_last_error(),
+          tl_desc_str(d));
+    CUDA_OK(cudaGetLastError());
+    to_host(o, od, 4 * (size_t)nq);
+    to_host(l, ld, 4 * (size_t)nl);
+    CHECK(tl_count_nan(DFA_F32, o, nq) == 0, "fwd f32 [%s] left %lld elements of o unwritten/NaN for %s", kernel,
+          (long long)tl_count_nan(DFA_F32, o, nq), tl_desc_str(d));
+    const double err = tl_max_err(DFA_F32, o, oref, nq);
+    CHECK(err <= tol, "o f32 [%s]: max error %.3g > tol %.3g of the 16-bit o for %s", kernel, err, tol, tl_desc_str(d));
+    CHECK(rounds_to(d->dtype, o, o16, nq), "o f32 [%s]: rounded to 16 bits it is not the 16-bit o for %s", kernel,
+          tl_desc_str(d));
+    CHECK(!memcmp(l, lse16, 4 * (size_t)nl), "lse [%s] differs with out_f32 for %s", kernel, tl_desc_str(d));
+    CUDA_OK(cudaFree(od));
+    CUDA_OK(cudaFree(ld));
+    free(o);
+    free(l);
+}
+
+/* One backward through the internal launcher (the family forced by the caller), outputs
+   poisoned first; scratch NULL (the library's) or `scratch` (the caller's). */
+static void run_bwd_internal(const dfa__cuda_shape *s, const char *kernel, const void *const ins[5], const float *lse,
+                             void *const outs[3], const size_t bytes[3], void *scratch) {
+    for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes[i]);
+    const dfa_status st = dfa__cuda_bwd(s, ins[0], ins[1], ins[2], ins[3], lse, ins[4], outs[0], outs[1], outs[2],
+                                        scratch, 0, "test_gpu_attn");
+    CHECK(st == DFA_OK, "bwd [%s%s%s] failed: %s (%s)", kernel, s->out_f32 ? ", f32" : "",
+          scratch ? ", caller scratch" : "", dfa_status_string(st), dfa_last_error());
+    CUDA_OK(cudaGetLastError());
+}
+
+/* The internal backward on the inputs of a public one (ins: q, k, v, o, dout on the device)
+   whose 16-bit gradients grads16 (dq, dk, dv, on the host) passed with tolerances tol:
+   the scratch size; out_f32 = 1 with the library's scratch and with a caller's (poisoned,
+   guarded by a canary): gradients at least as accurate as the 16-bit ones, whose rounding
+   they are (bit for bit for dk, dv and the deterministic dq; atomics sum dq in any order);
+   out_f32 = 0 with a caller's scratch: the public call's gradients. */
+static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, const void *const ins[5],
+                                  const float *lse, const void *const grads16[3], const double *const refs[3],
+                                  const double tol[3]) {
+    static const char *names[3] = {"dq", "dk", "dv"};
+    const dfa_dtype t = d->dtype;
+    const size_t es = tl_dtype_size(t);
+    const int det = (d->flags & DFA_FLAG_DETERMINISTIC) != 0;
+    const int64_t n[3] = {(int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim,
+                          (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim,
+                          (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim};
+    const size_t rows = (size_t)d->batch * d->num_heads * d->seqlen_q, base = (8 * rows + 255) / 256 * 256;
+    dfa__cuda_shape s = dfa__cuda_shape_of(d), s32 = s;
+    s32.out_f32 = 1;
+    const size_t want16 = base + (det ? 0 : 4 * (size_t)n[0]);
+    CHECK(dfa__cuda_bwd_scratch(&s) == want16 && dfa_attn_bwd_cuda_scratch_bytes(d) == want16,
+          "scratch bytes %zu (public %zu), want %zu for %s", dfa__cuda_bwd_scratch(&s),
+          dfa_attn_bwd_cuda_scratch_bytes(d), want16, tl_desc_str(d));
+    CHECK(dfa__cuda_bwd_scratch(&s32) == base, "scratch bytes with out_f32 %zu, want %zu (no dq accumulator) for %s",
+          dfa__cuda_bwd_scratch(&s32), base, tl_desc_str(d));
+
+    /* a caller's scratch: the bytes asked for, then a canary (the 16-bit call asks for more) */
+    const size_t sbytes = dfa__cuda_bwd_scratch(&s), canary = 256;
+    unsigned char *scratch = dev_alloc(sbytes + canary), *canary_h = malloc(canary);
+    void *outs[3];
+    size_t bytes16[3], bytes32[3];
+    float *got[2][3];
+    for (int i = 0; i < 3; i++) {
+        bytes16[i] = (size_t)n[i] * es;
+        bytes32[i] = 4 * (size_t)n[i];
+        outs[i] = dev_alloc(bytes32[i]);
+        got[0][i] = malloc(bytes32[i]);
+        got[1][i] = malloc(bytes32[i]);
+    }
+    char kname[96];
+    for (int rep = 0; rep < 2; rep++) {
+        snprintf(kname, sizeof kname, "%s, f32 out, %s scratch", kernel, rep ? "caller's" : "library");
+        dev_poison(scratch, sbytes + canary);
+        run_bwd_internal(&s32, kname, ins, lse, outs, bytes32, rep ? scratch : NULL);
+        for (int i = 0; i < 3; i++) to_host(got[rep][i], outs[i], bytes32[i]);
+        for (int i = 0; i < 3; i++) {
+            CHECK(tl_count_nan(DFA_F32, got[rep][i], n[i]) == 0, "%s f32 [%s] left %lld elements unwritten/NaN for %s",
+                  names[i], kname, (long long)tl_count_nan(DFA_F32, got[rep][i], n[i]), tl_desc_str(d));
+            const double err = tl_max_err(DFA_F32, got[rep][i], refs[i], n[i]);
+            CHECK(err <= tol[i], "%s f32 [%s]: max error %.3g > tol %.3g of the 16-bit %s for %s", names[i], kname, err,
+                  tol[i], names[i], tl_desc_str(d));
+            if (i > 0 || det)
+                CHECK(rounds_to(t, got[rep][i], grads16[i], n[i]),
+                      "%s f32 [%s]: rounded to 16 bits it is not the 16-bit %s for %s", names[i], kname, names[i],
+                      tl_desc_str(d));
+        }
+        to_host(canary_h, scratch + base, canary);
+        int touched = 0;
+        for (size_t i = 0; i < canary; i++) touched += canary_h[i] != 0xff;
+        CHECK(touched == 0, "bwd [%s] wrote %d bytes past the scratch it asked for, for %s", kname, touched,
+              tl_desc_str(d));
+    }
+    if (det)
+        for (int i = 0; i < 3; i++)
+            CHECK(!memcmp(got[0][i], got[1][i], bytes32[i]), "%s f32 [%s, deterministic] differs between two runs for %s",
+                  names[i], kernel, tl_desc_str(d));
+
+    /* 16-bit outputs with the caller's scratch (which then holds the dq accumulator) */
+    snprintf(kname, sizeof kname, "%s, caller's scratch", kernel);
+    dev_poison(scratch, sbytes + canary);
+    run_bwd_internal(&s, kname, ins, lse, outs, bytes16, scratch);
+    void *h = tl_alloc(t, n[0] > n[1] ? n[0] : n[1]);
+    for (int i = 0; i < 3; i++) {
+        to_host(h, outs[i], bytes16[i]);
+        if (i > 0 || det)
+            CHECK(!memcmp(h, grads16[i], bytes16[i]), "%s [%s]: not the public call's %s for %s", names[i], kname,
+                  names[i], tl_desc_str(d));
+        else
+            CHECK(tl_max_err(t, h, refs[i], n[i]) <= tol[i], "%s [%s]: max error %.3g > tol %.3g for %s", names[i],
+                  kname, tl_max_err(t, h, refs[i], n[i]), tol[i], tl_desc_str(d));
+    }
+    to_host(canary_h, scratch + sbytes, canary);
+    int touched = 0;
+    for (size_t i = 0; i < canary; i++) touched += canary_h[i] != 0xff;
+    CHECK(touched == 0, "bwd [%s] wrote %d bytes past the scratch it asked for, for %s", kname, touched, tl_desc_str(d));
+
+    /* a misaligned caller's scratch is refused before anything is enqueued */
+    for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);
+    const dfa_status st = dfa__cuda_bwd(&s32, ins[0], ins[1], ins[2], ins[3], lse, ins[4], outs[0], outs[1], outs[2],
+                                        scratch + 16, 0, "test_gpu_attn");
+    CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "scratch"),
+          "bwd [%s] with a misaligned scratch: %s (%s)", kernel, dfa_status_string(st), dfa_last_error());
+    to_host(got[0][1], outs[1], bytes32[1]);
+    CHECK(tl_count_nan(DFA_F32, got[0][1], n[1]) == n[1], "bwd [%s] with a misaligned scratch wrote dk", kernel);
+
+    for (int i = 0; i < 3; i++) {
+        CUDA_OK(cudaFree(outs[i]));
+        free(got[0][i]);
+        free(got[1][i]);
+    }
+    CUDA_OK(cudaFree(scratch));
+    free(canary_h);
+    free(h);
 }
 
 static void check_case(const dfa_attn_desc *d, int with_bwd) {
@@ -73,7 +242,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
     const char *kernels[2] = {"mma", "wgmma"};
     for (int kern = 0; kern < 1 + wgmma_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;
-        setenv("DFA_CUDA_FWD_KERNEL", kernels[kern], 1);
+        dfa__cuda_force_family(families[kern]);
         for (int rep = 0; rep < 2; rep++) {
             dev_poison(od, (size_t)nq * es);
             dev_poison(ld, 4 * (size_t)nl);
@@ -111,15 +280,16 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
         to_host(o2, od, (size_t)nq * es);
         CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] with lse = NULL gives another o for %s", kernels[kern],
               tl_desc_str(d));
+        check_fwd_f32(d, kernels[kern], qd, kd, vd, o, lse, oref, tol);
     }
-    unsetenv("DFA_CUDA_FWD_KERNEL");
+    dfa__cuda_force_family(DFA__FAMILY_AUTO);
 
     if (with_bwd) {
         /* the backward reads the o and lse of a forward checked above */
         const int use_wgmma = wgmma_ok && !(only_kernel && !strcmp(only_kernel, "mma"));
-        setenv("DFA_CUDA_FWD_KERNEL", use_wgmma ? "wgmma" : "mma", 1);
+        dfa__cuda_force_family(use_wgmma ? DFA__FAMILY_WGMMA : DFA__FAMILY_MMA);
         dfa_status st = dfa_attn_fwd_cuda(d, qd, kd, vd, od, ld, 0);
-        unsetenv("DFA_CUDA_FWD_KERNEL");
+        dfa__cuda_force_family(DFA__FAMILY_AUTO);
         CHECK(st == DFA_OK, "fwd failed: %s", dfa_last_error());
         void *dout = tl_alloc(t, nq), *dq = tl_alloc(t, nq), *dk = tl_alloc(t, nk), *dv = tl_alloc(t, nk);
         void *dq2 = tl_alloc(t, nq), *dk2 = tl_alloc(t, nk), *dv2 = tl_alloc(t, nk);
@@ -137,7 +307,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
             const int det = run & 1, bk = run >> 1; /* dq path; backward kernel family */
             if (bk == 1 && !wgmma_ok) continue;
             if (only_kernel && strcmp(only_kernel, kernels[bk])) continue;
-            setenv("DFA_CUDA_BWD_KERNEL", kernels[bk], 1);
+            dfa__cuda_force_family(families[bk]);
             dfa_attn_desc d2 = *d;
             d2.flags = det ? DFA_FLAG_DETERMINISTIC : 0;
             char kname[64];
@@ -162,14 +332,18 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
                   "bwd [%s] left unwritten/NaN gradients (dq %lld, dk %lld, dv %lld) for %s", kname,
                   (long long)tl_count_nan(t, dq, nq), (long long)tl_count_nan(t, dk, nk),
                   (long long)tl_count_nan(t, dv, nk), tl_desc_str(d));
-            double tol = check_close("dq", kname, d, dq, nq_, gq, nq);
-            check_vs_cpu("dq", kname, d, dq, cq, gq, nq, tol);
-            tol = check_close("dk", kname, d, dk, nk_, gk, nk);
-            check_vs_cpu("dk", kname, d, dk, ck, gk, nk, tol);
-            tol = check_close("dv", kname, d, dv, nv_, gv, nk);
-            check_vs_cpu("dv", kname, d, dv, cv, gv, nk, tol);
+            double tol[3];
+            tol[0] = check_close("dq", kname, d, dq, nq_, gq, nq);
+            check_vs_cpu("dq", kname, d, dq, cq, gq, nq, tol[0]);
+            tol[1] = check_close("dk", kname, d, dk, nk_, gk, nk);
+            check_vs_cpu("dk", kname, d, dk, ck, gk, nk, tol[1]);
+            tol[2] = check_close("dv", kname, d, dv, nv_, gv, nk);
+            check_vs_cpu("dv", kname, d, dv, cv, gv, nk, tol[2]);
+            const void *ins[5] = {qd, kd, vd, od, dod}, *grads16[3] = {dq, dk, dv};
+            const double *refs[3] = {gq, gk, gv};
+            check_bwd_scratch_f32(&d2, kname, ins, ld, grads16, refs, tol);
         }
-        unsetenv("DFA_CUDA_BWD_KERNEL");
+        dfa__cuda_force_family(DFA__FAMILY_AUTO);
         CUDA_OK(cudaFree(dod)); CUDA_OK(cudaFree(dqd)); CUDA_OK(cudaFree(dkd)); CUDA_OK(cudaFree(dvd));
         free(dout); free(dq); free(dk); free(dv); free(dq2); free(dk2); free(dv2); free(nq_); free(nk_); free(nv_);
         free(cq); free(ck); free(cv); free(fdo); free(gq); free(gk); free(gv);

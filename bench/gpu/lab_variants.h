@@ -1,0 +1,36 @@
+/* The kernel lab's own variants: kernels that were measured against the library's
+ * and lost (bench/gpu/NOTES.md), kept here so that they can be measured again. The
+ * library ships only the winners; these run through its launch paths
+ * (src/cuda/launch_fwd.cuh, launch_bwd.cuh) with one kernel swapped. */
+#ifndef DFA_LAB_VARIANTS_H
+#define DFA_LAB_VARIANTS_H
+
+#include <cuda_runtime_api.h>
+
+#include "distflash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    LAB_LIBRARY = 0,          /* not a lab variant: the library's own kernels */
+    LAB_FWD_WGMMA_PLAIN,      /* Hopper forward without ping-pong consumers */
+    LAB_BWD_WGMMA_FUSED,      /* Hopper backward, dQ issued behind dV/dK under one wait */
+    LAB_BWD_WGMMA_BULK,       /* Hopper backward, dq by bulk reduce-adds from shared memory */
+    LAB_BWD_WGMMA_BULK_FUSED, /* both */
+};
+
+/* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes
+   them) with a lab variant's kernel; DFA_ERR_UNSUPPORTED where it cannot run (not sm_90,
+   head_dim not 64 or 128; the backward variants need the atomic dq path). */
+dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
+                   float *lse, cudaStream_t stream);
+dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
+                   const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,67 @@
+"""distflash: exact, memory-efficient attention (FlashAttention, DistFlashAttn) from Python.
+
+A thin ctypes binding over libdistflash (the C library of this repository). The PyTorch API
+lives in distflash.torch (imported on first use, so `import distflash` needs no torch):
+
+    import distflash.torch as dft
+    o = dft.attention(q, k, v, causal=True)           # q [B, S, H, D], k/v [B, S, Hkv, D]
+    o = dft.dist_attention(q, k, v, group=None)        # each rank's local rows, NCCL
+
+Library: $DISTFLASH_LIB, else the copy installed with the package, else
+<repo>/build/src/libdistflash.so, else the system path (see distflash._capi).
+"""
+
+from ._capi import (
+    DistflashError,
+    DistflashInvalidArgument,
+    DistflashLibraryError,
+    DistflashOutOfMemory,
+    DistflashUnsupported,
+    library_path,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DistflashError", "DistflashInvalidArgument", "DistflashUnsupported", "DistflashOutOfMemory",
+    "DistflashLibraryError", "library_path", "version", "set_num_threads", "cpu_isa",
+    "has_cuda", "has_nccl", "__version__",
+]
+
+
+def version():
+    """dfa_version_string(): "major.minor.patch (parts)" of the loaded library."""
+    from . import _capi
+    return _capi.version_string()
+
+
+def set_num_threads(n):
+    """Threads of each CPU call (dfa_set_num_threads): n >= 1, or 0 for the OpenMP default."""
+    from . import _capi
+    _capi.call("dfa_set_num_threads", int(n))
+
+
+def cpu_isa():
+    """The SIMD path of the CPU kernels: "avx512", "avx2" or "scalar"."""
+    from . import _capi
+    return _capi.fn("dfa_cpu_isa")().decode()
+
+
+def has_cuda():
+    """Whether the loaded library was built with the CUDA kernels."""
+    from . import _capi
+    return _capi.has("dfa_attn_fwd_cuda")
+
+
+def has_nccl():
+    """Whether the loaded library was built with the NCCL communicator (dist_attention)."""
+    from . import _capi
+    return _capi.has("dfa_comm_create_nccl") and _capi.has("dfa_dist_attn_fwd_cuda")
+
+
+def __getattr__(name):
+    # `import distflash; distflash.torch.attention(...)` works without importing torch up front.
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'distflash' has no attribute {name!r}")

@@ -1,0 +1,271 @@
+"""Sequence-parallel attention over NCCL: communicators and the custom ops
+distflash::dist_attn_fwd / distflash::dist_attn_bwd.
+
+One NCCL communicator per (process group, CUDA device), made on first use and cached for the
+life of the process: rank 0 of the group calls ncclGetUniqueId, the 128-byte id travels over
+the torch group (broadcast_object_list), every rank calls ncclCommInitRank on its current
+device, then dfa_comm_create_nccl wraps it. The ncclComm_t stays ours and lives until
+dfa_comm_destroy (destroy_comms, also run at exit).
+
+libnccl: the one already in the process (libdistflash links libnccl.so.2, and torch's CUDA build
+loads its own copy first; dlopen by soname returns whichever is loaded, so the comm we create and
+the one libdistflash uses come from one library), else torch's nvidia/nccl/lib, else the system's.
+"""
+import atexit
+import ctypes
+import os
+import threading
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+from . import _capi
+from ._ops import DTYPES, as_dout, check_qkv, cuda_stream
+
+SCHEDULES = {"balanced": _capi.DFA_SCHEDULE_BALANCED, "ring": _capi.DFA_SCHEDULE_RING}
+
+
+def schedule_id(schedule, fn):
+    if isinstance(schedule, str) and schedule.lower() in SCHEDULES:
+        return SCHEDULES[schedule.lower()]
+    if isinstance(schedule, int) and not isinstance(schedule, bool) and schedule in SCHEDULES.values():
+        return schedule
+    raise ValueError(f"{fn}: schedule = {schedule!r}; it must be one of {sorted(SCHEDULES)}")
+
+
+# --- NCCL -----------------------------------------------------------------------------------
+
+class NcclUniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]  # NCCL_UNIQUE_ID_BYTES
+
+
+_nccl_lib = None
+
+
+def nccl():
+    """libnccl.so.2 with the prototypes we use."""
+    global _nccl_lib
+    if _nccl_lib is not None:
+        return _nccl_lib
+    _capi.lib()  # load libdistflash first: its libnccl.so.2 is then the one in the process
+    names = ["libnccl.so.2"]
+    try:
+        import nvidia.nccl  # the nvidia-nccl-* wheel torch depends on
+        names.append(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))
+    except ImportError:
+        pass
+    names.append(os.path.join(os.path.dirname(torch.__file__), "lib", "libnccl.so.2"))
+    names.append("libnccl.so")
+    errors = []
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError as e:
+            errors.append(f"{name} ({e})")
+    else:
+        raise _capi.DistflashLibraryError("libnccl not found: " + "; ".join(errors))
+    lib.ncclGetUniqueId.restype = ctypes.c_int
+    lib.ncclGetUniqueId.argtypes = [ctypes.POINTER(NcclUniqueId)]
+    lib.ncclCommInitRank.restype = ctypes.c_int
+    lib.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, NcclUniqueId, ctypes.c_int]
+    lib.ncclCommDestroy.restype = ctypes.c_int
+    lib.ncclCommDestroy.argtypes = [ctypes.c_void_p]
+    lib.ncclGetErrorString.restype = ctypes.c_char_p
+    lib.ncclGetErrorString.argtypes = [ctypes.c_int]
+    _nccl_lib = lib
+    return lib
+
+
+def _nccl_check(result, what):
+    if result != 0:  # ncclSuccess
+        text = nccl().ncclGetErrorString(result).decode(errors="replace")
+        raise _capi.DistflashError(_capi.DFA_ERR_BACKEND, "DFA_ERR_BACKEND", f"{what}: NCCL error {result}: {text}", what)
+
+
+# --- communicators --------------------------------------------------------------------------
+
+class Comm:
+    """One rank's NCCL communicator for a process group and the dfa_comm over it."""
+
+    def __init__(self, group, device, rank, size, nccl_comm, dfa_comm):
+        self.group, self.device, self.rank, self.size = group, device, rank, size
+        self.nccl_comm, self.dfa_comm = nccl_comm, dfa_comm
+
+
+_comms = {}
+_groups = {}  # group name -> group, for the ops (which take the name)
+_comm_lock = threading.Lock()
+
+
+def group_name(group):
+    import torch.distributed as dist
+    if group is None:
+        group = dist.group.WORLD
+    name = group.group_name
+    _groups[name] = group
+    return name
+
+
+def resolve_group(name):
+    group = _groups.get(name)
+    if group is None:
+        from torch.distributed import distributed_c10d
+        group = distributed_c10d._resolve_process_group(name)
+        _groups[name] = group
+    return group
+
+
+def get_comm(name, device):
+    key = (name, device.index)
+    c = _comms.get(key)
+    if c is not None:
+        return c
+    with _comm_lock:
+        c = _comms.get(key)
+        if c is None:
+            c = _make_comm(resolve_group(name), device)
+            _comms[key] = c
+    return c
+
+
+def _make_comm(group, device):
+    import torch.distributed as dist
+    _capi.fn("dfa_comm_create_nccl")  # a clear error before anything collective if the build lacks NCCL
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    with torch.cuda.device(device):
+        uid = NcclUniqueId()
+        if rank == 0:
+            _nccl_check(nccl().ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
+        box = [ctypes.string_at(ctypes.addressof(uid), ctypes.sizeof(uid)) if rank == 0 else None]
+        dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+        ctypes.memmove(ctypes.addressof(uid), box[0], ctypes.sizeof(uid))
+        comm = ctypes.c_void_p()
+        _nccl_check(nccl().ncclCommInitRank(ctypes.byref(comm), size, uid, rank), "ncclCommInitRank")
+        out = ctypes.c_void_p()
+        try:
+            _capi.call("dfa_comm_create_nccl", comm, ctypes.byref(out))
+        except BaseException:
+            nccl().ncclCommDestroy(comm)
+            raise
+    got_rank, got_size = _capi.fn("dfa_comm_rank")(out), _capi.fn("dfa_comm_size")(out)
+    if (got_rank, got_size) != (rank, size):
+        raise _capi.DistflashError(_capi.DFA_ERR_INTERNAL, "DFA_ERR_INTERNAL",
+                                   f"dfa_comm_create_nccl gave rank {got_rank} of {got_size}; the torch group "
+                                   f"has rank {rank} of {size}", "dfa_comm_create_nccl")
+    return Comm(group, device, rank, size, comm, out)
+
+
+def destroy_comms():
+    """Frees every cached communicator (dfa_comm_destroy, then ncclCommDestroy). Call it before
+    torch.distributed.destroy_process_group if you want them gone early; it also runs at exit.
+    Make sure the streams that used them are done (torch.cuda.synchronize())."""
+    with _comm_lock:
+        comms = list(_comms.values())
+        _comms.clear()
+    for c in comms:
+        _capi.fn("dfa_comm_destroy")(c.dfa_comm)
+        nccl().ncclCommDestroy(c.nccl_comm)
+
+
+atexit.register(destroy_comms)
+
+
+# --- the ops --------------------------------------------------------------------------------
+
+def dist_desc_for(q, k, schedule, causal, scale, deterministic=False):
+    B, S, H, D = q.shape
+    return _capi.dist_desc(B, S, H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal, softmax_scale=scale,
+                           schedule=schedule, overlap=1,
+                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0)
+
+
+def check_local(q, k, v, fn, contiguous=True):
+    check_qkv(q, k, v, fn, contiguous)
+    if q.device.type != "cuda":
+        raise ValueError(f"{fn}: the distributed calls run on CUDA tensors (NCCL); q is on {q.device}")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"{fn}: q and k must hold the same local rows; q has {q.shape[1]}, k has {k.shape[1]}")
+    if q.shape[0] == 0 or q.shape[1] == 0:
+        raise ValueError(f"{fn}: batch and local rows must be >= 1; q has shape {tuple(q.shape)}")
+
+
+def _p(t):
+    return t.data_ptr()
+
+
+@torch.library.custom_op("distflash::dist_attn_fwd", mutates_args=())
+def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, causal: bool,
+                  softmax_scale: float) -> Tuple[Tensor, Tensor]:
+    check_local(q, k, v, "distflash::dist_attn_fwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    c = get_comm(group, q.device)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale)
+    with torch.cuda.device(q.device):
+        _capi.call("dfa_dist_attn_fwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
+                   cuda_stream(q))
+    return o, lse
+
+
+@dist_attn_fwd.register_fake
+def _(q, k, v, group, schedule, causal, softmax_scale):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("distflash::dist_attn_bwd", mutates_args=())
+def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, group: str,
+                  schedule: int, causal: bool, softmax_scale: float,
+                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    check_local(q, k, v, "distflash::dist_attn_bwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    c = get_comm(group, q.device)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic)
+    with torch.cuda.device(q.device):
+        _capi.call("dfa_dist_attn_bwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
+                   _p(dout), _p(dq), _p(dk), _p(dv), cuda_stream(q))
+    return dq, dk, dv
+
+
+@dist_attn_bwd.register_fake
+def _(dout, q, k, v, o, lse, group, schedule, causal, softmax_scale, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, group, schedule, causal, softmax_scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.args = (group, schedule, causal, softmax_scale)
+
+
+def _backward(ctx, grad_o, grad_lse):
+    # lse is internal here (dist_attention returns o only), so its gradient is always zero.
+    q, k, v, o, lse = ctx.saved_tensors
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic)
+    return dq, dk, dv, None, None, None, None
+
+
+dist_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --- positions ------------------------------------------------------------------------------
+
+_tables = {}
+
+
+def position_table(schedule, rank, nranks, local_rows):
+    """Global positions of local rows 0..local_rows-1 (int64 CPU tensor), from dfa_dist_position,
+    computed once per (schedule, rank, nranks, local_rows)."""
+    key = (schedule, rank, nranks, local_rows)
+    t = _tables.get(key)
+    if t is None:
+        f = _capi.fn("dfa_dist_position")
+        t = torch.tensor([f(schedule, rank, nranks, local_rows, i) for i in range(local_rows)], dtype=torch.int64)
+        _tables[key] = t
+    return t

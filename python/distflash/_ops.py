@@ -1,0 +1,212 @@
+"""Single-device attention as PyTorch custom ops (distflash::attn_fwd, distflash::attn_bwd).
+
+The ops are opaque to torch.compile: a fake implementation gives output shapes, and
+register_autograd gives the backward (itself an op, so a compiled backward graph calls it too).
+Inside, each op fills a dfa_attn_desc and calls dfa_attn_fwd/bwd (CPU) or
+dfa_attn_fwd_cuda/bwd_cuda on the caller's current stream (CUDA).
+
+No `from __future__ import annotations` here: custom_op reads the annotations as types.
+"""
+import ctypes
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _capi
+
+DTYPES = {torch.float32: _capi.DFA_F32, torch.bfloat16: _capi.DFA_BF16, torch.float16: _capi.DFA_F16}
+_INT_MAX = 2**31 - 1
+_OFFSET_MAX = 2**62
+
+
+# --- argument checks (plain Python on shapes/devices/dtypes, so torch.compile traces them) ---
+
+def check_qkv(q, k, v, fn, contiguous=True):
+    """Raises TypeError/ValueError for inputs the C calls cannot take as they are. Head counts
+    that do not divide and unsupported head_dim are left to the library (DistflashError).
+    The public functions require contiguous inputs (contiguous=True: a clear error instead of a
+    hidden copy); the ops themselves copy if needed, since a compiler may hand them any layout."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{fn}: {name} must have 4 dimensions [batch, seqlen, heads, head_dim] "
+                             f"(the flash-attn layout); it has shape {tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"{fn}: q, k, v must be on one device; they are on {q.device}, {k.device}, {v.device}")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{fn}: tensors on {q.device} are not supported (CPU or CUDA tensors only)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"{fn}: q, k, v must have one dtype; they are {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in DTYPES:
+        raise TypeError(f"{fn}: dtype {q.dtype} is not supported (float32, bfloat16 or float16 on CPU; "
+                        "bfloat16 or float16 on CUDA)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if contiguous and not t.is_contiguous():
+            raise ValueError(f"{fn}: {name} must be contiguous (row-major [batch, seqlen, heads, head_dim]); "
+                             f"it has shape {tuple(t.shape)} and strides {t.stride()}: call .contiguous()")
+    if k.shape != v.shape:
+        raise ValueError(f"{fn}: k and v must have one shape; k is {tuple(k.shape)}, v is {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"{fn}: q and k must have one batch size; q has {q.shape[0]}, k has {k.shape[0]}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"{fn}: q and k must have one head_dim; q has {q.shape[3]}, k has {k.shape[3]}")
+    for name, n in (("num_heads (q.shape[2])", q.shape[2]), ("num_kv_heads (k.shape[2])", k.shape[2]),
+                    ("head_dim", q.shape[3])):
+        if n < 1:
+            raise ValueError(f"{fn}: {name} = {n}; it must be >= 1")
+    for name, n in (("batch", q.shape[0]), ("seqlen_q", q.shape[1]), ("seqlen_k", k.shape[1]),
+                    ("num_heads", q.shape[2]), ("num_kv_heads", k.shape[2])):
+        if n > _INT_MAX:
+            raise ValueError(f"{fn}: {name} = {n} does not fit the C descriptor (int)")
+
+
+def resolve_scale(softmax_scale, head_dim, fn):
+    """The scale the library will use: softmax_scale, or 1/sqrt(head_dim) for None."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    s = float(softmax_scale)
+    if not (math.isfinite(s) and s > 0.0):
+        raise ValueError(f"{fn}: softmax_scale = {softmax_scale!r}; it must be finite and > 0 (or None)")
+    return s
+
+
+def check_offset(value, name, fn):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{fn}: {name} must be an int, not {type(value).__name__}")
+    if not -_OFFSET_MAX < value < _OFFSET_MAX:
+        raise ValueError(f"{fn}: {name} = {value} is out of range (|{name}| < 2^62)")
+
+
+# --- calls into the library ---------------------------------------------------------------
+
+def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False):
+    B, Sq, H, D = q.shape
+    return _capi.attn_desc(B, Sq, k.shape[1], H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal,
+                           q_start=q_start, k_start=k_start, softmax_scale=scale,
+                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0)
+
+
+def cuda_stream(t):
+    """The caller's current stream on t's device, as the cudaStream_t the C calls take."""
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _p(t):
+    return None if t is None else t.data_ptr()
+
+
+def fwd_into(d, q, k, v, o, lse):
+    if q.device.type == "cuda":
+        with torch.cuda.device(q.device):  # the C call works on the current device
+            _capi.call("dfa_attn_fwd_cuda", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), cuda_stream(q))
+    else:
+        _capi.call("dfa_attn_fwd", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse))
+
+
+def bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv):
+    if q.device.type == "cuda":
+        with torch.cuda.device(q.device):
+            _capi.call("dfa_attn_bwd_cuda", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), _p(dout),
+                       _p(dq), _p(dk), _p(dv), cuda_stream(q))
+    else:
+        _capi.call("dfa_attn_bwd", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), _p(dout),
+                   _p(dq), _p(dk), _p(dv))
+
+
+def _empty(shape, like, dtype=None):
+    return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+
+
+def _lse_shape(q):
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
+def _degenerate(q, k):
+    """Sizes the C descriptor refuses (a zero batch or sequence): handled here instead."""
+    return q.shape[0] == 0 or q.shape[1] == 0 or k.shape[1] == 0
+
+
+def as_dout(g, like):
+    """An incoming gradient as the C calls want it: contiguous, of the output's dtype."""
+    if g.dtype != like.dtype:
+        g = g.to(like.dtype)
+    return g.contiguous()
+
+
+# --- the ops --------------------------------------------------------------------------------
+
+@torch.library.custom_op("distflash::attn_fwd", mutates_args=())
+def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, q_start: int,
+             k_start: int) -> Tuple[Tensor, Tensor]:
+    check_qkv(q, k, v, "distflash::attn_fwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o = _empty(q.shape, q)
+    lse = _empty(_lse_shape(q), q, torch.float32)
+    if _degenerate(q, k):  # no keys: o = 0, lse = -inf, as for a fully masked row
+        o.zero_()
+        lse.fill_(-math.inf)
+        return o, lse
+    fwd_into(desc_for(q, k, causal, softmax_scale, q_start, k_start), q, k, v, o, lse)
+    return o, lse
+
+
+@attn_fwd.register_fake
+def _(q, k, v, causal, softmax_scale, q_start, k_start):
+    return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
+
+
+@torch.library.custom_op("distflash::attn_bwd", mutates_args=())
+def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, grad_lse: Optional[Tensor],
+             causal: bool, softmax_scale: float, q_start: int, k_start: int,
+             deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    check_qkv(q, k, v, "distflash::attn_bwd", contiguous=False)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
+    dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
+    if _degenerate(q, k):
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    d = desc_for(q, k, causal, softmax_scale, q_start, k_start, deterministic)
+    bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv)
+    if grad_lse is not None:
+        # d lse_i / d s_ij = P_ij with s = scale q k^T, so the lse gradient g adds
+        #   dq_i += scale g_i sum_j P_ij k_j  = scale g_i * attention(q, k, k)_i
+        #   dk_j += scale sum_i P_ij g_i q_i  = the dv of a backward with dout = scale g q
+        # (dv = P^T dout depends on P only). Two more calls, only when lse's gradient is used.
+        g = grad_lse.to(torch.float32).transpose(1, 2).unsqueeze(-1)  # [B, Sq, H, 1]
+        ok = _empty(q.shape, q)
+        fwd_into(d, q, k, k, ok, None)
+        dq = (dq.float() + ok.float() * g * softmax_scale).to(q.dtype)
+        dout_l = (q.float() * g * softmax_scale).to(q.dtype).contiguous()
+        tq, tk, dk_l = _empty(q.shape, q), _empty(k.shape, k), _empty(k.shape, k)
+        bwd_into(d, q, k, v, o, lse, dout_l, tq, tk, dk_l)
+        dk = (dk.float() + dk_l.float()).to(k.dtype)
+    return dq, dk, dv
+
+
+@attn_bwd.register_fake
+def _(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, softmax_scale, q_start, k_start = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.args = (causal, softmax_scale, q_start, k_start)
+    # An unused lse (the usual case) then gives None instead of zeros: no extra calls.
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv = attn_bwd(grad_o, q, k, v, o, lse, grad_lse, *ctx.args, deterministic)
+    return dq, dk, dv, None, None, None, None
+
+
+attn_fwd.register_autograd(_backward, setup_context=_setup_context)

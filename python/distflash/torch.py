@@ -1,0 +1,101 @@
+"""The PyTorch API of distflash: attention on one device, dist_attention over a process group.
+
+Layout (flash-attn's, and the C library's): q [batch, seqlen_q, heads, head_dim],
+k/v [batch, seqlen_k, kv_heads, head_dim], lse [batch, heads, seqlen_q] float32 (natural log).
+GQA/MQA by head counts: query head h reads kv head h // (heads // kv_heads).
+
+CPU tensors take float32, bfloat16 and float16; CUDA tensors bfloat16 and float16 (on the
+caller's current stream, no host synchronisation). Inputs must be contiguous. Both calls are
+custom ops (distflash::attn_fwd, distflash::dist_attn_fwd) with a fake implementation and
+an autograd formula, so torch.compile(fullgraph=True) traces them without graph breaks.
+Errors of the C library raise DistflashError (status name + dfa_last_error()); inputs it
+cannot take raise TypeError/ValueError first.
+"""
+import torch as _torch
+
+from . import _capi, _dist, _ops
+from ._capi import DistflashError, DistflashInvalidArgument, DistflashLibraryError, DistflashUnsupported
+from ._dist import destroy_comms
+
+__all__ = ["attention", "dist_attention", "dist_position", "destroy_comms", "DistflashError",
+           "DistflashInvalidArgument", "DistflashUnsupported", "DistflashLibraryError"]
+
+
+def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, return_lse=False):
+    """Exact attention softmax(softmax_scale * q k^T + mask) v on one device.
+
+    causal: key j is visible to query i iff k_start + j <= q_start + i (q_start, k_start: the
+    global positions of row 0 of q and of k, so chunks of one sequence pair up; a query that
+    sees no key gets o = 0 and lse = -inf). softmax_scale None means 1/sqrt(head_dim).
+    Returns o [B, Sq, H, D], or (o, lse) with lse [B, H, Sq] float32 if return_lse (lse is
+    differentiable too: its gradient costs one more forward and backward call).
+    Backward: dfa_attn_bwd / dfa_attn_bwd_cuda (deterministic dq on CUDA when
+    torch.use_deterministic_algorithms(True) is set).
+    """
+    fn = "distflash.torch.attention"
+    _ops.check_qkv(q, k, v, fn)
+    scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
+    _ops.check_offset(q_start, "q_start", fn)
+    _ops.check_offset(k_start, "k_start", fn)
+    o, lse = _ops.attn_fwd(q, k, v, bool(causal), scale, q_start, k_start)
+    return (o, lse) if return_lse else o
+
+
+def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softmax_scale=None):
+    """DistFlashAttn over the ranks of a torch.distributed process group (NCCL, CUDA tensors).
+
+    Every rank of `group` (default: the world) calls it with its own local rows:
+    q [B, n, H, D], k/v [B, n, Hkv, D], the same n on every rank. Local row i of rank r sits at
+    global position dist_position(schedule, r, nranks, n, i) of the sequence (feed the model
+    its tokens and RoPE angles in that order). Returns this rank's o [B, n, H, D]; backward
+    gives this rank's dq, dk, dv. schedule: "balanced" (DistFlashAttn's load balancing, the
+    default) or "ring". One NCCL communicator per group and device is made on the first call
+    (collective) and cached; destroy_comms() frees them.
+
+    Without an initialised process group, or with a group of one rank, this is
+    attention(q, k, v, causal=causal, softmax_scale=softmax_scale).
+    """
+    fn = "distflash.torch.dist_attention"
+    _ops.check_qkv(q, k, v, fn)
+    sched = _dist.schedule_id(schedule, fn)
+    scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
+    import torch.distributed as dist
+    if group is None and not (dist.is_available() and dist.is_initialized()):
+        return attention(q, k, v, causal=causal, softmax_scale=scale)
+    if dist.get_world_size(group) == 1:
+        return attention(q, k, v, causal=causal, softmax_scale=scale)
+    _dist.check_local(q, k, v, fn)
+    o, _ = _dist.dist_attn_fwd(q, k, v, _dist.group_name(group), sched, bool(causal), scale)
+    return o
+
+
+def dist_position(schedule, rank, nranks, local_rows, i=None):
+    """Global sequence position of local row i on `rank` under a schedule's layout
+    (dfa_dist_position). i: an int (gives an int), a sequence or integer tensor of row indices
+    (gives an int64 tensor on i's device), or None for all local rows (an int64 CPU tensor
+    [local_rows]): index the full sequence's tokens and RoPE tables with it."""
+    fn = "distflash.torch.dist_position"
+    sched = _dist.schedule_id(schedule, fn)
+    for name, x in (("rank", rank), ("nranks", nranks), ("local_rows", local_rows)):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError(f"{fn}: {name} must be an int, not {type(x).__name__}")
+    if not (nranks >= 1 and 0 <= rank < nranks and local_rows >= 1) or max(nranks, local_rows) > 2**31 - 1:
+        raise ValueError(f"{fn}: rank = {rank}, nranks = {nranks}, local_rows = {local_rows}: "
+                         "need 0 <= rank < nranks and local_rows >= 1")
+    if isinstance(i, int) and not isinstance(i, bool):
+        if not 0 <= i < local_rows:
+            raise ValueError(f"{fn}: i = {i} is out of range [0, {local_rows})")
+        p = _capi.fn("dfa_dist_position")(sched, rank, nranks, local_rows, i)
+        if p < 0:
+            raise ValueError(f"{fn}: dfa_dist_position refused (schedule {schedule!r}, rank {rank}, "
+                             f"nranks {nranks}, local_rows {local_rows}, i {i})")
+        return p
+    table = _dist.position_table(sched, rank, nranks, local_rows)
+    if i is None:
+        return table.clone()
+    idx = i if isinstance(i, _torch.Tensor) else _torch.as_tensor(i)
+    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == _torch.bool:
+        raise TypeError(f"{fn}: i must hold integers, not {idx.dtype}")
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= local_rows):
+        raise ValueError(f"{fn}: row indices must lie in [0, {local_rows}); got [{int(idx.min())}, {int(idx.max())}]")
+    return table.to(idx.device)[idx.long()]

@@ -1,0 +1,86 @@
+/* What every CUDA launcher shares: error mapping, the device's compute
+ * capability, the choice of kernel family (and its test-only override), and
+ * TMA tensor maps. */
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "launch.h"
+#include "tmap.h"
+
+extern "C" {
+#include "../common/error.h"
+}
+
+extern "C" dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what) {
+    (void)cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
+    return dfa__fail(e == cudaErrorMemoryAllocation ? DFA_ERR_OUT_OF_MEMORY : DFA_ERR_BACKEND, fn, "%s failed: %s (%s)",
+                     what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+extern "C" int dfa__cuda_device_cc(const char *fn, dfa_status *st) {
+    int dev = 0, major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess) {
+        *st = dfa__cuda_fail(e, fn, "querying the current CUDA device");
+        return -1;
+    }
+    return major * 10 + minor;
+}
+
+/* Written by tests only (dfa__cuda_force_family); an atomic so that reading it on every call
+   is a plain load and never a data race. */
+static std::atomic<int> dfa__forced_family(DFA__FAMILY_AUTO);
+
+extern "C" void dfa__cuda_force_family(int family) { dfa__forced_family.store(family, std::memory_order_relaxed); }
+
+extern "C" int dfa__cuda_forced_family(void) { return dfa__forced_family.load(std::memory_order_relaxed); }
+
+extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, const char *what, int *wgmma,
+                                            const char *fn) {
+    dfa_status st = DFA_OK;
+    const int cc = dfa__cuda_device_cc(fn, &st);
+    if (cc < 0) return st;
+    if (cc < 80)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the current device has compute capability %d.%d; 8.0 or newer is needed",
+                         cc / 10, cc % 10);
+    const int wgmma_ok = cc == 90 && (s->head_dim == 64 || s->head_dim == 128);
+    if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128", what);
+    *wgmma = family == DFA__FAMILY_WGMMA || (family == DFA__FAMILY_AUTO && wgmma_ok);
+    return DFA_OK;
+}
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda). */
+typedef CUresult (*dfa__encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static dfa__encode_fn dfa__lookup_encode(void) {
+    void *f = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return (dfa__encode_fn)f;
+}
+
+static dfa__encode_fn dfa__get_encode(void) {
+    static const dfa__encode_fn fn = dfa__lookup_encode(); /* initialised once, thread-safely */
+    return fn;
+}
+
+/* Tensor map over a [batch, seqlen, heads, D] tensor: boxes of 64 columns x rows rows of one head. */
+int dfa__tmap(CUtensorMap *m, const void *ptr, int bf16, int D, int heads, int seqlen, int batch, int rows) {
+    dfa__encode_fn enc = dfa__get_encode();
+    if (!enc) return 0;
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)heads, (cuuint64_t)seqlen, (cuuint64_t)batch};
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)heads * D * 2, (cuuint64_t)seqlen * heads * D * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, estr[4] = {1, 1, 1, 1};
+    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)ptr, dims,
+               strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}

@@ -1,0 +1,78 @@
+/* Internal (CUDA sources only): the backward launchers, as templates. The library
+ * (attn_bwd.cu) instantiates the kernels it ships; the kernel lab (bench/gpu)
+ * instantiates the variants it measures them against and runs them through
+ * dfa__cuda_bwd_with. */
+#ifndef DFA_CUDA_LAUNCH_BWD_CUH
+#define DFA_CUDA_LAUNCH_BWD_CUH
+
+#include "bwd_mma.cuh"
+#include "bwd_wgmma.cuh"
+#include "launch.cuh"
+#include "tmap.h"
+
+/* One backward kernel (of a family, every head dim it takes) on a stream. */
+typedef dfa_status (*dfa__bwd_launcher)(const dfa__bwd_params &p, cudaStream_t st, const char *fn);
+
+template <int DP, int BN, int BM, int DSPLIT, int ATOMIC, int BF16, int OUT32>
+static dfa_status dfa__launch_bwd_kv(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, ATOMIC> C;
+    const long long ctas = (long long)((p.sh.seqlen_k + BN - 1) / BN) * p.sh.batch * p.sh.num_kv_heads;
+    return dfa__launch(dfa__bwd_kv_kernel<DP, BN, BM, DSPLIT, ATOMIC, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn,
+                       "key tiles", "backward key-block kernel launch", p);
+}
+
+template <int DP, int NW, int BN, int BF16, int OUT32>
+static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_dq_cfg<DP, NW, BN> C;
+    const long long ctas = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
+    return dfa__launch(dfa__bwd_dq_kernel<DP, NW, BN, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "query tiles",
+                       "backward dq kernel launch", p);
+}
+
+template <int D, int BM, int ATOMIC, int VARIANT, int BF16, int OUT32>
+static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_wgmma_cfg<D, BM> C;
+    const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
+    CUtensorMap tq, tk, tv, tdo;
+    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tdo, p.dout, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    return dfa__launch(dfa__bwd_wgmma_kernel<D, BM, ATOMIC, VARIANT, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn,
+                       "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, p);
+}
+
+/* The mma.sync key-block kernel, any head dim; ATOMIC: dq through float32 atomics too. */
+template <int ATOMIC, int BF16, int OUT32>
+static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim <= 64) return dfa__launch_bwd_kv<64, 128, 64, 1, ATOMIC, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__launch_bwd_kv<128, 128, 64, 1, ATOMIC, BF16, OUT32>(p, st, fn);
+    return dfa__launch_bwd_kv<256, 64, 32, 2, ATOMIC, BF16, OUT32>(p, st, fn);
+}
+
+/* The Hopper key-block kernel, head dims 64 and 128. VARIANT 0 is the library's kernel
+   (bench/gpu/NOTES.md); the others (atomic dq only) run only in the kernel lab. */
+template <int ATOMIC, int BF16, int OUT32, int VARIANT = 0>
+static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_wgmma<64, 128, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
+    return dfa__launch_bwd_wgmma<128, 64, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
+}
+
+/* The deterministic dq pass (mma.sync), any head dim. */
+template <int BF16, int OUT32>
+static dfa_status dfa__bwd_dq_mma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim <= 64) return dfa__launch_bwd_dq<64, 4, 64, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__launch_bwd_dq<128, 4, 64, BF16, OUT32>(p, st, fn);
+    return dfa__launch_bwd_dq<256, 4, 32, BF16, OUT32>(p, st, fn);
+}
+
+/* One backward around the key-block kernel `kv` (its ATOMIC must be 1 unless the shape is
+   deterministic): scratch (the caller's, or stream-ordered), the dq accumulator zeroed, D and
+   base-2 lse, kv, then the deterministic dq pass or the dq conversion. Defined by the library
+   (attn_bwd.cu); dfa__cuda_bwd is this with the library's own kernel. */
+dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
+                              const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
+                              dfa__bwd_launcher kv, cudaStream_t stream, const char *fn);
+
+#endif

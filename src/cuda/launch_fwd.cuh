@@ -1,0 +1,66 @@
+/* Internal (CUDA sources only): the forward launchers, as templates. The library
+ * (attn_fwd.cu) instantiates the kernels it ships; the kernel lab (bench/gpu)
+ * instantiates the variants it measures them against. */
+#ifndef DFA_CUDA_LAUNCH_FWD_CUH
+#define DFA_CUDA_LAUNCH_FWD_CUH
+
+#include "fwd_mma.cuh"
+#include "fwd_wgmma.cuh"
+#include "launch.cuh"
+#include "tmap.h"
+
+/* One forward kernel (of a family, every head dim it takes) on a stream. */
+typedef dfa_status (*dfa__fwd_launcher)(const dfa__fwd_params &p, cudaStream_t st, const char *fn);
+
+/* The kernels' parameters: the shape, copied whole, and the tensors. */
+static inline dfa__fwd_params dfa__fwd_params_of(const dfa__cuda_shape *s, const void *q, const void *k,
+                                                 const void *v, void *o, float *lse) {
+    dfa__fwd_params p;
+    p.q = (const uint16_t *)q;
+    p.k = (const uint16_t *)k;
+    p.v = (const uint16_t *)v;
+    p.o = o;
+    p.lse = lse;
+    p.sh = *s;
+    p.scale_log2 = s->scale * DFA__LOG2E;
+    return p;
+}
+
+template <int DP, int NW, int BN, int BF16, int OUT32>
+static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__fwd_mma_cfg<DP, NW, BN> C;
+    const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
+    return dfa__launch(dfa__fwd_mma_kernel<DP, NW, BN, BF16, OUT32>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
+                       "forward kernel launch", p);
+}
+
+template <int D, int BN, int BF16, int PP, int OUT32>
+static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__fwd_wgmma_cfg<D, BN> C;
+    const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
+    CUtensorMap tq, tk, tv;
+    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
+        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN) ||
+        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    return dfa__launch(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
+                       "forward kernel launch", tq, tk, tv, p);
+}
+
+/* The mma.sync forward, any head dim (padded to 64, 128 or 256). */
+template <int BF16, int OUT32>
+static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim <= 64) return dfa__launch_fwd_mma<64, 4, 128, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__launch_fwd_mma<128, 4, 64, BF16, OUT32>(p, st, fn);
+    return dfa__launch_fwd_mma<256, 4, 32, BF16, OUT32>(p, st, fn);
+}
+
+/* The Hopper forward, head dims 64 and 128. PP = 1 (ping-pong consumers) is the library's
+   kernel (bench/gpu/NOTES.md); PP = 0 runs only in the kernel lab. */
+template <int BF16, int OUT32, int PP = 1>
+static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP, OUT32>(p, st, fn);
+    return dfa__launch_fwd_wgmma<128, 128, BF16, PP, OUT32>(p, st, fn);
+}
+
+#endif

@@ -439,7 +439,6 @@ static void test_errors(dfa_comm *c, cudaStream_t s) {
     /* the forward is bitwise reproducible (dq uses atomics here) */
     CHECK(!memcmp(good, again, b.qb), "rank %d: o differs after recovering", rank);
     free(good);
-    free(again);
 
     /* the caller's workspace */
     const size_t need = dfa_dist_attn_cuda_workspace_bytes(nranks, &d);
@@ -456,6 +455,7 @@ static void test_errors(dfa_comm *c, cudaStream_t s) {
     unsigned char *ext = snapshot(&b);
     CHECK(!memcmp(ext, again, b.qb), "rank %d: o differs with the caller's workspace", rank);
     free(ext);
+    free(again);
     CHECK(dfa_comm_set_workspace(c, NULL, 0) == DFA_OK, "set_workspace NULL: %s", dfa_last_error());
     cudaFree(ws);
     dbufs_free(&b);

@@ -341,8 +341,10 @@ static dfa_status inspect_slots_locked(dfa_comm *c, nccl_impl *m, const char *fn
 
 static dfa_status nccl_check_async(dfa_comm *c, const char *fn) {
     nccl_impl *m = impl_of(c);
+    /* while the call's stream is captured, events may not be queried: look next time */
+    const int capturing = c->stream && is_capturing((cudaStream_t)c->stream);
     pthread_mutex_lock(&m->mu);
-    const dfa_status st = m->aborted ? aborted_failure(m, fn) : inspect_slots_locked(c, m, fn);
+    const dfa_status st = m->aborted ? aborted_failure(m, fn) : capturing ? DFA_OK : inspect_slots_locked(c, m, fn);
     pthread_mutex_unlock(&m->mu);
     return st;
 }
@@ -359,7 +361,7 @@ static dfa_status nccl_agree_async(dfa_comm *c, const int64_t *v, int nf, const 
     pthread_mutex_lock(&m->mu);
     dfa_status st = m->aborted ? aborted_failure(m, fn) : DFA_OK;
     const int i = m->next_slot;
-    if (!st && (m->next_slot + 1) % SLOTS == m->oldest_slot) {
+    if (!st && !capturing && (m->next_slot + 1) % SLOTS == m->oldest_slot) {
         /* the ring is full of calls whose results nobody has looked at yet: look (waiting for the oldest) */
         if (m->slot_pending[m->oldest_slot])
             st = wait_event_locked(m, m->slot_ev[m->oldest_slot], "the agreement of an earlier call", fn);

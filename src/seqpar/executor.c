@@ -12,7 +12,7 @@
 #include "../common/error.h"
 
 #define MSG_CAPACITY 512
-#define PART_ALIGN 64
+#define PART_ALIGN 256 /* every part, and the kernels' scratch, on a 256-byte boundary */
 #define NO_BUFFER SIZE_MAX
 
 static double now(void) {
@@ -421,9 +421,24 @@ static void consume(exec *e, int s) {
     }
 }
 
+/* After this rank has failed during the steps (not a ghost: its peers do not know), the
+   partial results it still sends are NaN, so that the failure shows in the peers' outputs
+   instead of leaving them silently wrong. */
+static void poison_results(exec *e, int t) {
+    planned_step *ps = &e->steps[t];
+    for (int i = 0; i < ps->nmsg; i++) {
+        planned_msg *pm = &ps->msgs[i];
+        if (!pm->m.send || dfa__msg_is_input(pm->m.kind) || pm->off == NO_BUFFER) continue;
+        const parts p = msg_parts(e, pm->m.kind, rows_of(&pm->m.task));
+        e->ops->fill_f32(e->ctx, (float *)(void *)(e->arena[t % 3] + pm->off), (int64_t)(parts_total(p) / sizeof(float)),
+                         NAN);
+    }
+}
+
 /* This rank's block at step t. */
 static void compute(exec *e, int t) {
     planned_step *ps = &e->steps[t];
+    if (e->local && !e->ghost && e->ready) poison_results(e, t);
     if (!ps->has_task || e->local) return;
     const dfa__task *tk = &ps->task;
     const int rows = rows_of(tk), qmine = tk->q_chunk == e->rank, kmine = tk->k_chunk == e->rank;
@@ -489,6 +504,7 @@ static void compute(exec *e, int t) {
         st = e->ops->fwd(e->ctx, &bd, qs[0], kv[0], kv[1], qres[0], qres[1]);
     if (st) {
         record(e, st);
+        poison_results(e, t);
         return;
     }
     if (qmine) fold_query(e, tk, qres);

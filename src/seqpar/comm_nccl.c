@@ -111,9 +111,9 @@ dfa_status dfa__nccl_settle(ncclComm_t *comm, ncclResult_t r, double timeout, co
                 ncclCommAbort(*comm);
                 *comm = NULL;
                 return dfa__fail(DFA_ERR_BACKEND, fn,
-                                 "%s did not complete within %g s (a peer did not make the same call, or died); "
+                                 "timed out after %g s in %s (a peer did not make the same call, or died); "
                                  "the NCCL communicator was aborted",
-                                 call, timeout);
+                                 timeout, call);
             }
             pause_us(20);
         }

@@ -605,7 +605,7 @@ static dfa_status agree(exec *e, const int64_t *fields, const char *const *names
 static dfa_status backend_failure(dfa_status st, const char *fn) {
     char text[MSG_CAPACITY];
     snprintf(text, sizeof text, "%s", dfa_last_error());
-    return dfa__fail(st, fn, "%s", text);
+    return dfa__fail(st, fn, "%s", unprefixed(text, fn));
 }
 
 size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__compute_ops *ops, int async) {

@@ -256,48 +256,63 @@ static void print_steps(dfa_comm *c, const dfa_dist_desc *d, int kind, const buf
 
 static const char *kind_name(int k) { return k == DFA__SCHED_RING ? "ring" : k == DFA__SCHED_PAPER ? "paper" : "balanced"; }
 
+/* The longest causal forward+backward on the P GPUs: the memory model (the caller's tensors
+   plus the workspace, dfa_dist_attn_cuda_workspace_bytes, per token) against the free memory
+   of the fullest GPU gives a length; one real forward+backward there checks it (and 5% less
+   if it does not fit). */
 static int run_fit(dfa_comm *c, const opts *o, cudaStream_t s) {
-    /* doubling, then bisection on multiples of 1024 * P tokens; every rank must succeed */
-    const int64_t unit = 1024 * (int64_t)nranks;
-    int64_t lo = 0, hi = 0, S = (int64_t)256 * 1024 * nranks;
     dfa_dist_desc d = dfa_dist_desc_init(o->batch, 1, o->heads, o->kv_heads, o->head_dim);
     d.attn.dtype = o->dtype;
     d.attn.causal = 1;
     d.overlap = 1;
     d.attn.flags = o->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
-    for (int iter = 0; iter < 40; iter++) {
-        const int64_t n = S / nranks;
+    const int64_t probe = 1 << 16; /* rows per rank of the model's measurement */
+    d.attn.seqlen_q = d.attn.seqlen_k = (int)probe;
+    const double ws = (double)dfa_dist_attn_cuda_workspace_bytes(nranks, &d) / (double)probe;
+    const double tensors =
+        (double)o->batch * (4.0 * o->heads + 4.0 * o->kv_heads) * o->head_dim * 2 + 4.0 * o->batch * o->heads;
+    size_t fr = 0, tot = 0;
+    DB_CUDA(cudaMemGetInfo(&fr, &tot));
+    double f = (double)fr;
+    MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    const int64_t unit = 1024;
+    int64_t n = (int64_t)((f - (double)(2u << 30)) / (tensors + ws)) / unit * unit;
+    if (rank == 0)
+        printf("fit model per token on each GPU: tensors %.0f B (q, o, dout, dq: %d heads; k, v, dk, dv: %d) + "
+               "workspace %.0f B = %.0f B; free %.2f GiB -> %lld rows per GPU\n",
+               tensors, o->heads, o->kv_heads, ws, tensors + ws, f / 1073741824.0, (long long)n);
+    for (int attempt = 0; attempt < 2 && n > 0; attempt++) {
         bufs b;
         int ok = n <= 0x7fffffff && alloc_bufs(&b, o, n) == 0;
+        double secs = 0.0;
         if (ok) {
             d.attn.seqlen_q = d.attn.seqlen_k = (int)n;
-            cudaEvent_t e;
-            DB_CUDA(cudaEventCreate(&e));
+            const double t0 = MPI_Wtime();
             dfa_status st = dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, s);
             if (!st) st = dfa_dist_attn_bwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s);
             const cudaError_t ce = cudaStreamSynchronize(s);
+            secs = MPI_Wtime() - t0;
             ok = st == DFA_OK && ce == cudaSuccess;
-            if (!ok && rank == 0) printf("  S=%lld: %s\n", (long long)S, st ? dfa_last_error() : cudaGetErrorString(ce));
-            cudaEventDestroy(e);
+            if (!ok) printf("  rank %d, %lld rows: %s\n", rank, (long long)n, st ? dfa_last_error() : cudaGetErrorString(ce));
             free_bufs(&b);
         }
-        dfa_comm_set_workspace(c, NULL, 0); /* give the workspace back before the next size */
+        dfa_comm_set_workspace(c, NULL, 0); /* gives the workspace back */
         (void)cudaGetLastError();
         MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        if (rank == 0) printf("  fit: S = %lld (%lld per GPU): %s\n", (long long)S, (long long)(S / nranks), ok ? "fits" : "does not fit");
+        if (rank == 0)
+            printf("  %lld tokens (%lld per GPU): %s (fwd+bwd %.1f s)\n", (long long)n * nranks, (long long)n,
+                   ok ? "fits" : "does not fit", secs);
         fflush(stdout);
-        if (ok) lo = S;
-        else hi = S;
-        if (!hi) S *= 2;
-        else if (hi - lo <= unit * 8) break;
-        else S = (lo + hi) / 2 / unit * unit;
+        if (ok) {
+            if (rank == 0)
+                printf("longest causal fwd+bwd on %d GPUs at %d heads x %d: %lld tokens (%lld per GPU)\n", nranks,
+                       o->heads, o->head_dim, (long long)n * nranks, (long long)n);
+            return 0;
+        }
+        n = n * 95 / 100 / unit * unit;
     }
-    if (rank == 0)
-        printf("longest causal fwd+bwd on %d GPUs at %d heads x %d: %lld tokens (%lld per GPU)\n", nranks, o->heads,
-               o->head_dim, (long long)lo, (long long)(lo / nranks));
-    return 0;
+    if (rank == 0) printf("longest causal fwd+bwd: not found\n");
+    return 1;
 }
 
 int cmd_dist_bench_cuda(int argc, char **argv) {

@@ -57,6 +57,10 @@ if has python; then
   PYTHONPATH=python DISTFLASH_LIB=$PWD/$B/src/libdistflash.so timeout 500 python3 -m pytest -q python/tests \
       > "$OUT/python.log" 2>&1
   rc=$?; summary+=("pytest rc=$rc: $(tail -1 "$OUT/python.log")")
+  grep -E "FAIL|Error" "$OUT/python.log" | head -20
+  PYTHONPATH=python DISTFLASH_LIB=$PWD/$B/src/libdistflash.so timeout 300 python3 python/bench/overhead.py \
+      > "$OUT/overhead.log" 2>&1
+  rc=$?; summary+=("overhead rc=$rc"); tail -15 "$OUT/overhead.log"
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

@@ -58,9 +58,18 @@ if has python; then
       > "$OUT/python.log" 2>&1
   rc=$?; summary+=("pytest rc=$rc: $(tail -1 "$OUT/python.log")")
   grep -E "FAIL|Error" "$OUT/python.log" | head -20
+fi
+if has overhead; then
   PYTHONPATH=python DISTFLASH_LIB=$PWD/$B/src/libdistflash.so timeout 300 python3 python/bench/overhead.py \
       > "$OUT/overhead.log" 2>&1
   rc=$?; summary+=("overhead rc=$rc"); tail -15 "$OUT/overhead.log"
+fi
+if has example; then   # the binding's example against the PyTorch-only peer (issue 13)
+  stamp example
+  PYTHONUNBUFFERED=1 PYTHONPATH=python DISTFLASH_LIB=$PWD/$B/src/libdistflash.so timeout 400 \
+      python3 -m torch.distributed.run --nproc-per-node 2 python/examples/train_cp.py ${EX_ARGS:---context 131072 --attention both --steps 4 --warmup 1} \
+      > "$OUT/example.log" 2>&1
+  rc=$?; summary+=("example rc=$rc"); grep -vE "Warning|warn|OMP_NUM" "$OUT/example.log" | tail -12
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

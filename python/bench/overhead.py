@@ -184,6 +184,8 @@ def main():
     a = p.parse_args()
     dev = torch.device(a.device)
     if dev.type == "cuda":
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     dtype = torch.bfloat16
     print(f"distflash {distflash.version()} from {distflash.library_path()}; torch {torch.__version__}; "

@@ -89,7 +89,9 @@ struct dfa_comm {
     const char *call;
     /* Device backends: descriptors agreed on this communicator (most recent first). */
     int64_t agreed[DFA__AGREED_MAX][DFA__AGREED_FIELDS];
+    int agreed_groups[DFA__AGREED_MAX]; /* the head groups each of them runs in (executor.c) */
     int n_agreed;
+    int force_groups; /* tests: run every call in this many head groups (0: choose) */
 };
 
 /* Frees the cached scratch (dfa_comm_destroy calls it before the backend's destroy). */

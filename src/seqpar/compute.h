@@ -39,9 +39,12 @@ typedef struct {
     void (*fill_f32)(void *ctx, float *p, int64_t n, float value);
     /* acc[i] += x[i] for i < n */
     void (*add_f32)(void *ctx, float *acc, const float *x, int64_t n);
-    /* dst (storage type t) = src rounded, n elements (t = DFA_F32 copies). With gate non-NULL
-       (device backends, see comm.h agree_async) only when the device flag *gate is 1. */
-    void (*store)(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n, const int *gate);
+    /* dst (storage type t) = src rounded (t = DFA_F32 copies): rows of width elements, src
+       packed, dst rows dst_pitch elements apart (a group of heads inside the caller's rows).
+       With gate non-NULL (device backends, see comm.h agree_async) only when the device flag
+       *gate is 1. */
+    void (*store)(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t rows, int64_t width,
+                  int64_t dst_pitch, const int *gate);
     /* Merges a packed float32 partial (o_part [batch, r, heads, D], lse_part [batch, heads, r])
        into rows [r0, r0 + r) of float32 accumulators (o_acc [batch, n, heads, D], lse_acc
        [batch, heads, n]) with the rule of dfa_attn_merge. */
@@ -56,6 +59,9 @@ typedef struct {
                       const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv);
 
     /* --- optional (NULL: not needed) --- */
+    /* Bytes of memory free for a workspace now (device backends: the device's free memory),
+       which decides how many head groups a call runs in (executor.c). */
+    size_t (*free_memory)(void);
     /* Device scratch the blocks of per-rank descriptor d need (the backward's per-row sums). */
     size_t (*scratch_bytes)(const dfa_attn_desc *d);
     /* Binds the context to the call in progress: its stream (device backends) and the

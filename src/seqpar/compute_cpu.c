@@ -78,11 +78,16 @@ static void cpu_add_f32(void *ctx, float *acc, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-static void cpu_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n, const int *gate) {
+static void cpu_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t rows, int64_t width,
+                      int64_t dst_pitch, const int *gate) {
     (void)ctx;
     (void)gate; /* host backends agree on the host: never gated */
-    if (t == DFA_F32) memcpy(dst, src, sizeof(float) * (size_t)n);
-    else dfa__store_f32(t, src, dst, n);
+    const size_t es = dfa__dtype_size(t);
+    for (int64_t r = 0; r < rows; r++) {
+        char *out = (char *)dst + (size_t)(r * dst_pitch) * es;
+        if (t == DFA_F32) memcpy(out, src + r * width, sizeof(float) * (size_t)width);
+        else dfa__store_f32(t, src + r * width, out, width);
+    }
 }
 
 /* dfa_attn_merge's rule on float32 rows of a window; it cannot be called here because the

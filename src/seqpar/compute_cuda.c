@@ -82,9 +82,19 @@ static void cuda_add_f32(void *ctx, float *acc, const float *x, int64_t n) {
     note(c, dfa__sp_add_f32(acc, x, n, c->stream), "add kernel launch");
 }
 
-static void cuda_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t n, const int *gate) {
+static void cuda_store(void *ctx, dfa_dtype t, const float *src, void *dst, int64_t rows, int64_t width,
+                       int64_t dst_pitch, const int *gate) {
     cuda_ctx *c = ctx;
-    note(c, dfa__sp_store((int)t, src, dst, n, gate, c->stream), "store kernel launch");
+    note(c, dfa__sp_store((int)t, src, dst, rows, width, dst_pitch, gate, c->stream), "store kernel launch");
+}
+
+static size_t cuda_free_memory(void) {
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return free_b;
 }
 
 static void cuda_merge_rows(void *ctx, int batch, int heads, int D, int n, int r0, int r, float *o_acc,
@@ -176,6 +186,7 @@ static const dfa__compute_ops cuda_ops = {
     .merge_rows = cuda_merge_rows,
     .fwd = cuda_fwd,
     .bwd = cuda_bwd,
+    .free_memory = cuda_free_memory,
     .scratch_bytes = cuda_scratch_bytes,
     .bind = cuda_bind,
     .take_error = cuda_take_error,

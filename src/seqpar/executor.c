@@ -31,6 +31,10 @@ void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s) {
     if (c) c->stats = s;
 }
 
+void dfa__dist_force_head_groups(dfa_comm *c, int groups) {
+    if (c) c->force_groups = groups > 0 ? groups : 0;
+}
+
 /* The tensors of one message, in buffer order:
      KV        k, v                    storage type, the whole chunk
      QUERY     fwd: q; bwd: q, o, dout (storage type) and lse (float32), the task's rows
@@ -77,6 +81,13 @@ typedef struct {
                             computes nothing and writes no output */
     const int *gate;     /* device flag: 1 when every rank passed its checks (agree_async) */
     int ready;           /* planned and allocated: the steps can run */
+    /* Head groups: the pass runs G times, once per group of num_kv_heads / G kv heads and
+       their query heads, on packed copies of the group's rows; d is the group's descriptor,
+       full the caller's. G = 1 runs on the caller's buffers directly. */
+    int G;
+    dfa_attn_desc full;
+    char *pack;          /* packed inputs of one group (G > 1) */
+    dfa__dist_io gio;    /* the group's buffers */
     dfa_status local;    /* the first failure on this rank */
     char msg[MSG_CAPACITY];
     double t_wait;
@@ -201,7 +212,7 @@ static int same_shapes(const dfa_attn_desc *a, const dfa_attn_desc *b) {
 
 /* Bytes of the workspace one pass needs, and the sizes of its parts. */
 typedef struct {
-    size_t arena, window_results, acc[3], ghost, scratch, total;
+    size_t arena, window_results, acc[3], ghost, scratch, pack, total;
 } layout;
 
 static layout layout_of(const exec *e) {
@@ -221,7 +232,9 @@ static layout layout_of(const exec *e) {
     L.acc[2] = e->bwd ? nk : 0;
     L.ghost = e->async ? align_up((nq > nk ? nq : nk) * es) : 0;
     L.scratch = e->ops->scratch_bytes ? align_up(e->ops->scratch_bytes(d)) : 0;
-    L.total = 3 * L.arena + L.window_results + L.ghost + L.scratch;
+    /* a group's packed inputs: q (and o, dout, lse in the backward), k, v */
+    L.pack = e->G > 1 ? align_up(nq * es) * (e->bwd ? 3 : 1) + 2 * align_up(nk * es) + (e->bwd ? align_up(nl * 4) : 0) : 0;
+    L.total = 3 * L.arena + L.window_results + L.ghost + L.scratch + L.pack;
     for (int i = 0; i < 3; i++) L.acc[i] = sizeof(float) * L.acc[i], L.total += align_up(L.acc[i]);
     return L;
 }
@@ -286,14 +299,26 @@ static dfa_status allocate(exec *e, const char *fn) {
     }
     e->ghost_buf = L.ghost ? p : NULL;
     p += L.ghost;
+    e->pack = L.pack ? p : NULL;
+    p += L.pack;
     if (e->ops->bind) e->ops->bind(e->ctx, c->stream, L.scratch ? p : NULL);
-    if (e->bwd) {
-        for (int i = 0; i < 3; i++) e->ops->fill_f32(e->ctx, e->acc[i], (int64_t)(L.acc[i] / sizeof(float)), 0.0f);
-    } else {
-        e->ops->fill_f32(e->ctx, e->acc[0], (int64_t)(L.acc[0] / sizeof(float)), 0.0f);
-        e->ops->fill_f32(e->ctx, e->acc[1], (int64_t)nl, -INFINITY); /* nothing seen yet */
-    }
+    (void)nl;
     return DFA_OK;
+}
+
+/* The float32 accumulators before a group's steps: nothing seen yet. */
+static void reset_acc(exec *e) {
+    const dfa_attn_desc *d = &e->d;
+    const int64_t nq = (int64_t)d->batch * e->n * d->num_heads * d->head_dim;
+    const int64_t nk = (int64_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
+    if (e->bwd) {
+        e->ops->fill_f32(e->ctx, e->acc[0], nq, 0.0f);
+        e->ops->fill_f32(e->ctx, e->acc[1], nk, 0.0f);
+        e->ops->fill_f32(e->ctx, e->acc[2], nk, 0.0f);
+    } else {
+        e->ops->fill_f32(e->ctx, e->acc[0], nq, 0.0f);
+        e->ops->fill_f32(e->ctx, e->acc[1], (int64_t)d->batch * d->num_heads * e->n, -INFINITY);
+    }
 }
 
 /* The workspace stays with the communicator; only the plan goes. */
@@ -571,16 +596,19 @@ static const char *unprefixed(const char *msg, const char *fn) {
 
 /* Collective: combines every rank's status (and, when nf > 0, checks that the fields agree).
    On failure every rank returns the status of the lowest failing rank, with its message. */
-static dfa_status agree(exec *e, const int64_t *fields, const char *const *names, int nf, const char *fn) {
+static dfa_status agree(exec *e, const int64_t *fields, const char *const *names, int nf, int64_t *most,
+                        const char *fn) {
     dfa_comm *c = e->c;
-    int64_t v[1 + 2 * 16];
+    int64_t v[2 + 2 * 16];
     v[0] = e->local ? -((int64_t)c->rank * 16 + (int64_t)e->local) : INT64_MIN;
     for (int i = 0; i < nf; i++) {
         v[1 + i] = fields[i];
         v[1 + nf + i] = -fields[i];
     }
-    dfa_status st = c->ops->allreduce_max(c, v, 1 + 2 * nf);
+    if (most) v[1 + 2 * nf] = *most; /* a value the ranks take the largest of (head groups) */
+    dfa_status st = c->ops->allreduce_max(c, v, 1 + 2 * nf + (most != NULL));
     if (st) return st;
+    if (most) *most = v[1 + 2 * nf];
     if (v[0] != INT64_MIN) {
         const int root = (int)(-v[0] / 16);
         const dfa_status rs = (dfa_status)(-v[0] % 16);
@@ -644,12 +672,14 @@ static int agreed_find(const dfa_comm *c, const int64_t *f) {
     return -1;
 }
 
-/* Remembers f as agreed, most recent first (the oldest falls off a full list). */
-static void agreed_insert(dfa_comm *c, const int64_t *f) {
+/* Remembers f (and its head groups) as agreed, most recent first (the oldest falls off a full list). */
+static void agreed_insert(dfa_comm *c, const int64_t *f, int groups) {
     int i = agreed_find(c, f);
     if (i < 0) i = c->n_agreed < DFA__AGREED_MAX ? c->n_agreed++ : DFA__AGREED_MAX - 1;
     memmove(c->agreed[1], c->agreed[0], sizeof c->agreed[0] * (size_t)i);
+    memmove(&c->agreed_groups[1], &c->agreed_groups[0], sizeof c->agreed_groups[0] * (size_t)i);
     memcpy(c->agreed[0], f, sizeof c->agreed[0]);
+    c->agreed_groups[0] = groups;
 }
 
 /* The agreement of a device backend. The first call with a descriptor agrees on the host, as
@@ -661,7 +691,7 @@ static void agreed_insert(dfa_comm *c, const int64_t *f) {
    failure; its peers return DFA_OK with their outputs untouched and learn of the failure at
    their next call (check_async). desc_ok: the descriptor itself passed this rank's checks. */
 static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const char *const *names, int nf,
-                               const char *fn) {
+                               int64_t *groups, const char *fn) {
     dfa_comm *c = e->c;
     dfa_status st = c->ops->check_async(c, fn);
     if (st) return st;
@@ -680,9 +710,121 @@ static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const cha
                          "the first call with this descriptor on this communicator is being captured into a "
                          "CUDA graph, but it agrees with the other ranks on the host: make one uncaptured call "
                          "with it first");
-    if ((st = agree(e, f, names, nf, fn))) return st;
-    agreed_insert(c, f);
+    if ((st = agree(e, f, names, nf, groups, fn))) return st;
+    agreed_insert(c, f, (int)*groups);
     return DFA_OK;
+}
+
+/* Plans and allocates a pass over groups of heads: e->d becomes one group's descriptor. */
+static dfa_status prepare(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups, const char *fn) {
+    free_plan(e);
+    e->G = groups;
+    e->full = dd->attn;
+    e->d = dd->attn;
+    e->d.num_heads /= groups;
+    e->d.num_kv_heads /= groups;
+    e->n = dd->attn.seqlen_q;
+    e->overlap = dd->overlap;
+    e->s = (dfa__sched){kind, e->c->size, dd->attn.causal, e->n};
+    e->T = dfa__sched_steps(&e->s);
+    dfa_status st = plan(e, fn);
+    if (!st) st = allocate(e, fn);
+    e->ready = st == DFA_OK;
+    return st;
+}
+
+/* Bytes one pass in `groups` groups takes on this rank (0 when it cannot be planned). */
+static size_t workspace_for(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups) {
+    exec t = *e;
+    t.steps = NULL;
+    t.G = groups;
+    t.d = dd->attn;
+    t.d.num_heads /= groups;
+    t.d.num_kv_heads /= groups;
+    t.n = dd->attn.seqlen_q;
+    t.s = (dfa__sched){kind, e->c->size, dd->attn.causal, t.n};
+    t.T = dfa__sched_steps(&t.s);
+    const size_t bytes = plan(&t, "workspace") ? 0 : layout_of(&t).total;
+    free_plan(&t);
+    return bytes;
+}
+
+/* How many groups of heads a call runs in: 1, unless the workspace of a whole pass does not
+   fit (device backends: in the device's free memory plus the workspace the communicator
+   already holds, less a margin; or in the caller's workspace), then the fewest groups (a
+   divisor of num_kv_heads) whose workspace fits. Each group is the same computation on its
+   heads, so results are the same bits for any count; only the memory and the number of
+   steps change. A test hook can force a count (dfa__dist_force_head_groups). */
+static int choose_groups(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind) {
+    dfa_comm *c = e->c;
+    const int hkv = dd->attn.num_kv_heads;
+    if (c->force_groups > 0 && hkv % c->force_groups == 0) return c->force_groups;
+    if (!e->async || !e->ops->free_memory) return 1;
+    size_t budget;
+    if (c->ws_external) {
+        budget = c->ws_bytes;
+    } else {
+        const size_t free_b = e->ops->free_memory() + c->ws_bytes, margin = free_b / 50 + ((size_t)256 << 20);
+        budget = free_b > margin ? free_b - margin : 0;
+    }
+    for (int g = 1; g <= hkv; g++) {
+        if (hkv % g) continue;
+        const size_t need = workspace_for(e, dd, kind, g);
+        if (need && need <= budget) return g;
+    }
+    return hkv; /* the smallest workspace; its allocation reports what is missing */
+}
+
+/* Copies group g's heads of the caller's inputs into the packed buffers the pass reads. */
+static void pack_group(exec *e, const dfa__dist_io *io, int g) {
+    const dfa_attn_desc *d = &e->d, *f = &e->full;
+    const size_t es = dfa__dtype_size(d->dtype), B = (size_t)d->batch, n = (size_t)e->n, D = (size_t)d->head_dim;
+    const size_t hq = (size_t)d->num_heads, hk = (size_t)d->num_kv_heads;
+    const size_t qrow = hq * D * es, krow = hk * D * es;
+    const size_t qb = align_up(B * n * qrow), kb = align_up(B * n * krow);
+    char *p = e->pack;
+    e->gio = (dfa__dist_io){0};
+    const void *qsrc[3] = {io->q, io->o, io->dout};
+    const void **qdst[3] = {&e->gio.q, &e->gio.o, &e->gio.dout};
+    for (int i = 0; i < (e->bwd ? 3 : 1); i++, p += qb) {
+        *qdst[i] = p;
+        if (!e->ghost)
+            e->ops->copy2d(e->ctx, p, qrow, (const char *)qsrc[i] + (size_t)g * qrow, (size_t)f->num_heads * D * es,
+                           qrow, B * n);
+    }
+    const void *ksrc[2] = {io->k, io->v};
+    const void **kdst[2] = {&e->gio.k, &e->gio.v};
+    for (int i = 0; i < 2; i++, p += kb) {
+        *kdst[i] = p;
+        if (!e->ghost)
+            e->ops->copy2d(e->ctx, p, krow, (const char *)ksrc[i] + (size_t)g * krow,
+                           (size_t)f->num_kv_heads * D * es, krow, B * n);
+    }
+    if (e->bwd) {
+        e->gio.lse = (const float *)(void *)p;
+        if (!e->ghost)
+            e->ops->copy2d(e->ctx, p, hq * n * 4, (const char *)io->lse + (size_t)g * hq * n * 4,
+                           (size_t)f->num_heads * n * 4, hq * n * 4, B);
+    }
+}
+
+/* Group g's float32 accumulators, rounded into its heads of the caller's outputs. */
+static void store_group(exec *e, const dfa__dist_io *io, int g) {
+    const dfa_attn_desc *d = &e->d, *f = &e->full;
+    const size_t es = dfa__dtype_size(d->dtype);
+    const int64_t rows = (int64_t)d->batch * e->n, D = d->head_dim;
+    const int64_t wq = d->num_heads * D, wk = d->num_kv_heads * D;
+    const int64_t pq = (int64_t)f->num_heads * D, pk = (int64_t)f->num_kv_heads * D;
+    if (e->bwd) {
+        e->ops->store(e->ctx, d->dtype, e->acc[0], (char *)io->dq + (size_t)(g * wq) * es, rows, wq, pq, e->gate);
+        e->ops->store(e->ctx, d->dtype, e->acc[1], (char *)io->dk + (size_t)(g * wk) * es, rows, wk, pk, e->gate);
+        e->ops->store(e->ctx, d->dtype, e->acc[2], (char *)io->dv + (size_t)(g * wk) * es, rows, wk, pk, e->gate);
+    } else {
+        e->ops->store(e->ctx, d->dtype, e->acc[0], (char *)io->o_out + (size_t)(g * wq) * es, rows, wq, pq, e->gate);
+        if (io->lse_out)
+            e->ops->store(e->ctx, DFA_F32, e->acc[1], io->lse_out + (size_t)g * d->num_heads * e->n, d->batch,
+                          (int64_t)d->num_heads * e->n, (int64_t)f->num_heads * e->n, e->gate);
+    }
 }
 
 dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind kind, dfa__pass pass,
@@ -697,20 +839,8 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
     e.bwd = pass == DFA__PASS_BWD;
     e.local = DFA_OK;
     e.async = c->ops->agree_async != NULL;
+    e.G = 1;
     record(&e, local);
-    /* Device backends pass dd only when the descriptor itself is valid: a rank whose buffers
-       failed may then run as a ghost (see agree_device), so it plans and allocates too. */
-    if (!e.local || (e.async && dd)) {
-        e.d = dd->attn;
-        e.n = dd->attn.seqlen_q;
-        e.overlap = dd->overlap;
-        e.s = (dfa__sched){kind, c->size, dd->attn.causal, e.n};
-        e.T = dfa__sched_steps(&e.s);
-        dfa_status st = plan(&e, fn);
-        if (!st) st = allocate(&e, fn);
-        e.ready = st == DFA_OK;
-        record(&e, st);
-    }
 
     /* Every field the ranks must share (q_start/k_start are ignored by contract). */
     static const char *const names[] = {"d->attn.batch",        "d->attn.seqlen_q", "d->attn.seqlen_k",
@@ -727,7 +857,20 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
                                   dd->overlap};
         memcpy(f, vals, sizeof f);
     }
-    dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, 12, fn) : agree(&e, f, names, 12, fn);
+    /* Device backends pass dd only when the descriptor itself is valid: a rank whose buffers
+       failed may then run as a ghost (see agree_device), so it plans and allocates too. A
+       descriptor agreed before keeps the head groups agreed then. */
+    int64_t groups = 1;
+    if (!e.local || (e.async && dd)) {
+        const int known = e.async ? agreed_find(c, f) : -1;
+        groups = known >= 0 ? c->agreed_groups[known] : choose_groups(&e, dd, kind);
+        record(&e, prepare(&e, dd, kind, (int)groups, fn));
+    }
+    dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, 12, &groups, fn)
+                            : agree(&e, f, names, 12, NULL, fn);
+    if (!st && groups != e.G && (st = prepare(&e, dd, kind, (int)groups, fn))) /* another rank needs more groups */
+        st = dfa__fail(DFA_ERR_INTERNAL, fn, "could not re-plan in %lld head groups: %s", (long long)groups,
+                       dfa_last_error());
     if (st) {
         release(&e);
         return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
@@ -739,40 +882,40 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
         stats->steps = e.T;
         stats->setup_s = now() - start;
     }
-    st = run_steps(&e, stats);
-    if (!st && e.ops->take_error) record(&e, e.ops->take_error(e.ctx, fn));
-    if (st) { /* a communication failure: peers may be stuck; nothing more can be exchanged safely */
-        st = backend_failure(st, fn);
-        release(&e);
-        return st;
-    }
-    const double fin = now();
-    if (e.async) {
-        /* No closing round trip on the device: a rank that failed before the steps ran as a
-           ghost (its peers' outputs are gated off on the device); a launch failure during the
-           steps is this rank's own. */
-        if (e.local) {
-            const dfa_status ls = e.local;
-            char text[MSG_CAPACITY];
-            snprintf(text, sizeof text, "%s", e.msg);
-            release(&e);
-            return dfa__fail(ls, fn, "%s", unprefixed(text, fn));
+    double fin = now();
+    for (int g = 0; g < e.G && !st; g++) {
+        if (e.G > 1) {
+            pack_group(&e, io, g);
+            e.io = &e.gio;
         }
-    } else if ((st = agree(&e, NULL, NULL, 0, fn))) {
-        release(&e);
-        return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
-    }
-    /* Everyone succeeded: round the accumulators into the caller's outputs. */
-    const dfa_attn_desc *d = &e.d;
-    const int64_t nq = (int64_t)d->batch * e.n * d->num_heads * d->head_dim;
-    const int64_t nk = (int64_t)d->batch * e.n * d->num_kv_heads * d->head_dim;
-    if (e.bwd) {
-        e.ops->store(e.ctx, d->dtype, e.acc[0], io->dq, nq, e.gate);
-        e.ops->store(e.ctx, d->dtype, e.acc[1], io->dk, nk, e.gate);
-        e.ops->store(e.ctx, d->dtype, e.acc[2], io->dv, nk, e.gate);
-    } else {
-        e.ops->store(e.ctx, d->dtype, e.acc[0], io->o_out, nq, e.gate);
-        if (io->lse_out) e.ops->store(e.ctx, DFA_F32, e.acc[1], io->lse_out, (int64_t)d->batch * d->num_heads * e.n, e.gate);
+        if (!e.ghost) reset_acc(&e);
+        st = run_steps(&e, stats);
+        if (!st && e.ops->take_error) record(&e, e.ops->take_error(e.ctx, fn));
+        if (st) { /* a communication failure: peers may be stuck; nothing more can be exchanged safely */
+            st = backend_failure(st, fn);
+            release(&e);
+            return st;
+        }
+        fin = now();
+        if (e.async) {
+            /* No closing round trip on the device: a rank that failed before the steps ran as a
+               ghost (its peers' outputs are gated off on the device); a launch failure during the
+               steps is this rank's own (its later results are NaN: poison_results). */
+            if (e.local) {
+                if (g + 1 < e.G) continue; /* the peers still expect every group's messages */
+                const dfa_status ls = e.local;
+                char text[MSG_CAPACITY];
+                snprintf(text, sizeof text, "%s", e.msg);
+                release(&e);
+                return dfa__fail(ls, fn, "%s", unprefixed(text, fn));
+            }
+        } else if ((st = agree(&e, NULL, NULL, 0, NULL, fn))) {
+            /* (with head groups on the host, the groups before a failure have been written) */
+            release(&e);
+            return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;
+        }
+        /* Everyone succeeded: round the accumulators into the caller's outputs. */
+        store_group(&e, io, g);
     }
     if (e.ops->take_error && (st = e.ops->take_error(e.ctx, fn))) {
         release(&e);

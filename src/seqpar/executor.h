@@ -41,6 +41,10 @@ typedef struct dfa__dist_stats {
     int64_t bytes_sent, bytes_recv;
 } dfa__dist_stats;
 
+/* Tests: run the following calls on c in `groups` groups of heads (a divisor of num_kv_heads;
+   0 goes back to choosing by memory). The results are the same bits for any count. */
+void dfa__dist_force_head_groups(dfa_comm *c, int groups);
+
 /* Collect timings of the following calls on c into *s (NULL stops). */
 void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s);
 

@@ -47,10 +47,13 @@ template <int DTYPE> __device__ __forceinline__ void put(void *dst, int64_t i, f
     else ((__half *)dst)[i] = __float2half_rn(x);
 }
 
-template <int DTYPE> __global__ void store_kernel(const float *src, void *dst, int64_t n, const int *gate) {
+/* width == dst_pitch is the common, contiguous case; otherwise a group of heads of each row */
+template <int DTYPE>
+__global__ void store_kernel(const float *src, void *dst, int64_t rows, int64_t width, int64_t pitch, const int *gate) {
     if (gate && *gate != 1) return;
+    const int64_t n = rows * width;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        put<DTYPE>(dst, i, src[i]);
+        put<DTYPE>(dst, width == pitch ? i : i / width * pitch + i % width, src[i]);
 }
 
 /* One warp per (batch, row, head): the lanes share the head's D columns. */
@@ -106,13 +109,14 @@ extern "C" cudaError_t dfa__sp_add_f32(float *acc, const float *x, int64_t n, cu
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dfa__sp_store(int dtype, const float *src, void *dst, int64_t n, const int *gate,
-                                     cudaStream_t stream) {
+extern "C" cudaError_t dfa__sp_store(int dtype, const float *src, void *dst, int64_t rows, int64_t width,
+                                     int64_t dst_pitch, const int *gate, cudaStream_t stream) {
+    const int64_t n = rows * width;
     if (n <= 0) return cudaSuccess;
     const unsigned g = blocks_for(n);
-    if (dtype == 1) store_kernel<1><<<g, THREADS, 0, stream>>>(src, dst, n, gate);
-    else if (dtype == 2) store_kernel<2><<<g, THREADS, 0, stream>>>(src, dst, n, gate);
-    else store_kernel<0><<<g, THREADS, 0, stream>>>(src, dst, n, gate);
+    if (dtype == 1) store_kernel<1><<<g, THREADS, 0, stream>>>(src, dst, rows, width, dst_pitch, gate);
+    else if (dtype == 2) store_kernel<2><<<g, THREADS, 0, stream>>>(src, dst, rows, width, dst_pitch, gate);
+    else store_kernel<0><<<g, THREADS, 0, stream>>>(src, dst, rows, width, dst_pitch, gate);
     return cudaGetLastError();
 }
 

@@ -14,9 +14,10 @@ extern "C" {
 cudaError_t dfa__sp_fill_f32(float *p, int64_t n, float value, cudaStream_t stream);
 /* acc[i] += x[i], i < n */
 cudaError_t dfa__sp_add_f32(float *acc, const float *x, int64_t n, cudaStream_t stream);
-/* dst = src rounded to nearest even in dtype (0 f32, 1 bf16, 2 f16), i < n; nothing when
-   gate is non-NULL and *gate != 1 */
-cudaError_t dfa__sp_store(int dtype, const float *src, void *dst, int64_t n, const int *gate, cudaStream_t stream);
+/* dst = src rounded to nearest even in dtype (0 f32, 1 bf16, 2 f16): rows of width values,
+   src packed, dst rows dst_pitch values apart; nothing when gate is non-NULL and *gate != 1 */
+cudaError_t dfa__sp_store(int dtype, const float *src, void *dst, int64_t rows, int64_t width, int64_t dst_pitch,
+                          const int *gate, cudaStream_t stream);
 /* dfa_attn_merge's rule for a packed window of r rows into rows [r0, r0 + r) of float32
    accumulators (layouts of compute.h merge_rows) */
 cudaError_t dfa__sp_merge_rows(int batch, int heads, int head_dim, int n, int r0, int r, float *o_acc,

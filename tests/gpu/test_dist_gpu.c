@@ -26,6 +26,7 @@
 #include "gpu_util.h"
 #include "oracle.h"
 #include "seqpar/dist_internal.h"
+#include "seqpar/executor.h"
 #include "testlib.h"
 
 static int rank, nranks, small;
@@ -317,6 +318,15 @@ static void test_bits(dfa_comm *c, cudaStream_t s) {
     unsigned char *off = snapshot(&b);
     const size_t total = 2 * b.qb + 2 * b.kb + b.lb;
     CHECK(!memcmp(on, off, total), "rank %d: overlap on and off differ", rank);
+    /* in two groups of heads (what a call does when memory is short): the same bits */
+    d.overlap = 1;
+    dfa__dist_force_head_groups(c, 2);
+    dbufs_poison(&b);
+    CHECK(fwd_bwd(c, &d, k.kind, &b, s) == DFA_OK, "rank %d: head groups: %s", rank, dfa_last_error());
+    dfa__dist_force_head_groups(c, 0);
+    unsigned char *grouped = snapshot(&b);
+    CHECK(!memcmp(on, grouped, total), "rank %d: two head groups differ from one", rank);
+    free(grouped);
 
     /* a CUDA graph: one uncaptured call with this descriptor (done above), then capture */
     d.overlap = 1;

@@ -55,7 +55,7 @@ static int rank, nranks;
 
 typedef struct {
     int seqs[16], nseqs;
-    int batch, heads, kv_heads, head_dim, causal, warmup, reps, single, deterministic, fit, paper;
+    int batch, heads, kv_heads, head_dim, causal, warmup, reps, single, deterministic, fit, paper, fit_run;
     dfa_dtype dtype;
     const char *json;
 } opts;
@@ -76,12 +76,13 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, DFA_BF16, NULL};
+    *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, 1 << 20, DFA_BF16, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *ip = !strcmp(a, "--batch") ? &o->batch : !strcmp(a, "--heads") ? &o->heads
                 : !strcmp(a, "--kv-heads") ? &o->kv_heads : !strcmp(a, "--head-dim") ? &o->head_dim
-                : !strcmp(a, "--reps") ? &o->reps : !strcmp(a, "--warmup") ? &o->warmup : NULL;
+                : !strcmp(a, "--reps") ? &o->reps : !strcmp(a, "--warmup") ? &o->warmup
+                : !strcmp(a, "--fit-run") ? &o->fit_run : NULL;
         if (!strcmp(a, "--device")) {
             i++;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -89,7 +90,7 @@ static int parse(int argc, char **argv, opts *o) {
             return 1;
         } else if (ip && v) {
             *ip = atoi(argv[++i]);
-            if (*ip < (ip == &o->warmup ? 0 : 1)) return -1;
+            if (*ip < (ip == &o->warmup || ip == &o->fit_run ? 0 : 1)) return -1;
         } else if (!strcmp(a, "--seqlens") && v) {
             if ((o->nseqs = cli_size_list(argv[++i], 1, 1L << 30, o->seqs, 16)) < 1) return -1;
         } else if (!strcmp(a, "--dtype") && v) {
@@ -256,10 +257,14 @@ static void print_steps(dfa_comm *c, const dfa_dist_desc *d, int kind, const buf
 
 static const char *kind_name(int k) { return k == DFA__SCHED_RING ? "ring" : k == DFA__SCHED_PAPER ? "paper" : "balanced"; }
 
-/* The longest causal forward+backward on the P GPUs: the memory model (the caller's tensors
-   plus the workspace, dfa_dist_attn_cuda_workspace_bytes, per token) against the free memory
-   of the fullest GPU gives a length; one real forward+backward there checks it (and 5% less
-   if it does not fit). */
+/* The longest causal forward+backward on the P GPUs. A forward+backward at the lengths where
+   memory runs out takes minutes (its FLOPs grow with S^2), so the check is in two parts:
+   (1) the memory model per token (the caller's tensors, plus the workspace of a call split
+   into the most head groups) against the fullest GPU's free memory gives a length, at which
+   every tensor is allocated and the backward's workspace reserved (dfa__dist_reserve: the
+   allocation a call makes before its kernels, which allocate nothing more), stepping down 2%
+   until it fits; (2) one real forward+backward at --fit-run tokens (default 1M), long enough
+   to need head groups, shows the calls run there. */
 static int run_fit(dfa_comm *c, const opts *o, cudaStream_t s) {
     dfa_dist_desc d = dfa_dist_desc_init(o->batch, 1, o->heads, o->kv_heads, o->head_dim);
     d.attn.dtype = o->dtype;
@@ -267,52 +272,76 @@ static int run_fit(dfa_comm *c, const opts *o, cudaStream_t s) {
     d.overlap = 1;
     d.attn.flags = o->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
     const int64_t probe = 1 << 16; /* rows per rank of the model's measurement */
-    d.attn.seqlen_q = d.attn.seqlen_k = (int)probe;
-    const double ws = (double)dfa_dist_attn_cuda_workspace_bytes(nranks, &d) / (double)probe;
     const double tensors =
         (double)o->batch * (4.0 * o->heads + 4.0 * o->kv_heads) * o->head_dim * 2 + 4.0 * o->batch * o->heads;
+    /* the workspace per token of one pass, and of a pass over one group of H/Hkv heads and one kv head */
+    dfa_dist_desc g1 = d;
+    g1.attn.seqlen_q = g1.attn.seqlen_k = (int)probe;
+    const double ws1 = (double)dfa_dist_attn_cuda_workspace_bytes(nranks, &g1) / probe;
+    g1.attn.num_heads = o->heads / o->kv_heads;
+    g1.attn.num_kv_heads = 1;
+    const double pack = (double)o->batch * (3.0 * (o->heads / o->kv_heads) + 2.0) * o->head_dim * 2 + 4.0 * o->batch * (o->heads / o->kv_heads);
+    const double wsg = (double)dfa_dist_attn_cuda_workspace_bytes(nranks, &g1) / probe + pack;
     size_t fr = 0, tot = 0;
     DB_CUDA(cudaMemGetInfo(&fr, &tot));
     double f = (double)fr;
     MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     const int64_t unit = 1024;
-    int64_t n = (int64_t)((f - (double)(2u << 30)) / (tensors + ws)) / unit * unit;
+    int64_t n = (int64_t)((f - (double)(1u << 30)) / (tensors + wsg)) / unit * unit;
     if (rank == 0)
-        printf("fit model per token on each GPU: tensors %.0f B (q, o, dout, dq: %d heads; k, v, dk, dv: %d) + "
-               "workspace %.0f B = %.0f B; free %.2f GiB -> %lld rows per GPU\n",
-               tensors, o->heads, o->kv_heads, ws, tensors + ws, f / 1073741824.0, (long long)n);
-    for (int attempt = 0; attempt < 2 && n > 0; attempt++) {
+        printf("fit model per token on each GPU: tensors %.0f B (q, o, dout, dq: %d heads; k, v, dk, dv: %d); workspace "
+               "%.0f B in one pass, %.0f B in %d head groups; free %.2f GiB -> %lld rows per GPU\n",
+               tensors, o->heads, o->kv_heads, ws1, wsg, o->kv_heads, f / 1073741824.0, (long long)n);
+    int64_t found = 0;
+    for (int attempt = 0; attempt < 8 && n > 0 && !found; attempt++) {
         bufs b;
-        int ok = n <= 0x7fffffff && alloc_bufs(&b, o, n) == 0;
-        double secs = 0.0;
+        int ok = n <= 0x7fffffff && alloc_bufs(&b, o, n) == 0, groups = 0;
+        size_t left = 0;
         if (ok) {
             d.attn.seqlen_q = d.attn.seqlen_k = (int)n;
-            const double t0 = MPI_Wtime();
-            dfa_status st = dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, s);
-            if (!st) st = dfa_dist_attn_bwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s);
-            const cudaError_t ce = cudaStreamSynchronize(s);
-            secs = MPI_Wtime() - t0;
-            ok = st == DFA_OK && ce == cudaSuccess;
-            if (!ok) printf("  rank %d, %lld rows: %s\n", rank, (long long)n, st ? dfa_last_error() : cudaGetErrorString(ce));
+            const dfa_status st = dfa__dist_reserve(c, &d, DFA__PASS_BWD, &groups);
+            ok = st == DFA_OK;
+            cudaMemGetInfo(&left, &tot);
+            if (!ok) printf("  rank %d, %lld rows: %s\n", rank, (long long)n, dfa_last_error());
             free_bufs(&b);
         }
         dfa_comm_set_workspace(c, NULL, 0); /* gives the workspace back */
         (void)cudaGetLastError();
         MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         if (rank == 0)
-            printf("  %lld tokens (%lld per GPU): %s (fwd+bwd %.1f s)\n", (long long)n * nranks, (long long)n,
-                   ok ? "fits" : "does not fit", secs);
+            printf("  %lld tokens (%lld per GPU): %s (%d head groups, %.2f GiB left on rank 0)\n", (long long)n * nranks,
+                   (long long)n, ok ? "tensors and workspace allocated" : "does not fit", groups, left / 1073741824.0);
         fflush(stdout);
-        if (ok) {
-            if (rank == 0)
-                printf("longest causal fwd+bwd on %d GPUs at %d heads x %d: %lld tokens (%lld per GPU)\n", nranks,
-                       o->heads, o->head_dim, (long long)n * nranks, (long long)n);
-            return 0;
-        }
-        n = n * 95 / 100 / unit * unit;
+        if (ok) found = n;
+        else n = n * 98 / 100 / unit * unit;
     }
-    if (rank == 0) printf("longest causal fwd+bwd: not found\n");
-    return 1;
+    if (rank == 0)
+        printf("longest causal fwd+bwd on %d GPUs at %d heads x %d (memory): %lld tokens (%lld per GPU)\n", nranks,
+               o->heads, o->head_dim, (long long)found * nranks, (long long)found);
+    /* (2) a real forward+backward at the run length */
+    const int64_t rn = (int64_t)o->fit_run / nranks / unit * unit;
+    if (rn > 0) {
+        bufs b;
+        int ok = alloc_bufs(&b, o, rn) == 0;
+        double secs = 0.0;
+        if (ok) {
+            d.attn.seqlen_q = d.attn.seqlen_k = (int)rn;
+            const double t0 = MPI_Wtime();
+            dfa_status st = dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, s);
+            if (!st) st = dfa_dist_attn_bwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s);
+            const cudaError_t ce = cudaStreamSynchronize(s);
+            secs = MPI_Wtime() - t0;
+            ok = st == DFA_OK && ce == cudaSuccess;
+            if (!ok) printf("  rank %d: %s\n", rank, st ? dfa_last_error() : cudaGetErrorString(ce));
+            free_bufs(&b);
+        }
+        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (rank == 0)
+            printf("fwd+bwd at %lld tokens (%lld per GPU): %s in %.1f s (%.0f TFLOP/s per GPU)\n", (long long)rn * nranks,
+                   (long long)rn, ok ? "ran" : "FAILED", secs,
+                   3.5 * flops_fwd(o, (double)rn * nranks) / nranks / secs / 1e12);
+    }
+    return found ? 0 : 1;
 }
 
 int cmd_dist_bench_cuda(int argc, char **argv) {

@@ -827,6 +827,22 @@ static void store_group(exec *e, const dfa__dist_io *io, int g) {
     }
 }
 
+dfa_status dfa__dist_reserve(dfa_comm *c, const dfa_dist_desc *dd, dfa__pass pass, int *groups) {
+    exec e;
+    memset(&e, 0, sizeof e);
+    e.c = c;
+    e.ops = c->compute;
+    e.rank = c->rank;
+    e.bwd = pass == DFA__PASS_BWD;
+    e.async = c->ops->agree_async != NULL;
+    const dfa__sched_kind kind = (dfa__sched_kind)dd->schedule;
+    const int g = choose_groups(&e, dd, kind);
+    const dfa_status st = prepare(&e, dd, kind, g, "dfa__dist_reserve");
+    release(&e);
+    if (!st && groups) *groups = g;
+    return st;
+}
+
 dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind kind, dfa__pass pass,
                          const dfa__dist_io *io, dfa_status local, const char *fn) {
     const double start = now();

@@ -65,6 +65,11 @@ typedef struct {
    table is ops (the larger of the two passes); 0 if d does not describe a valid call. */
 size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__compute_ops *ops, int async);
 
+/* Plans a call with d on c and allocates its workspace (in the head groups the memory
+   allows, *groups), without running it or talking to other ranks: for memory planning
+   (dist-bench --fit). d must be valid. */
+dfa_status dfa__dist_reserve(dfa_comm *c, const dfa_dist_desc *d, dfa__pass pass, int *groups);
+
 /*
  * Runs one distributed pass. `local` is this rank's own validation result (its message in
  * dfa_last_error()); d may be NULL when local != DFA_OK. Collective: every rank of c calls

@@ -89,7 +89,7 @@ struct dfa_comm {
     const char *call;
     /* Device backends: descriptors agreed on this communicator (most recent first). */
     int64_t agreed[DFA__AGREED_MAX][DFA__AGREED_FIELDS];
-    int agreed_groups[DFA__AGREED_MAX]; /* the head groups each of them runs in (executor.c) */
+    int agreed_groups[DFA__AGREED_MAX][2]; /* the head groups of each, per pass (0: not agreed yet) */
     int n_agreed;
     int force_groups; /* tests: run every call in this many head groups (0: choose) */
 };

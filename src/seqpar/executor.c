@@ -672,14 +672,24 @@ static int agreed_find(const dfa_comm *c, const int64_t *f) {
     return -1;
 }
 
-/* Remembers f (and its head groups) as agreed, most recent first (the oldest falls off a full list). */
-static void agreed_insert(dfa_comm *c, const int64_t *f, int groups) {
+/* Remembers f as agreed, with the head groups of one pass (the other pass's, if known, stays),
+   most recent first (the oldest falls off a full list). */
+static void agreed_insert(dfa_comm *c, const int64_t *f, int bwd, int groups) {
     int i = agreed_find(c, f);
-    if (i < 0) i = c->n_agreed < DFA__AGREED_MAX ? c->n_agreed++ : DFA__AGREED_MAX - 1;
+    int keep[2] = {0, 0};
+    if (i >= 0) memcpy(keep, c->agreed_groups[i], sizeof keep);
+    else i = c->n_agreed < DFA__AGREED_MAX ? c->n_agreed++ : DFA__AGREED_MAX - 1;
     memmove(c->agreed[1], c->agreed[0], sizeof c->agreed[0] * (size_t)i);
-    memmove(&c->agreed_groups[1], &c->agreed_groups[0], sizeof c->agreed_groups[0] * (size_t)i);
+    memmove(c->agreed_groups[1], c->agreed_groups[0], sizeof c->agreed_groups[0] * (size_t)i);
     memcpy(c->agreed[0], f, sizeof c->agreed[0]);
-    c->agreed_groups[0] = groups;
+    keep[bwd] = groups;
+    memcpy(c->agreed_groups[0], keep, sizeof keep);
+}
+
+/* The head groups agreed for f and this pass, or 0 when this pass has not been agreed yet. */
+static int agreed_groups_of(const dfa_comm *c, const int64_t *f, int bwd) {
+    const int i = agreed_find(c, f);
+    return i < 0 ? 0 : c->agreed_groups[i][bwd];
 }
 
 /* The agreement of a device backend. The first call with a descriptor agrees on the host, as
@@ -695,7 +705,7 @@ static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const cha
     dfa_comm *c = e->c;
     dfa_status st = c->ops->check_async(c, fn);
     if (st) return st;
-    if (desc_ok && e->ready && agreed_find(c, f) >= 0) {
+    if (desc_ok && e->ready && agreed_groups_of(c, f, e->bwd) > 0) {
         int64_t v[1 + 2 * DFA__AGREED_FIELDS];
         v[0] = e->local ? -((int64_t)c->rank * 16 + (int64_t)e->local) : INT64_MIN;
         for (int i = 0; i < nf; i++) {
@@ -711,7 +721,7 @@ static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const cha
                          "CUDA graph, but it agrees with the other ranks on the host: make one uncaptured call "
                          "with it first");
     if ((st = agree(e, f, names, nf, groups, fn))) return st;
-    agreed_insert(c, f, (int)*groups);
+    agreed_insert(c, f, e->bwd, (int)*groups);
     return DFA_OK;
 }
 
@@ -878,8 +888,8 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
        descriptor agreed before keeps the head groups agreed then. */
     int64_t groups = 1;
     if (!e.local || (e.async && dd)) {
-        const int known = e.async ? agreed_find(c, f) : -1;
-        groups = known >= 0 ? c->agreed_groups[known] : choose_groups(&e, dd, kind);
+        const int known = e.async ? agreed_groups_of(c, f, e.bwd) : 0;
+        groups = known > 0 ? known : choose_groups(&e, dd, kind);
         record(&e, prepare(&e, dd, kind, (int)groups, fn));
     }
     dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, 12, &groups, fn)

@@ -150,3 +150,19 @@ const char *tl_desc_str(const dfa_attn_desc *d) {
              (long long)d->k_start);
     return buf;
 }
+
+void *tl_slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width) {
+    const size_t es = tl_dtype_size(t), row = (size_t)width * es;
+    char *dst = tl_alloc(t, (int64_t)B * n * width);
+    for (int b = 0; b < B; b++)
+        memcpy(dst + (size_t)b * n * row, (const char *)src + ((size_t)b * N + r0) * row, (size_t)n * row);
+    return dst;
+}
+
+double *tl_slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_t width) {
+    double *dst = malloc(sizeof(double) * (size_t)B * n * width);
+    if (!dst) abort();
+    for (int b = 0; b < B; b++)
+        memcpy(dst + (size_t)b * n * width, src + ((size_t)b * N + r0) * width, sizeof(double) * (size_t)n * width);
+    return dst;
+}

@@ -52,6 +52,11 @@ double tl_max_abs(const double *ref, int64_t n);
 typedef enum { TL_OUTPUT, TL_GRADIENT } tl_quantity;
 double tl_tolerance(dfa_dtype t, tl_quantity what, double naive_err, const double *ref, int64_t n);
 
+/* ---- sequence chunks (the distributed tests) ---- */
+/* Rows [r0, r0 + n) of a [batch, N, width] tensor, as a new [batch, n, width] one (malloc'd). */
+void *tl_slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width);
+double *tl_slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_t width);
+
 /* ---- descriptors ---- */
 dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t, int causal, int64_t q_start,
                       int64_t k_start);

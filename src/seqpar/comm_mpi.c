@@ -113,9 +113,7 @@ static const dfa__comm_ops mpi_ops = {
     .destroy = mpi_destroy,
 };
 
-dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
-    static const char fn[] = "dfa_comm_create_mpi";
-    dfa__clear_error();
+dfa_status dfa__mpi_check_comm(MPI_Comm comm, void *out, const char *fn) {
     if (!out) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "out is NULL");
     int up = 0, down = 0;
     MPI_Initialized(&up);
@@ -125,9 +123,18 @@ dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
                          down ? "finalised" : "not initialised");
     if (comm == MPI_COMM_NULL) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "comm is MPI_COMM_NULL");
     int inter = 0;
-    int rc = MPI_Comm_test_inter(comm, &inter);
+    const int rc = MPI_Comm_test_inter(comm, &inter);
     if (rc != MPI_SUCCESS) return dfa__mpi_failed(fn, rc);
     if (inter) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "comm is an intercommunicator; use an intracommunicator");
+    return DFA_OK;
+}
+
+dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out) {
+    static const char fn[] = "dfa_comm_create_mpi";
+    dfa__clear_error();
+    dfa_status st = dfa__mpi_check_comm(comm, out, fn);
+    if (st) return st;
+    int rc;
 
     dfa_comm *c = calloc(1, sizeof *c);
     mpi_impl *m = calloc(1, sizeof *m);

@@ -16,17 +16,9 @@
 dfa_status dfa_comm_create_nccl_mpi(MPI_Comm comm, int device, dfa_comm **out) {
     static const char fn[] = "dfa_comm_create_nccl_mpi";
     dfa__clear_error();
-    if (!out) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "out is NULL");
-    int up = 0, down = 0;
-    MPI_Initialized(&up);
-    MPI_Finalized(&down);
-    if (!up || down)
-        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "MPI is %s (call MPI_Init first, MPI_Finalize last)",
-                         down ? "finalised" : "not initialised");
-    if (comm == MPI_COMM_NULL) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "comm is MPI_COMM_NULL");
-    int inter = 0, rc = MPI_Comm_test_inter(comm, &inter);
-    if (rc != MPI_SUCCESS) return dfa__mpi_failed(fn, rc);
-    if (inter) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "comm is an intercommunicator; use an intracommunicator");
+    dfa_status st = dfa__mpi_check_comm(comm, out, fn);
+    if (st) return st;
+    int rc;
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess) return dfa__fail(DFA_ERR_BACKEND, fn, "cudaGetDeviceCount failed: %s", cudaGetErrorString(e));
@@ -55,7 +47,7 @@ dfa_status dfa_comm_create_nccl_mpi(MPI_Comm comm, int device, dfa_comm **out) {
         if (own) ncclCommAbort(own);
         return dfa__nccl_fail(fn, "ncclCommInitRankConfig", r, NULL);
     }
-    dfa_status st = dfa__nccl_settle(&own, r, DFA__NCCL_DEFAULT_TIMEOUT, fn, "ncclCommInitRankConfig");
+    st = dfa__nccl_settle(&own, r, DFA__NCCL_DEFAULT_TIMEOUT, fn, "ncclCommInitRankConfig");
     if (st) {
         if (own) ncclCommAbort(own);
         return st;

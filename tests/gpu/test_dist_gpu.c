@@ -37,22 +37,6 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Rows [r0, r0 + n) of a [batch, N, width] tensor, as [batch, n, width]. */
-static void *slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width) {
-    const size_t es = tl_dtype_size(t), row = (size_t)width * es;
-    char *dst = tl_alloc(t, (int64_t)B * n * width);
-    for (int b = 0; b < B; b++)
-        memcpy(dst + (size_t)b * n * row, (const char *)src + ((size_t)b * N + r0) * row, (size_t)n * row);
-    return dst;
-}
-
-static double *slice_f64(const double *src, int B, int N, int r0, int n, int64_t width) {
-    double *dst = malloc(sizeof(double) * (size_t)B * n * width);
-    for (int b = 0; b < B; b++)
-        memcpy(dst + (size_t)b * n * width, src + ((size_t)b * N + r0) * width, sizeof(double) * (size_t)n * width);
-    return dst;
-}
-
 /* lse rows [r0, r0 + n) of [batch, heads, N] */
 static double *slice_lse(const double *src, int B, int H, int N, int r0, int n) {
     double *dst = malloc(sizeof(double) * (size_t)B * H * n);
@@ -170,8 +154,8 @@ static void whole_free(whole *w) {
 static void local_bufs(dbufs *b, const dcase *k, const whole *w) {
     const int N = k->n * nranks, r0 = rank * k->n;
     const int64_t wq = (int64_t)k->H * k->D, wk = (int64_t)k->Hkv * k->D;
-    void *lq = slice_rows(k->t, w->q, k->B, N, r0, k->n, wq), *lk = slice_rows(k->t, w->k, k->B, N, r0, k->n, wk);
-    void *lv = slice_rows(k->t, w->v, k->B, N, r0, k->n, wk), *ldo = slice_rows(k->t, w->dout, k->B, N, r0, k->n, wq);
+    void *lq = tl_slice_rows(k->t, w->q, k->B, N, r0, k->n, wq), *lk = tl_slice_rows(k->t, w->k, k->B, N, r0, k->n, wk);
+    void *lv = tl_slice_rows(k->t, w->v, k->B, N, r0, k->n, wk), *ldo = tl_slice_rows(k->t, w->dout, k->B, N, r0, k->n, wq);
     dbufs_make(b, k, lq, lk, lv, ldo);
     free(lq);
     free(lk);
@@ -259,9 +243,9 @@ static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     } cmp[4] = {{"o", lo, o1, oref, wq, nq, tol_o}, {"dq", ldq, dq1, gq, wq, nq, tol_dq},
                 {"dk", ldk, dk1, gk, wk, nk, tol_dk}, {"dv", ldv, dv1, gv, wk, nk, tol_dv}};
     for (int i = 0; i < 4; i++) {
-        double *sref = slice_f64(cmp[i].ref, B, N, r0, n, cmp[i].width);
+        double *sref = tl_slice_rows_f64(cmp[i].ref, B, N, r0, n, cmp[i].width);
         double *one = tl_to_f64(t, cmp[i].single, (int64_t)B * N * cmp[i].width);
-        double *sone = slice_f64(one, B, N, r0, n, cmp[i].width);
+        double *sone = tl_slice_rows_f64(one, B, N, r0, n, cmp[i].width);
         const double e_ref = tl_max_err(t, cmp[i].got, sref, cmp[i].n), e_one = tl_max_err(t, cmp[i].got, sone, cmp[i].n);
         CHECK(e_ref <= cmp[i].tol, "rank %d: %s vs oracle: %.3g > %.3g for %s", rank, cmp[i].name, e_ref, cmp[i].tol, cfg);
         CHECK(e_one <= cmp[i].tol, "rank %d: %s vs single GPU: %.3g > %.3g for %s", rank, cmp[i].name, e_one, cmp[i].tol, cfg);

@@ -23,22 +23,6 @@
 
 static int rank, nranks;
 
-/* Rows [r0, r0 + n) of a [batch, N, width] tensor, as [batch, n, width]. */
-static void *slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width) {
-    const size_t es = tl_dtype_size(t), row = (size_t)width * es;
-    char *dst = tl_alloc(t, (int64_t)B * n * width);
-    for (int b = 0; b < B; b++)
-        memcpy(dst + (size_t)b * n * row, (const char *)src + ((size_t)b * N + r0) * row, (size_t)n * row);
-    return dst;
-}
-
-static double *slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_t width) {
-    double *dst = malloc(sizeof(double) * (size_t)B * n * width);
-    for (int b = 0; b < B; b++)
-        memcpy(dst + (size_t)b * n * width, src + ((size_t)b * N + r0) * width, sizeof(double) * (size_t)n * width);
-    return dst;
-}
-
 /* Max |got - ref| over a local slice, against a tolerance from the whole tensor. */
 static void check_slice(const char *what, const char *cfg, dfa_dtype t, const void *got, const double *ref_slice,
                         int64_t n_slice, double tol) {
@@ -117,8 +101,8 @@ static void run_case(dfa_comm *c, const dcase *k) {
     const int r0 = (int)dfa_dist_position(k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED,
                                           rank, nranks, n, 0);
     CHECK(r0 == rank * n, "dfa_dist_position: %d", r0);
-    void *lq = slice_rows(t, q, B, N, r0, n, wq), *lk = slice_rows(t, kk, B, N, r0, n, wk);
-    void *lv = slice_rows(t, v, B, N, r0, n, wk), *ldo = slice_rows(t, dout, B, N, r0, n, wq);
+    void *lq = tl_slice_rows(t, q, B, N, r0, n, wq), *lk = tl_slice_rows(t, kk, B, N, r0, n, wk);
+    void *lv = tl_slice_rows(t, v, B, N, r0, n, wk), *ldo = tl_slice_rows(t, dout, B, N, r0, n, wq);
     void *lo = tl_alloc(t, nq), *ldq = tl_alloc(t, nq), *ldk = tl_alloc(t, nk), *ldv = tl_alloc(t, nk);
     float *ll = malloc(sizeof(float) * (size_t)nl);
     tl_poison(lo, (size_t)nq * es);
@@ -140,8 +124,8 @@ static void run_case(dfa_comm *c, const dcase *k) {
           "rank %d: outputs left unwritten (NaN) for %s", rank, cfg);
 
     /* against the oracle */
-    double *so = slice_rows_f64(oref, B, N, r0, n, wq), *sdq = slice_rows_f64(gq, B, N, r0, n, wq);
-    double *sdk = slice_rows_f64(gk, B, N, r0, n, wk), *sdv = slice_rows_f64(gv, B, N, r0, n, wk);
+    double *so = tl_slice_rows_f64(oref, B, N, r0, n, wq), *sdq = tl_slice_rows_f64(gq, B, N, r0, n, wq);
+    double *sdk = tl_slice_rows_f64(gk, B, N, r0, n, wk), *sdv = tl_slice_rows_f64(gv, B, N, r0, n, wk);
     check_slice("o vs oracle", cfg, t, lo, so, nq, tol_o);
     check_slice("dq vs oracle", cfg, t, ldq, sdq, nq, tol_dq);
     check_slice("dk vs oracle", cfg, t, ldk, sdk, nk, tol_dk);
@@ -161,13 +145,13 @@ static void run_case(dfa_comm *c, const dcase *k) {
     double *s1o = tl_to_f64(t, o1, NQ), *s1q = tl_to_f64(t, dq1, NQ), *s1k = tl_to_f64(t, dk1, NK),
            *s1v = tl_to_f64(t, dv1, NK);
     double *x;
-    check_slice("o vs single", cfg, t, lo, x = slice_rows_f64(s1o, B, N, r0, n, wq), nq, tol_o);
+    check_slice("o vs single", cfg, t, lo, x = tl_slice_rows_f64(s1o, B, N, r0, n, wq), nq, tol_o);
     free(x);
-    check_slice("dq vs single", cfg, t, ldq, x = slice_rows_f64(s1q, B, N, r0, n, wq), nq, tol_dq);
+    check_slice("dq vs single", cfg, t, ldq, x = tl_slice_rows_f64(s1q, B, N, r0, n, wq), nq, tol_dq);
     free(x);
-    check_slice("dk vs single", cfg, t, ldk, x = slice_rows_f64(s1k, B, N, r0, n, wk), nk, tol_dk);
+    check_slice("dk vs single", cfg, t, ldk, x = tl_slice_rows_f64(s1k, B, N, r0, n, wk), nk, tol_dk);
     free(x);
-    check_slice("dv vs single", cfg, t, ldv, x = slice_rows_f64(s1v, B, N, r0, n, wk), nk, tol_dv);
+    check_slice("dv vs single", cfg, t, ldv, x = tl_slice_rows_f64(s1v, B, N, r0, n, wk), nk, tol_dv);
     free(x);
 
     /* lse may be NULL in the forward (inference), like dfa_attn_fwd */

@@ -94,13 +94,32 @@ def cuda_stream(t):
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
+class _on_device:
+    """Makes t's device current for a C call (they work on the current device), switching only
+    when it is not already: the usual case costs one query."""
+
+    __slots__ = ("index", "previous")
+
+    def __init__(self, t):
+        self.index = t.device.index
+
+    def __enter__(self):
+        self.previous = torch.cuda.current_device()
+        if self.index is not None and self.index != self.previous:
+            torch.cuda.set_device(self.index)
+
+    def __exit__(self, *exc):
+        if self.index is not None and self.index != self.previous:
+            torch.cuda.set_device(self.previous)
+
+
 def _p(t):
     return None if t is None else t.data_ptr()
 
 
 def fwd_into(d, q, k, v, o, lse):
     if q.device.type == "cuda":
-        with torch.cuda.device(q.device):  # the C call works on the current device
+        with _on_device(q):
             _capi.call("dfa_attn_fwd_cuda", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), cuda_stream(q))
     else:
         _capi.call("dfa_attn_fwd", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse))
@@ -108,7 +127,7 @@ def fwd_into(d, q, k, v, o, lse):
 
 def bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv):
     if q.device.type == "cuda":
-        with torch.cuda.device(q.device):
+        with _on_device(q):
             _capi.call("dfa_attn_bwd_cuda", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), _p(dout),
                        _p(dq), _p(dk), _p(dv), cuda_stream(q))
     else:
@@ -138,10 +157,8 @@ def as_dout(g, like):
 
 # --- the ops --------------------------------------------------------------------------------
 
-@torch.library.custom_op("distflash::attn_fwd", mutates_args=())
-def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, q_start: int,
-             k_start: int) -> Tuple[Tensor, Tensor]:
-    check_qkv(q, k, v, "distflash::attn_fwd", contiguous=False)
+def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start):
+    """o, lse of one forward, on checked inputs (the body of both paths below)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = _empty(q.shape, q)
     lse = _empty(_lse_shape(q), q, torch.float32)
@@ -153,16 +170,20 @@ def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float
     return o, lse
 
 
+@torch.library.custom_op("distflash::attn_fwd", mutates_args=())
+def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, q_start: int,
+             k_start: int) -> Tuple[Tensor, Tensor]:
+    check_qkv(q, k, v, "distflash::attn_fwd", contiguous=False)
+    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start)
+
+
 @attn_fwd.register_fake
 def _(q, k, v, causal, softmax_scale, q_start, k_start):
     return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
-@torch.library.custom_op("distflash::attn_bwd", mutates_args=())
-def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, grad_lse: Optional[Tensor],
-             causal: bool, softmax_scale: float, q_start: int, k_start: int,
-             deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    check_qkv(q, k, v, "distflash::attn_bwd", contiguous=False)
+def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic):
+    """dq, dk, dv of one backward, on checked inputs (the body of both paths)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
@@ -184,6 +205,14 @@ def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
         bwd_into(d, q, k, v, o, lse, dout_l, tq, tk, dk_l)
         dk = (dk.float() + dk_l.float()).to(k.dtype)
     return dq, dk, dv
+
+
+@torch.library.custom_op("distflash::attn_bwd", mutates_args=())
+def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, grad_lse: Optional[Tensor],
+             causal: bool, softmax_scale: float, q_start: int, k_start: int,
+             deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    check_qkv(q, k, v, "distflash::attn_bwd", contiguous=False)
+    return bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic)
 
 
 @attn_bwd.register_fake
@@ -210,3 +239,36 @@ def _backward(ctx, grad_o, grad_lse):
 
 
 attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class AttnEager(torch.autograd.Function):
+    """The same forward and backward as the ops above, for eager mode: the public function
+    takes this path unless torch.compile is tracing (then the ops, which the compiler sees).
+    The custom-op machinery (dispatch, schema checks, aliasing checks) costs tens to hundreds
+    of microseconds per call on the host; a plain autograd.Function costs a few."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, q_start, k_start):
+        o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (causal, softmax_scale, q_start, k_start)
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if grad_o is None:
+            grad_o = torch.zeros_like(o)
+        dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, *ctx.args,
+                              torch.are_deterministic_algorithms_enabled())
+        return dq, dk, dv, None, None, None, None
+
+
+def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start):
+    """o, lse for checked inputs, by the cheapest path that keeps autograd and torch.compile right."""
+    if torch.compiler.is_compiling():
+        return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return AttnEager.apply(q, k, v, causal, softmax_scale, q_start, k_start)
+    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start)

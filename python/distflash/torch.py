@@ -37,7 +37,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
     scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
     _ops.check_offset(q_start, "q_start", fn)
     _ops.check_offset(k_start, "k_start", fn)
-    o, lse = _ops.attn_fwd(q, k, v, bool(causal), scale, q_start, k_start)
+    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start)
     return (o, lse) if return_lse else o
 
 

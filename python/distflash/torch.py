@@ -7,7 +7,9 @@ GQA/MQA by head counts: query head h reads kv head h // (heads // kv_heads).
 CPU tensors take float32, bfloat16 and float16; CUDA tensors bfloat16 and float16 (on the
 caller's current stream, no host synchronisation). Inputs must be contiguous. Both calls are
 custom ops (distflash::attn_fwd, distflash::dist_attn_fwd) with a fake implementation and
-an autograd formula, so torch.compile(fullgraph=True) traces them without graph breaks.
+an autograd formula, so torch.compile(fullgraph=True) traces them without graph breaks; in
+eager mode attention() takes a plain autograd.Function with the same forward and backward,
+which costs the host far less per call.
 Errors of the C library raise DistflashError (status name + dfa_last_error()); inputs it
 cannot take raise TypeError/ValueError first.
 """

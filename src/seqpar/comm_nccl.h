@@ -21,4 +21,8 @@ dfa_status dfa__nccl_settle(ncclComm_t *comm, ncclResult_t r, double timeout, co
    dfa_comm, which aborts it on failure here) on the current device. */
 dfa_status dfa__comm_from_nccl(ncclComm_t own, dfa_comm **out, const char *fn);
 
+/* 1 when c is an NCCL communicator; its CUDA device (c must be one). */
+int dfa__comm_is_nccl(const dfa_comm *c);
+int dfa__comm_nccl_device(const dfa_comm *c);
+
 #endif

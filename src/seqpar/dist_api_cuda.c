@@ -11,12 +11,10 @@
 #include "../common/error.h"
 #include "../cuda/devcheck.h"
 #include "comm.h"
+#include "comm_nccl.h"
 #include "dist_internal.h"
 #include "distflash_nccl.h"
 #include "executor.h"
-
-int dfa__comm_is_nccl(const dfa_comm *c);
-int dfa__comm_nccl_device(const dfa_comm *c);
 
 /* The public calls take the schedule from the descriptor (after its import). */
 #define KIND_FROM_DESC ((dfa__sched_kind)-1)

@@ -244,7 +244,6 @@ static layout layout_of(const exec *e) {
 static dfa_status allocate(exec *e, const char *fn) {
     dfa_comm *c = e->c;
     const dfa_attn_desc *d = &e->d;
-    const size_t nl = (size_t)d->batch * d->num_heads * e->n;
     const int frozen = e->async && c->ops->capturing(c);
     if (c->ctx && !same_shapes(&c->ctx_key, d)) {
         if (frozen)
@@ -266,7 +265,6 @@ static dfa_status allocate(exec *e, const char *fn) {
         c->ctx_key = *d;
     }
     e->ctx = c->ctx;
-    if (e->ops->bind) e->ops->bind(e->ctx, c->stream, NULL);
     const layout L = layout_of(e);
     const size_t total = L.total, arena = L.arena;
     if (c->ws_external && c->ws_bytes < total)
@@ -302,7 +300,6 @@ static dfa_status allocate(exec *e, const char *fn) {
     e->pack = L.pack ? p : NULL;
     p += L.pack;
     if (e->ops->bind) e->ops->bind(e->ctx, c->stream, L.scratch ? p : NULL);
-    (void)nl;
     return DFA_OK;
 }
 
@@ -636,6 +633,20 @@ static dfa_status backend_failure(dfa_status st, const char *fn) {
     return dfa__fail(st, fn, "%s", unprefixed(text, fn));
 }
 
+/* The shape of a pass of dd on nranks ranks in `groups` head groups: the group's descriptor,
+   the chunk, the schedule and its steps (the plan is not touched). */
+static void shape_pass(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int nranks, int groups) {
+    e->G = groups;
+    e->full = dd->attn;
+    e->d = dd->attn;
+    e->d.num_heads /= groups;
+    e->d.num_kv_heads /= groups;
+    e->n = dd->attn.seqlen_q;
+    e->overlap = dd->overlap;
+    e->s = (dfa__sched){kind, nranks, dd->attn.causal, e->n};
+    e->T = dfa__sched_valid(&e->s) ? dfa__sched_steps(&e->s) : 0;
+}
+
 size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__compute_ops *ops, int async) {
     if (!d || nranks < 1 || d->attn.seqlen_q < 1 || d->attn.seqlen_q != d->attn.seqlen_k) return 0;
     size_t most = 0;
@@ -645,11 +656,8 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
         e.ops = ops;
         e.async = async;
         e.bwd = bwd;
-        e.d = d->attn;
-        e.n = d->attn.seqlen_q;
-        e.s = (dfa__sched){(dfa__sched_kind)d->schedule, nranks, d->attn.causal, e.n};
-        if (!dfa__sched_valid(&e.s)) return 0;
-        e.T = dfa__sched_steps(&e.s);
+        shape_pass(&e, d, (dfa__sched_kind)d->schedule, nranks, 1);
+        if (!e.T) return 0;
         size_t total = 0;
         for (e.rank = 0; e.rank < nranks; e.rank++) { /* ranks differ in their windows */
             if (plan(&e, "dfa_dist_attn_cuda_workspace_bytes")) {
@@ -728,15 +736,7 @@ static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const cha
 /* Plans and allocates a pass over groups of heads: e->d becomes one group's descriptor. */
 static dfa_status prepare(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups, const char *fn) {
     free_plan(e);
-    e->G = groups;
-    e->full = dd->attn;
-    e->d = dd->attn;
-    e->d.num_heads /= groups;
-    e->d.num_kv_heads /= groups;
-    e->n = dd->attn.seqlen_q;
-    e->overlap = dd->overlap;
-    e->s = (dfa__sched){kind, e->c->size, dd->attn.causal, e->n};
-    e->T = dfa__sched_steps(&e->s);
+    shape_pass(e, dd, kind, e->c->size, groups);
     dfa_status st = plan(e, fn);
     if (!st) st = allocate(e, fn);
     e->ready = st == DFA_OK;
@@ -747,13 +747,7 @@ static dfa_status prepare(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind
 static size_t workspace_for(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups) {
     exec t = *e;
     t.steps = NULL;
-    t.G = groups;
-    t.d = dd->attn;
-    t.d.num_heads /= groups;
-    t.d.num_kv_heads /= groups;
-    t.n = dd->attn.seqlen_q;
-    t.s = (dfa__sched){kind, e->c->size, dd->attn.causal, t.n};
-    t.T = dfa__sched_steps(&t.s);
+    shape_pass(&t, dd, kind, e->c->size, groups);
     const size_t bytes = plan(&t, "workspace") ? 0 : layout_of(&t).total;
     free_plan(&t);
     return bytes;

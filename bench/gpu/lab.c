@@ -48,6 +48,9 @@ static const variant variants[] = {
     {"bwd wgmma bulk-red dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK},
     {"bwd wgmma bulk fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK_FUSED},
     {"bwd wgmma determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_LIBRARY},
+    {"bwd ws atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS},
+    {"bwd ws bm64 atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_BM64},
+    {"bwd ws determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -19,11 +19,13 @@ enum {
     LAB_BWD_WGMMA_FUSED,      /* Hopper backward, dQ issued behind dV/dK under one wait */
     LAB_BWD_WGMMA_BULK,       /* Hopper backward, dq by bulk reduce-adds from shared memory */
     LAB_BWD_WGMMA_BULK_FUSED, /* both */
+    LAB_BWD_WS,               /* warp-specialised Hopper backward (bwd_ws.cuh), d=64 with 128-row query blocks */
+    LAB_BWD_WS_BM64,          /* the same, d=64 with 64-row query blocks (d=128: the same kernel as LAB_BWD_WS) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes
    them) with a lab variant's kernel; DFA_ERR_UNSUPPORTED where it cannot run (not sm_90,
-   head_dim not 64 or 128; the backward variants need the atomic dq path). */
+   head_dim not 64 or 128; the older backward variants (FUSED, BULK) need the atomic dq path). */
 dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
                    float *lse, cudaStream_t stream);
 dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,

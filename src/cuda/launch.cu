@@ -84,3 +84,14 @@ int dfa__tmap(CUtensorMap *m, const void *ptr, int bf16, int D, int heads, int s
                strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+int dfa__tmap_f32(CUtensorMap *m, float *ptr, int D, int heads, int seqlen, int batch, int rows) {
+    dfa__encode_fn enc = dfa__get_encode();
+    if (!enc) return 0;
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)heads, (cuuint64_t)seqlen, (cuuint64_t)batch};
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 4, (cuuint64_t)heads * D * 4, (cuuint64_t)seqlen * heads * D * 4};
+    const cuuint32_t box[4] = {32, 1, (cuuint32_t)rows, 1}, estr[4] = {1, 1, 1, 1};
+    return enc(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void *)ptr, dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}

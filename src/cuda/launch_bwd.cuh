@@ -5,8 +5,11 @@
 #ifndef DFA_CUDA_LAUNCH_BWD_CUH
 #define DFA_CUDA_LAUNCH_BWD_CUH
 
+#include <string.h>
+
 #include "bwd_mma.cuh"
 #include "bwd_wgmma.cuh"
+#include "bwd_ws.cuh"
 #include "launch.cuh"
 #include "tmap.h"
 
@@ -43,6 +46,22 @@ static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t s
                        "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, p);
 }
 
+template <int D, int BM, int ATOMIC, int BF16, int OUT32>
+static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_ws_cfg<D, BM> C;
+    const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
+    CUtensorMap tq, tk, tv, tdo, tdq;
+    memset(&tdq, 0, sizeof tdq); /* not read without the atomic dq path */
+    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tdo, p.dout, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        (ATOMIC && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    return dfa__launch(dfa__bwd_ws_kernel<D, BM, ATOMIC, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
+                       "backward key-block kernel launch", tq, tk, tv, tdo, tdq, p);
+}
+
 /* The mma.sync key-block kernel, any head dim; ATOMIC: dq through float32 atomics too. */
 template <int ATOMIC, int BF16, int OUT32>
 static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
@@ -57,6 +76,14 @@ template <int ATOMIC, int BF16, int OUT32, int VARIANT = 0>
 static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_bwd_wgmma<64, 128, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
     return dfa__launch_bwd_wgmma<128, 64, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
+}
+
+/* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 and 128;
+   BM64 is the query-block height at head dim 64 (128 at 128 is over the register budget). */
+template <int ATOMIC, int BF16, int OUT32, int BM64 = 128>
+static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, BM64, ATOMIC, BF16, OUT32>(p, st, fn);
+    return dfa__launch_bwd_ws<128, 64, ATOMIC, BF16, OUT32>(p, st, fn);
 }
 
 /* The deterministic dq pass (mma.sync), any head dim. */

@@ -101,8 +101,12 @@ static __device__ __forceinline__ void dfa__mbar_wait(uint32_t bar, uint32_t par
     uint32_t done;
     const long long t0 = clock64();
     do {
-        /* a wait of ~10 s means a lost copy or arrival: fail the launch instead of hanging */
-        if (clock64() - t0 > 20000000000LL) __trap();
+        /* a wait of ~10 s means a lost copy or arrival: fail the launch instead of hanging, by a
+           store to address 0 (an illegal-address fault) rather than a trap instruction: with a
+           trap in a setmaxnreg region, ptxas 13.0 allocates that region's registers at the
+           kernel's even share and ignores the reallocation (bench/gpu/NOTES.md) */
+        if (clock64() - t0 > 20000000000LL)
+            asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(0ull), "r"(1u) : "memory");
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)

@@ -1,0 +1,320 @@
+/* Internal: the warp-specialised Hopper backward key-block kernel (FlashAttention-3's
+ * structure, sm_90a only) for head dims 64 and 128.
+ *
+ * The same mathematics and tiles as bwd_wgmma.cuh (a CTA owns BN = 128 keys of one
+ * (kv head, batch), each consumer warpgroup 64 of them, dK and dV in registers), with
+ * the work that sat on the consumers' critical path moved off it:
+ *
+ *  - a producer warpgroup (setmaxnreg 24; the consumers get 240): its warp 0 issues
+ *    the TMA copies of K, V and of each query block's Q and dO into a two-stage ring,
+ *    and copies the block's base-2 lse and D into shared memory beside them, so the
+ *    consumers read those from shared memory instead of waiting on global loads;
+ *  - its warp 1 adds each dQ tile into the float32 accumulator with TMA tensor
+ *    reduce-adds (cp.reduce.async.bulk.tensor) from a staged shared-memory tile, so the
+ *    consumers write 32 KB to shared memory instead of issuing 8192 float atomics;
+ *  - S^T and dP^T are committed as two wgmma groups and P is computed while dP^T is
+ *    still in flight;
+ *  - the two consumer warpgroups no longer run in lockstep: each publishes its half of
+ *    dS^T with an mbarrier and waits for the other's only before the dQ product that
+ *    reads both halves (per-buffer mbarriers, so neither can lap the other).
+ *
+ * Shared memory: K, V (BN x D), a two-stage ring of Q, dO (BM x D) and lse2/D (BM
+ * floats each), two dS^T buffers (BN x BM), and the dQ staging tile (BM x D float32 as
+ * D/32 boxes of 32 floats x BM rows, 128-byte swizzle, the layout the dq tensor map
+ * reads). The dq tensor map is over the caller's f32 accumulator ([batch, seqlen_q,
+ * heads, D]; with OUT32 the caller's dq, scale applied by the consumers). */
+#ifndef DFA_CUDA_BWD_WS_CUH
+#define DFA_CUDA_BWD_WS_CUH
+
+#include "bwd_wgmma.cuh"
+
+template <int D, int BM> struct dfa__bwd_ws_cfg {
+    static constexpr int BN = 128, STAGES = 2, NT = 384;
+    static constexpr int KVBYTES = BN * D * 2, QBYTES = BM * D * 2, DSBYTES = BN * BM * 2, DQBYTES = BM * D * 4;
+    static constexpr int OFF_V = KVBYTES, OFF_Q = 2 * KVBYTES, OFF_DO = OFF_Q + STAGES * QBYTES;
+    static constexpr int OFF_DS = OFF_DO + STAGES * QBYTES, OFF_DQ = OFF_DS + 2 * DSBYTES;
+    static constexpr int OFF_LD = OFF_DQ + DQBYTES; /* per stage: lse2[BM] then D[BM] */
+    static constexpr int OFF_BAR = OFF_LD + STAGES * 2 * BM * 4;
+    static constexpr int SMEM = OFF_BAR + 128 + 1024;
+};
+
+/* A 4-d box of shared memory added into a tensor map's tensor (float32 add). */
+static __device__ __forceinline__ void dfa__tma_reduce_add_4d(const void *tmap, uint32_t src, int c0, int c1, int c2,
+                                                              int c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+                 ::"l"((uint64_t)tmap), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+#else
+    (void)tmap; (void)src; (void)c0; (void)c1; (void)c2; (void)c3;
+#endif
+}
+
+template <int D, int BM, int DQ_ATOMIC, int BF16, int OUT32>
+__global__ void __launch_bounds__(384, 1)
+    dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                       const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
+                       const __grid_constant__ CUtensorMap tdq, const dfa__bwd_params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef typename dfa__out_type<OUT32>::type OutT;
+    typedef dfa__bwd_ws_cfg<D, BM> C;
+    constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
+    extern __shared__ __align__(128) unsigned char dfa__smem[];
+    const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
+    unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
+    const uint32_t sK = base, sV = base + C::OFF_V, sQ = base + C::OFF_Q, sO = base + C::OFF_DO, sS = base + C::OFF_DS;
+    const uint32_t sDQ = base + C::OFF_DQ;
+    float *const sLD = (float *)(gbase + C::OFF_LD);
+    /* barriers: kv_full, full[S], empty[S], dq_full, dq_empty, ds[warpgroup][buffer] */
+    const uint32_t bar = base + C::OFF_BAR;
+#define KV_FULL (bar)
+#define FULL(s) (bar + 8u * (1 + (s)))
+#define EMPTY(s) (bar + 8u * (1 + STAGES + (s)))
+#define DQ_FULL (bar + 8u * (1 + 2 * STAGES))
+#define DQ_EMPTY (bar + 8u * (2 + 2 * STAGES))
+#define DS_READY(c, buf) (bar + 8u * (3 + 2 * STAGES + 2 * (c) + (buf)))
+
+    const int tid = threadIdx.x;
+    const int nn = (p.sh.seqlen_k + BN - 1) / BN;
+    const int nb_ = (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
+    const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
+    const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
+    const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
+    int mb_begin = 0;
+    if (p.sh.causal) {
+        const long long first = (long long)n0 - p.sh.offset;
+        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? (p.sh.seqlen_q + BM - 1) / BM : (int)(first / BM));
+    }
+    const int nmb = (p.sh.seqlen_q + BM - 1) / BM - mb_begin, total = nmb * group;
+
+    if (tid == 0) {
+        dfa__mbar_init(KV_FULL, 1);
+        for (int s = 0; s < STAGES; s++) {
+            dfa__mbar_init(FULL(s), 32);   /* the loading warp's lanes (lane 0's arrival carries the bytes) */
+            dfa__mbar_init(EMPTY(s), 256); /* every consumer thread */
+        }
+        dfa__mbar_init(DQ_FULL, 256);
+        dfa__mbar_init(DQ_EMPTY, 1);
+        for (int i = 0; i < 4; i++) dfa__mbar_init(DS_READY(i >> 1, i & 1), 128);
+        dfa__fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (tid < 128) {
+        dfa__setmaxnreg_dec<24>();
+        const int warp = tid >> 5, lane = tid & 31;
+        if (warp == 0) {
+            if (lane == 0) {
+                dfa__mbar_expect_tx(KV_FULL, 2 * C::KVBYTES);
+#pragma unroll
+                for (int cb = 0; cb < NCB; cb++) {
+                    dfa__tma_load_4d(sK + cb * BN * 128, &tk, KV_FULL, cb * 64, kvh, n0, b);
+                    dfa__tma_load_4d(sV + cb * BN * 128, &tv, KV_FULL, cb * 64, kvh, n0, b);
+                }
+            }
+            for (int it = 0; it < total; it++) {
+                const int s = it % STAGES, h = kvh * group + it / nmb, m0 = (mb_begin + it % nmb) * BM;
+                dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
+                float *ld = sLD + s * 2 * BM;
+                const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
+                for (int i = lane; i < BM; i += 32) {
+                    const int q = m0 + i;
+                    ld[i] = q < p.sh.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY; /* rows past the end see nothing */
+                    ld[BM + i] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
+                }
+                if (lane == 0) {
+                    dfa__mbar_expect_tx(FULL(s), 2 * C::QBYTES);
+                    for (int cb = 0; cb < NCB; cb++) {
+                        dfa__tma_load_4d(sQ + s * C::QBYTES + cb * BM * 128, &tq, FULL(s), cb * 64, h, m0, b);
+                        dfa__tma_load_4d(sO + s * C::QBYTES + cb * BM * 128, &tdo, FULL(s), cb * 64, h, m0, b);
+                    }
+                } else {
+                    dfa__mbar_arrive(FULL(s));
+                }
+            }
+        } else if (warp == 1 && DQ_ATOMIC && lane == 0) {
+            for (int it = 0; it < total; it++) {
+                const int h = kvh * group + it / nmb, m0 = (mb_begin + it % nmb) * BM;
+                dfa__mbar_wait(DQ_FULL, (uint32_t)it & 1u);
+#pragma unroll
+                for (int cb = 0; cb < D / 32; cb++) dfa__tma_reduce_add_4d(&tdq, sDQ + cb * BM * 128, cb * 32, h, m0, b);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                dfa__mbar_arrive(DQ_EMPTY);
+            }
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+        return;
+    }
+
+    dfa__setmaxnreg_inc<240>();
+    const int c = tid / 128 - 1, wt = tid & 127, warp = wt >> 5, lane = wt & 31, g = lane >> 2, t = lane & 3;
+    const int key0 = c * 64 + warp * 16 + g; /* this lane's keys: key0 and key0 + 8 (within the block) */
+    int qmin[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + key0 + 8 * r;
+        long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
+        qm = qm < 0 ? 0 : qm;
+        qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
+    }
+    /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
+    const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
+
+    float dk[D8 * 4], dv[D8 * 4];
+#pragma unroll
+    for (int i = 0; i < D8 * 4; i++) dk[i] = dv[i] = 0.0f;
+
+    dfa__mbar_wait(KV_FULL, 0);
+    for (int it = 0; it < total; it++) {
+        const int s = it % STAGES, m0 = (mb_begin + it % nmb) * BM;
+        const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
+        float st[Q8 * 4], dp[Q8 * 4];
+        dfa__mbar_wait(FULL(s), ph);
+        const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::QBYTES;
+        const float *ld = sLD + s * 2 * BM;
+        dfa__wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint32_t koff = (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+            const uint32_t qoff = (kk / 4) * BM * 128 + (kk % 4) * 32;
+            dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc(sK + koff, 16), dfa__wgmma_desc(q_s + qoff, 16), kk > 0);
+        }
+        dfa__wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint32_t koff = (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+            const uint32_t qoff = (kk / 4) * BM * 128 + (kk % 4) * 32;
+            dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc(sV + koff, 16), dfa__wgmma_desc(o_s + qoff, 16), kk > 0);
+        }
+        dfa__wgmma_commit();
+        const bool need_mask = n0 + BN > p.sh.seqlen_k ||
+                               (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
+        /* P^T while dP^T is still being computed */
+        dfa__wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < Q8 * 4; i++) dfa__reg_fence(st[i]);
+#pragma unroll
+        for (int j = 0; j < Q8; j++) {
+            const float2 L = *(const float2 *)(ld + 8 * j + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float pv = exp2f(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
+                if (need_mask && m0 + 8 * j + 2 * t + (e & 1) < qmin[e >> 1]) pv = 0.0f;
+                st[4 * j + e] = pv;
+            }
+        }
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < Q8 * 4; i++) dfa__reg_fence(dp[i]);
+#pragma unroll
+        for (int j = 0; j < Q8; j++) {
+            const float2 Dq = *(const float2 *)(ld + BM + 8 * j + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; e++) dp[4 * j + e] = st[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
+        }
+        uint32_t pf[BM / 16][4], sf[BM / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            dfa__pack_a<BF16>(pf[kk], st + 8 * kk, st + 8 * kk + 4);
+            dfa__pack_a<BF16>(sf[kk], dp + 8 * kk, dp + 8 * kk + 4);
+        }
+        const int buf = it & 1;
+        const uint32_t ds_s = sS + buf * C::DSBYTES;
+        if (DQ_ATOMIC) {
+            /* dS^T [key][query] into shared memory (64-query column blocks, 128-byte swizzle); the
+               other warpgroup finished reading this buffer before it published its dS^T of the
+               previous iteration, which this warpgroup waited for */
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int qc = kk * 16 + half * 8 + 2 * t, blk = qc / 64, col = qc % 64;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int key = key0 + 8 * r;
+                        const uint32_t a = ds_s + blk * BN * 128 + key * 128 + ((((col >> 3) ^ (key & 7))) << 4) + (col & 7) * 2;
+                        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(sf[kk][2 * half + r]));
+                    }
+                }
+            dfa__fence_proxy_async();
+            dfa__mbar_arrive(DS_READY(c, buf));
+        }
+        dfa__wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            dfa__wgmma_rs<D, BF16>(dv, pf[kk], dfa__wgmma_desc(o_s + kk * 16 * 128, BM * 128), 1);
+            dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc(q_s + kk * 16 * 128, BM * 128), 1);
+        }
+        dfa__wgmma_commit();
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < D8 * 4; i++) {
+            dfa__reg_fence(dk[i]);
+            dfa__reg_fence(dv[i]);
+        }
+        dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse and D of this stage are no longer read */
+        if (DQ_ATOMIC) {
+            float dq[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++) dq[i] = 0.0f;
+            dfa__mbar_wait(DS_READY(1 - c, buf), (uint32_t)(it >> 1) & 1u);
+            dfa__wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                const uint64_t da = dfa__wgmma_desc(ds_s + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);
+                const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);
+                if (BF16) dfa__wgmma_ss_tt_bf16_n64(dq, da, db, kk > 0);
+                else dfa__wgmma_ss_tt_f16_n64(dq, da, db, kk > 0);
+            }
+            dfa__wgmma_commit();
+            dfa__wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
+            /* the staging tile is free once the writer has read the previous one */
+            if (it > 0) dfa__mbar_wait(DQ_EMPTY, (uint32_t)(it - 1) & 1u);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = dq_row0 + warp * 16 + g + 8 * r;
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int col = dq_col0 + 8 * j + 2 * t, box = col >> 5, cc = col & 31;
+                    const uint32_t a = sDQ + box * BM * 128 + row * 128 + ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a),
+                                 "f"(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale)),
+                                 "f"(dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale))
+                                 : "memory");
+                }
+            }
+            dfa__fence_proxy_async();
+            dfa__mbar_arrive(DQ_FULL);
+        }
+    }
+
+    OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + key0 + 8 * r;
+        if (key >= p.sh.seqlen_k) continue;
+#pragma unroll
+        for (int j = 0; j < D8; j++) {
+            const int col = 8 * j + 2 * t;
+            dfa__store2<BF16>(dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * p.sh.scale,
+                              dk[4 * j + 2 * r + 1] * p.sh.scale);
+            dfa__store2<BF16>(dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    }
+#undef KV_FULL
+#undef FULL
+#undef EMPTY
+#undef DQ_FULL
+#undef DQ_EMPTY
+#undef DS_READY
+#else
+    (void)tq; (void)tk; (void)tv; (void)tdo; (void)tdq; (void)p;
+    __trap();
+#endif
+}
+
+#endif

@@ -43,14 +43,15 @@ static const variant variants[] = {
     {"bwd mma determ. dq", DFA__FAMILY_MMA, 1, 1, LAB_LIBRARY},
     {"fwd wgmma", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PLAIN},
     {"fwd wgmma ping-pong", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY},
+    {"fwd wgmma pp+pipe", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PIPE},
+    {"fwd wgmma pipe", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PIPE_ONLY},
     {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY},
     {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED},
     {"bwd wgmma bulk-red dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK},
     {"bwd wgmma bulk fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK_FUSED},
     {"bwd wgmma determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_LIBRARY},
-    {"bwd ws atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS},
-    {"bwd ws bm64 atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_BM64},
-    {"bwd ws determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS},
+    {"bwd wgmma v0 atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_V0},
+    {"bwd wgmma v0 determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WGMMA_V0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -2,7 +2,31 @@
  * instantiated for the kernels it does not ship. */
 #include "cuda/launch_bwd.cuh"
 #include "cuda/launch_fwd.cuh"
+#include "lab_bwd_wgmma.cuh"
 #include "lab_variants.h"
+
+template <int D, int BM, int ATOMIC, int VARIANT, int BF16, int OUT32>
+static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_wgmma_cfg<D, BM> C;
+    const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
+    CUtensorMap tq, tk, tv, tdo;
+    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tdo, p.dout, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    return dfa__launch(dfa__bwd_wgmma_kernel<D, BM, ATOMIC, VARIANT, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn,
+                       "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, p);
+}
+
+/* The two-warpgroup Hopper key-block kernel, head dims 64 and 128 (VARIANT 0: the library's
+   until the warp-specialised kernel replaced it; 1-3 atomic dq only; bench/gpu/NOTES.md). */
+template <int ATOMIC, int BF16, int OUT32, int VARIANT = 0>
+static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_wgmma<64, 128, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
+    return dfa__launch_bwd_wgmma<128, 64, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
+}
+
 
 extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                               void *o, float *lse, cudaStream_t stream) {
@@ -11,20 +35,23 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "forward", &wgmma, fn);
     if (st) return st;
-    if (variant != LAB_FWD_WGMMA_PLAIN) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);
     const dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse);
-    return s.bf16 ? dfa__fwd_wgmma<1, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0>(p, stream, fn);
+    switch (variant) {
+    case LAB_FWD_WGMMA_PLAIN: return s.bf16 ? dfa__fwd_wgmma<1, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0>(p, stream, fn);
+    case LAB_FWD_WGMMA_PIPE: return s.bf16 ? dfa__fwd_wgmma<1, 0, 3>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3>(p, stream, fn);
+    case LAB_FWD_WGMMA_PIPE_ONLY:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 2>(p, stream, fn);
+    default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);
+    }
 }
 
-/* [variant - LAB_BWD_WGMMA_FUSED][atomic dq][bf16]: the Hopper key-block kernel with VARIANT
-   1, 2, 3 (atomic dq only: NULL in the deterministic column), then the warp-specialised one */
-static const dfa__bwd_launcher lab_kv[5][2][2] = {
+/* [variant - LAB_BWD_WGMMA_FUSED][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
+   with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0 */
+static const dfa__bwd_launcher lab_kv[4][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
-    {{dfa__bwd_kv_ws<0, 0, 0>, dfa__bwd_kv_ws<0, 1, 0>}, {dfa__bwd_kv_ws<1, 0, 0>, dfa__bwd_kv_ws<1, 1, 0>}},
-    {{dfa__bwd_kv_ws<0, 0, 0, 64>, dfa__bwd_kv_ws<0, 1, 0, 64>},
-     {dfa__bwd_kv_ws<1, 0, 0, 64>, dfa__bwd_kv_ws<1, 1, 0, 64>}},
+    {{dfa__bwd_kv_wgmma<0, 0, 0>, dfa__bwd_kv_wgmma<0, 1, 0>}, {dfa__bwd_kv_wgmma<1, 0, 0>, dfa__bwd_kv_wgmma<1, 1, 0>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -35,7 +62,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "backward", &wgmma, fn);
     if (st) return st;
-    if (variant < LAB_BWD_WGMMA_FUSED || variant > LAB_BWD_WS_BM64)
+    if (variant < LAB_BWD_WGMMA_FUSED || variant > LAB_BWD_WGMMA_V0)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);
     const dfa__bwd_launcher kv = lab_kv[variant - LAB_BWD_WGMMA_FUSED][atomic][s.bf16 != 0];

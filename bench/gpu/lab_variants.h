@@ -1,5 +1,5 @@
 /* The kernel lab's own variants: kernels that were measured against the library's
- * and lost (bench/gpu/NOTES.md), kept here so that they can be measured again. The
+ * and lost, or are being measured before promotion (bench/gpu/NOTES.md), kept here so that they can be measured again. The
  * library ships only the winners; these run through its launch paths
  * (src/cuda/launch_fwd.cuh, launch_bwd.cuh) with one kernel swapped. */
 #ifndef DFA_LAB_VARIANTS_H
@@ -19,8 +19,10 @@ enum {
     LAB_BWD_WGMMA_FUSED,      /* Hopper backward, dQ issued behind dV/dK under one wait */
     LAB_BWD_WGMMA_BULK,       /* Hopper backward, dq by bulk reduce-adds from shared memory */
     LAB_BWD_WGMMA_BULK_FUSED, /* both */
-    LAB_BWD_WS,               /* warp-specialised Hopper backward (bwd_ws.cuh), d=64 with 128-row query blocks */
-    LAB_BWD_WS_BM64,          /* the same, d=64 with 64-row query blocks (d=128: the same kernel as LAB_BWD_WS) */
+    LAB_BWD_WGMMA_V0,         /* the two-warpgroup Hopper backward (lab_bwd_wgmma.cuh VARIANT 0), the library's
+                                 until the warp-specialised one (bwd_ws.cuh) replaced it */
+    LAB_FWD_WGMMA_PIPE,       /* Hopper forward, ping-pong + intra-warpgroup pipelining */
+    LAB_FWD_WGMMA_PIPE_ONLY,  /* Hopper forward, intra-warpgroup pipelining without ping-pong */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -1,6 +1,7 @@
 /* The backward as the library ships it: D and base-2 lse, the key-block kernel
- * (dK, dV and, by default, dQ through float32 atomics: the Hopper kernel for
- * head dims 64 and 128 on sm_90, mma.sync otherwise), then either the dq
+ * (dK, dV and, by default, dQ added into a float32 accumulator: the warp-specialised
+ * Hopper kernel of bwd_ws.cuh (TMA reduce-adds) for head dims 64 and 128 on sm_90,
+ * mma.sync with float32 atomics otherwise), then either the dq
  * conversion or, under DFA_FLAG_DETERMINISTIC, the separate query-block dq
  * kernel. Scratch memory is the caller's or is taken and given back in stream
  * order (cudaMallocAsync / cudaFreeAsync). */
@@ -83,7 +84,7 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
 #define DFA__KV_KERNELS(F)                                                                                        \
     {{{F<0, 0, 0>, F<0, 0, 1>}, {F<0, 1, 0>, F<0, 1, 1>}}, {{F<1, 0, 0>, F<1, 0, 1>}, {F<1, 1, 0>, F<1, 1, 1>}}}
 static const dfa__bwd_launcher dfa__bwd_kv_kernels[2][2][2][2] = {DFA__KV_KERNELS(dfa__bwd_kv_mma),
-                                                                   DFA__KV_KERNELS(dfa__bwd_kv_wgmma)};
+                                                                   DFA__KV_KERNELS(dfa__bwd_kv_ws)};
 #undef DFA__KV_KERNELS
 
 extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v,

@@ -1,9 +1,19 @@
 /* Internal: the warp-specialised Hopper backward key-block kernel (FlashAttention-3's
  * structure, sm_90a only) for head dims 64 and 128.
  *
- * The same mathematics and tiles as bwd_wgmma.cuh (a CTA owns BN = 128 keys of one
- * (kv head, batch), each consumer warpgroup 64 of them, dK and dV in registers), with
- * the work that sat on the consumers' critical path moved off it:
+ * A CTA owns BN = 128 keys of one (kv head, batch) and walks every query block (BM
+ * rows) of every query head of its group; each consumer warpgroup owns 64 of the keys
+ * and keeps their dK and dV in registers:
+ *
+ *   S^T  = K Q^T,  dP^T = V dO^T                (SS: both operands in shared memory)
+ *   P^T  = exp2(S^T scale log2e - lse log2e),  dS^T = P^T (dP^T - D)
+ *   dV  += P^T dO,  dK += dS^T Q                (RS: P^T / dS^T straight from registers)
+ *   dQ   = dS K  over all 128 keys              (SS, dS^T written to shared memory)
+ *
+ * Each consumer computes a 64 x 64 part of the dQ tile. Without DQ_ATOMIC there is no dQ
+ * here (the deterministic dq pass of bwd_mma.cuh follows). Compared with the kernel lab's
+ * two-warpgroup version (bench/gpu/lab_bwd_wgmma.cuh, the library's until 2026-12-01),
+ * the work that sat on the consumers' critical path is moved off it:
  *
  *  - a producer warpgroup (setmaxnreg 24; the consumers get 240): its warp 0 issues
  *    the TMA copies of K, V and of each query block's Q and dO into a two-stage ring,
@@ -26,7 +36,8 @@
 #ifndef DFA_CUDA_BWD_WS_CUH
 #define DFA_CUDA_BWD_WS_CUH
 
-#include "bwd_wgmma.cuh"
+#include "bwd_mma.cuh"
+#include "fwd_wgmma.cuh"
 
 template <int D, int BM> struct dfa__bwd_ws_cfg {
     static constexpr int BN = 128, STAGES = 2, NT = 384;

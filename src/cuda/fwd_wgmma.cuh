@@ -54,7 +54,7 @@ static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a
 
 /* PINGPONG: the two consumer warpgroups take turns issuing their Q K^T products
    (named barriers 1 and 2), so one's softmax runs under the other's matrix work. */
-template <int D, int BN, int BF16, int PINGPONG, int OUT32>
+template <int D, int BN, int BF16, int PP, int OUT32>
 __global__ void __launch_bounds__(384, 1)
     dfa__fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(384, 1)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__fwd_wgmma_cfg<D, BN> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
+    constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
@@ -144,6 +145,66 @@ __global__ void __launch_bounds__(384, 1)
 
     if (PINGPONG && c == 1) dfa__named_arrive(1, 256); /* warpgroup 1 goes first */
     dfa__mbar_wait(q_full, 0);
+    if (PIPELINE) {
+        /* S of block it is computed while P V of block it - 1 is still in flight; the softmax
+           of block it runs under that product, and o is rescaled once it has landed */
+        float sc[NT8 * 4];
+        uint32_t pf[BN / 16][4];
+        float(*s4)[4] = (float(*)[4])sc;
+        for (int it = 0; it <= nblocks; it++) {
+            const int s = it % STAGES, sp = (it + STAGES - 1) % STAGES;
+            const uint32_t ph = (uint32_t)(it / STAGES) & 1u, php = (uint32_t)((it + STAGES - 1) / STAGES - 1) & 1u;
+            if (it < nblocks) dfa__mbar_wait(K_FULL(s), ph);
+            if (PINGPONG) dfa__named_sync(1 + c, 256);
+            dfa__wgmma_fence();
+            if (it < nblocks) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);
+                    const uint64_t db = dfa__wgmma_desc(sK + s * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);
+                    dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);
+                }
+                dfa__wgmma_commit();
+            }
+            if (it > 0) {
+                dfa__mbar_wait(V_FULL(sp), php);
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) {
+                    const uint64_t dv = dfa__wgmma_desc(sV + sp * C::KVBYTES + kk * 16 * 128, BN * 128);
+                    dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);
+                }
+                dfa__wgmma_commit();
+            }
+            if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+            float alpha[2] = {1.0f, 1.0f};
+            if (it < nblocks) {
+                if (it > 0) dfa__wgmma_wait<1>();
+                else dfa__wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+                dfa__mbar_arrive(K_EMPTY(s));
+                dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, it * BN, m0, p.sh.seqlen_k, p.sh.causal,
+                                         p.sh.offset, p.scale_log2, lane, alpha);
+            }
+            if (it > 0) {
+                dfa__wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+                dfa__mbar_arrive(V_EMPTY(sp));
+            }
+            if (it < nblocks) {
+#pragma unroll
+                for (int j = 0; j < OT8; j++) {
+                    o[4 * j + 0] *= alpha[0];
+                    o[4 * j + 1] *= alpha[0];
+                    o[4 * j + 2] *= alpha[1];
+                    o[4 * j + 3] *= alpha[1];
+                }
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+            }
+        }
+    } else
     for (int it = 0; it < nblocks; it++) {
         const int s = it % STAGES, n0 = it * BN;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "bwd_mma.cuh"
-#include "bwd_wgmma.cuh"
 #include "bwd_ws.cuh"
 #include "launch.cuh"
 #include "tmap.h"
@@ -30,20 +29,6 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
     const long long ctas = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
     return dfa__launch(dfa__bwd_dq_kernel<DP, NW, BN, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "query tiles",
                        "backward dq kernel launch", p);
-}
-
-template <int D, int BM, int ATOMIC, int VARIANT, int BF16, int OUT32>
-static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    typedef dfa__bwd_wgmma_cfg<D, BM> C;
-    const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
-    CUtensorMap tq, tk, tv, tdo;
-    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
-        !dfa__tmap(&tdo, p.dout, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
-        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
-        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN))
-        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
-    return dfa__launch(dfa__bwd_wgmma_kernel<D, BM, ATOMIC, VARIANT, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn,
-                       "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, p);
 }
 
 template <int D, int BM, int ATOMIC, int BF16, int OUT32>
@@ -70,19 +55,11 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, con
     return dfa__launch_bwd_kv<256, 64, 32, 2, ATOMIC, BF16, OUT32>(p, st, fn);
 }
 
-/* The Hopper key-block kernel, head dims 64 and 128. VARIANT 0 is the library's kernel
-   (bench/gpu/NOTES.md); the others (atomic dq only) run only in the kernel lab. */
-template <int ATOMIC, int BF16, int OUT32, int VARIANT = 0>
-static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_wgmma<64, 128, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
-    return dfa__launch_bwd_wgmma<128, 64, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
-}
-
-/* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 and 128;
-   BM64 is the query-block height at head dim 64 (128 at 128 is over the register budget). */
-template <int ATOMIC, int BF16, int OUT32, int BM64 = 128>
+/* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 (128-row query
+   blocks) and 128 (64-row: 128 is over the register budget). */
+template <int ATOMIC, int BF16, int OUT32>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, BM64, ATOMIC, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, ATOMIC, BF16, OUT32>(p, st, fn);
     return dfa__launch_bwd_ws<128, 64, ATOMIC, BF16, OUT32>(p, st, fn);
 }
 

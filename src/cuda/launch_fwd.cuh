@@ -55,8 +55,9 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
     return dfa__launch_fwd_mma<256, 4, 32, BF16, OUT32>(p, st, fn);
 }
 
-/* The Hopper forward, head dims 64 and 128. PP = 1 (ping-pong consumers) is the library's
-   kernel (bench/gpu/NOTES.md); PP = 0 runs only in the kernel lab. */
+/* The Hopper forward, head dims 64 and 128. PP: bit 0 ping-pong consumers, bit 1 the
+   softmax of each key block under the previous block's P V (intra-warpgroup pipelining).
+   PP = 1 is the library's kernel (bench/gpu/NOTES.md); the others run in the kernel lab. */
 template <int BF16, int OUT32, int PP = 1>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP, OUT32>(p, st, fn);

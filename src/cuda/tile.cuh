@@ -107,11 +107,14 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
 /* One key tile of a forward's online softmax: masks the raw scores s (C layout, BN/8 tiles,
    this warp's rows g and g+8 with visibility limits lim) where the tile [n0, n0 + BN) crosses
    the end of the keys or the causal diagonal of the query tile at m0, turns them into
-   probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum. */
+   probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum.
+   alpha_out (optional) receives the two rows' rescale factors, for a caller that rescales its
+   output later (OT8 = 0: the pipelined forward, whose output is still being written). */
 template <int BN, int OT8>
 static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*acc)[4], float *m, float *l,
                                                          const int *lim, int n0, int m0, int seqlen_k, int causal,
-                                                         long long offset, float scale_log2, int lane) {
+                                                         long long offset, float scale_log2, int lane,
+                                                         float *alpha_out = 0) {
     constexpr int NT8 = BN / 8;
     const bool need_mask = n0 + BN > seqlen_k || (causal && (long long)n0 + BN - 1 > (long long)m0 + offset);
     if (need_mask) {
@@ -125,6 +128,10 @@ static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*
     }
     float alpha[2];
     dfa__softmax_tile<NT8>(s, m, l, scale_log2, alpha);
+    if (alpha_out) {
+        alpha_out[0] = alpha[0];
+        alpha_out[1] = alpha[1];
+    }
 #pragma unroll
     for (int j = 0; j < OT8; j++) {
         acc[j][0] *= alpha[0];

@@ -1,5 +1,6 @@
-/* Internal: the Hopper backward key-block kernel (wgmma, TMA, warp
- * specialisation) for head dims 64 and 128 (sm_90a only).
+/* Kernel lab: the two-warpgroup Hopper backward key-block kernel (wgmma, TMA) for
+ * head dims 64 and 128 (sm_90a only). The library's until 2026-12-01, when the
+ * warp-specialised kernel (src/cuda/bwd_ws.cuh) replaced it; kept to be measured.
  *
  * A CTA owns BN = 128 keys of one (kv head, batch) and walks every query block
  * (BM rows) of every query head of its group. One thread loads K and V once and
@@ -16,17 +17,17 @@
  *
  * Each consumer warpgroup computes half of the dQ tile and adds it into the f32
  * accumulator with atomics (DQ_ATOMIC); without it the deterministic dq pass of
- * bwd_mma.cuh follows. VARIANT 0 is the library's kernel; the others run only in
- * the kernel lab (bench/gpu: bit 0 issues dQ behind dV/dK under one wait, bit 1
- * adds dq with bulk reduce-adds from shared memory). OUT32 writes dk, dv (and, in
+ * bwd_mma.cuh follows. VARIANT 0 was the library's kernel; in the others bit 0
+ * issues dQ behind dV/dK under one wait and bit 1 adds dq with bulk reduce-adds from
+ * shared memory. OUT32 writes dk, dv (and, in
  * the atomic path, scale * dq straight into the caller's float32 dq) as float32.
  * Tiles are 64-column blocks of 128-byte rows in the 128-byte swizzle, as in the
  * forward; dS^T is stored [key][query] and read as an MN-major A operand. */
 #ifndef DFA_CUDA_BWD_WGMMA_CUH
 #define DFA_CUDA_BWD_WGMMA_CUH
 
-#include "bwd_mma.cuh"
-#include "fwd_wgmma.cuh"
+#include "cuda/bwd_mma.cuh"
+#include "cuda/fwd_wgmma.cuh"
 
 template <int D, int BM> struct dfa__bwd_wgmma_cfg {
     static constexpr int BN = 128, STAGES = 2, NT = 256;

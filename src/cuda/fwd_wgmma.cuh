@@ -147,63 +147,84 @@ __global__ void __launch_bounds__(384, 1)
     dfa__mbar_wait(q_full, 0);
     if (PIPELINE) {
         /* S of block it is computed while P V of block it - 1 is still in flight; the softmax
-           of block it runs under that product, and o is rescaled once it has landed */
+           of block it runs under that product, and o is rescaled once it has landed. The
+           first S and the last P V are peeled off the loop, so that every iteration commits
+           the same two groups and ptxas can see which wait retires which product (with
+           conditional commits it serialises the wgmmas). */
         float sc[NT8 * 4];
         uint32_t pf[BN / 16][4];
         float(*s4)[4] = (float(*)[4])sc;
-        for (int it = 0; it <= nblocks; it++) {
-            const int s = it % STAGES, sp = (it + STAGES - 1) % STAGES;
-            const uint32_t ph = (uint32_t)(it / STAGES) & 1u, php = (uint32_t)((it + STAGES - 1) / STAGES - 1) & 1u;
-            if (it < nblocks) dfa__mbar_wait(K_FULL(s), ph);
+#define DFA__FWD_ISSUE_S(s_)                                                                                      \
+    _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
+        const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);         \
+        const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
+        dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                              \
+    }                                                                                                             \
+    dfa__wgmma_commit()
+#define DFA__FWD_ISSUE_PV(s_)                                                                                     \
+    _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                                     \
+        const uint64_t dv = dfa__wgmma_desc(sV + (s_) * C::KVBYTES + kk * 16 * 128, BN * 128);                   \
+        dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);                                                                 \
+    }                                                                                                             \
+    dfa__wgmma_commit()
+        float alpha[2];
+        dfa__mbar_wait(K_FULL(0), 0);
+        if (PINGPONG) dfa__named_sync(1 + c, 256);
+        dfa__wgmma_fence();
+        DFA__FWD_ISSUE_S(0);
+        if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+        dfa__mbar_arrive(K_EMPTY(0));
+        dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, 0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset,
+                                 p.scale_log2, lane, alpha);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+        for (int it = 1; it < nblocks; it++) {
+            const int s = it % STAGES, sp = (it - 1) % STAGES;
+            const uint32_t ph = (uint32_t)(it / STAGES) & 1u, php = (uint32_t)((it - 1) / STAGES) & 1u;
+            dfa__mbar_wait(K_FULL(s), ph);
+            dfa__mbar_wait(V_FULL(sp), php);
             if (PINGPONG) dfa__named_sync(1 + c, 256);
             dfa__wgmma_fence();
-            if (it < nblocks) {
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-                    const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);
-                    const uint64_t db = dfa__wgmma_desc(sK + s * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);
-                    dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);
-                }
-                dfa__wgmma_commit();
-            }
-            if (it > 0) {
-                dfa__mbar_wait(V_FULL(sp), php);
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) {
-                    const uint64_t dv = dfa__wgmma_desc(sV + sp * C::KVBYTES + kk * 16 * 128, BN * 128);
-                    dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);
-                }
-                dfa__wgmma_commit();
-            }
+            DFA__FWD_ISSUE_S(s);
+            DFA__FWD_ISSUE_PV(sp);
             if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
-            float alpha[2] = {1.0f, 1.0f};
-            if (it < nblocks) {
-                if (it > 0) dfa__wgmma_wait<1>();
-                else dfa__wgmma_wait<0>();
+            dfa__wgmma_wait<1>();
 #pragma unroll
-                for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-                dfa__mbar_arrive(K_EMPTY(s));
-                dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, it * BN, m0, p.sh.seqlen_k, p.sh.causal,
-                                         p.sh.offset, p.scale_log2, lane, alpha);
+            for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+            dfa__mbar_arrive(K_EMPTY(s));
+            dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, it * BN, m0, p.sh.seqlen_k, p.sh.causal,
+                                     p.sh.offset, p.scale_log2, lane, alpha);
+            dfa__wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+            dfa__mbar_arrive(V_EMPTY(sp));
+#pragma unroll
+            for (int j = 0; j < OT8; j++) {
+                o[4 * j + 0] *= alpha[0];
+                o[4 * j + 1] *= alpha[0];
+                o[4 * j + 2] *= alpha[1];
+                o[4 * j + 3] *= alpha[1];
             }
-            if (it > 0) {
-                dfa__wgmma_wait<0>();
 #pragma unroll
-                for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-                dfa__mbar_arrive(V_EMPTY(sp));
-            }
-            if (it < nblocks) {
-#pragma unroll
-                for (int j = 0; j < OT8; j++) {
-                    o[4 * j + 0] *= alpha[0];
-                    o[4 * j + 1] *= alpha[0];
-                    o[4 * j + 2] *= alpha[1];
-                    o[4 * j + 3] *= alpha[1];
-                }
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-            }
+            for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
         }
+        {
+            const int sp = (nblocks - 1) % STAGES;
+            dfa__mbar_wait(V_FULL(sp), (uint32_t)((nblocks - 1) / STAGES) & 1u);
+            if (PINGPONG) dfa__named_sync(1 + c, 256);
+            dfa__wgmma_fence();
+            DFA__FWD_ISSUE_PV(sp);
+            if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+            dfa__wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+            dfa__mbar_arrive(V_EMPTY(sp));
+        }
+#undef DFA__FWD_ISSUE_S
+#undef DFA__FWD_ISSUE_PV
     } else
     for (int it = 0; it < nblocks; it++) {
         const int s = it % STAGES, n0 = it * BN;

@@ -37,10 +37,14 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     if (st) return st;
     const dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse);
     switch (variant) {
-    case LAB_FWD_WGMMA_PLAIN: return s.bf16 ? dfa__fwd_wgmma<1, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0>(p, stream, fn);
-    case LAB_FWD_WGMMA_PIPE: return s.bf16 ? dfa__fwd_wgmma<1, 0, 3>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3>(p, stream, fn);
+    case LAB_FWD_WGMMA_PLAIN:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0, 0>(p, stream, fn);
+    case LAB_FWD_WGMMA_PINGPONG:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 1, 1>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 1, 1>(p, stream, fn);
+    case LAB_FWD_WGMMA_PIPE:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 3>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 3>(p, stream, fn);
     case LAB_FWD_WGMMA_PIPE_ONLY:
-        return s.bf16 ? dfa__fwd_wgmma<1, 0, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 2>(p, stream, fn);
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 2, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 2, 2>(p, stream, fn);
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);
     }
 }

@@ -21,8 +21,9 @@ enum {
     LAB_BWD_WGMMA_BULK_FUSED, /* both */
     LAB_BWD_WGMMA_V0,         /* the two-warpgroup Hopper backward (lab_bwd_wgmma.cuh VARIANT 0), the library's
                                  until the warp-specialised one (bwd_ws.cuh) replaced it */
-    LAB_FWD_WGMMA_PIPE,       /* Hopper forward, ping-pong + intra-warpgroup pipelining */
-    LAB_FWD_WGMMA_PIPE_ONLY,  /* Hopper forward, intra-warpgroup pipelining without ping-pong */
+    LAB_FWD_WGMMA_PIPE,       /* Hopper forward, ping-pong + intra-warpgroup pipelining (both head dims) */
+    LAB_FWD_WGMMA_PIPE_ONLY,  /* Hopper forward, intra-warpgroup pipelining without ping-pong (both head dims) */
+    LAB_FWD_WGMMA_PINGPONG,   /* Hopper forward, ping-pong alone: the library's until 2026-12-01 */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

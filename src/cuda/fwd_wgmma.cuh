@@ -7,11 +7,12 @@
  * "empty" one (both consumers done with it). Warpgroups 1 and 2 each own 64
  * query rows: S = Q K^T with both operands in shared memory, the online softmax
  * in registers, then O += P V with P straight from registers (RS form). The
- * producer hands registers to the consumers with setmaxnreg, but ptxas 13.0
- * still allocates the consumer code within the even 168-register share (see
- * bench/gpu/NOTES.md), so the consumers are written to fit in 168. PINGPONG
- * (the library's kernel; 0 runs only in the kernel lab) staggers the two
- * consumers' Q K^T with named barriers. OUT32 writes o as float32.
+ * producer hands registers to the consumers with setmaxnreg (40 / 232). PP bit 0
+ * (PINGPONG) staggers the two consumers' products with named barriers; bit 1
+ * (PIPELINE) issues S of block j + 1 before the softmax of block j, which then runs
+ * under P V of block j (FlashAttention-3's intra-warpgroup overlap). The library
+ * ships both at head dim 64 and the pipeline alone at 128 (launch_fwd.cuh); the
+ * other combinations run in the kernel lab. OUT32 writes o as float32.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
  * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. */

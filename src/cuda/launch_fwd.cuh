@@ -57,11 +57,12 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
 
 /* The Hopper forward, head dims 64 and 128. PP: bit 0 ping-pong consumers, bit 1 the
    softmax of each key block under the previous block's P V (intra-warpgroup pipelining).
-   PP = 1 is the library's kernel (bench/gpu/NOTES.md); the others run in the kernel lab. */
-template <int BF16, int OUT32, int PP = 1>
+   The library's kernels (bench/gpu/NOTES.md): both at head dim 64, pipelining alone at 128;
+   the other combinations run in the kernel lab. */
+template <int BF16, int OUT32, int PP64 = 3, int PP128 = 2>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP, OUT32>(p, st, fn);
-    return dfa__launch_fwd_wgmma<128, 128, BF16, PP, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32>(p, st, fn);
+    return dfa__launch_fwd_wgmma<128, 128, BF16, PP128, OUT32>(p, st, fn);
 }
 
 #endif

@@ -83,7 +83,7 @@ static void test_unit_model(void) {
             dfa__sim_result r[3];
             for (int ki = 0; ki < 3; ki++) {
                 const dfa__sched s = {kinds[ki], P, causal, n};
-                const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}, NULL};
+                const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}, NULL, NULL, 0, 0, 0.0, 0.0};
                 CHECK(dfa__sim_run(&s, &m, &r[ki]) == 0, "sim failed");
             }
             const double eps = 1e-4;
@@ -129,7 +129,7 @@ static void test_machine_model(void) {
                 double ms[3];
                 for (int ki = 0; ki < 3; ki++) {
                     const dfa__sched s = {kinds[ki], P, 1, 4096};
-                    const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}, NULL};
+                    const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}, NULL, NULL, 0, 0, 0.0, 0.0};
                     dfa__sim_result r;
                     CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
                     ms[ki] = r.makespan;

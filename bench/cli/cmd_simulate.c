@@ -547,7 +547,13 @@ static double predict_one(const sim_opts *o, int which, int P, int64_t S, int rb
 }
 
 static int predict(const sim_opts *o) {
-    const double resid = calibration(o, 0);
+    /* the residual of the preset that was calibrated (the lent 2-GPU machine, its own link) */
+    sim_opts co = *o;
+    co.machine = dfa__sim_machine_preset("h200-nvlink");
+    co.gpus_per_node = co.machine->gpus_per_node;
+    co.bandwidth = co.latency = co.inter_bandwidth = co.inter_latency = 0.0;
+    co.m.shape = (dfa__msg_shape){1, 32, 32, 128, 2};
+    const double resid = calibration(&co, 0);
     FILE *tsv = NULL;
     if (o->tsv && !(tsv = fopen(o->tsv, "w"))) {
         fprintf(stderr, "distflash simulate: cannot write %s\n", o->tsv);
@@ -565,8 +571,22 @@ static int predict(const sim_opts *o) {
             const int P = o->ranks_list[pi];
             const int64_t S = o->seq_list[si];
             for (int w = 0; w < PR_N; w++) {
+                if (P == 1 && w != PR_BALANCED) continue;
+                if (P == 1) { /* the baseline itself: the single-GPU call on the whole sequence */
+                    const double t1 = one_process_at(o, S, 0, 0) + one_process_at(o, S, 1, 0);
+                    const double lo = one_process_at(o, S, 0, 1) + one_process_at(o, S, 1, 1);
+                    const double hi = one_process_at(o, S, 0, -1) + one_process_at(o, S, 1, -1);
+                    char sl[64];
+                    snprintf(sl, sizeof sl, "[%.1f, %.1f]", 1e3 * lo, 1e3 * hi);
+                    printf("%8lld %4d  %-16s | %10.1f  %-21s | %6.3f  %-15s | %8.1f\n", (long long)S, 1, "1 GPU", 1e3 * t1,
+                           sl, 1.0, "", 0.0);
+                    if (tsv)
+                        fprintf(tsv, "%lld\t1\t1 GPU\t%.4f\t%.4f\t%.4f\t1\t1\t1\n", (long long)S, 1e3 * t1, 1e3 * lo,
+                                1e3 * hi);
+                    continue;
+                }
                 const double t = predict_one(o, w, P, S, 0, 0);
-                if (t < 0 || (P == 1 && w != PR_BALANCED)) continue;
+                if (t < 0) continue;
                 double tlo = t, thi = t, elo = 1e30, ehi = 0.0;
                 const double t1 = one_process_at(o, S, 0, 0) + one_process_at(o, S, 1, 0);
                 for (int rb = -1; rb <= 1; rb += 2)

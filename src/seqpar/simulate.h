@@ -13,6 +13,14 @@
  * link). With overlap off the wait comes before the compute. With
  * flops == 0 the model counts work in full blocks (a diagonal block is about
  * half of one) and communication is free: the schedule's ideal makespan.
+ *
+ * With a calibrated machine (model.machine, sim_machine.c; issue 15) a block takes its
+ * FLOPs over the measured kernel rate of its shape (diagonal, full, half-rows) at its chunk
+ * length, and the executor's element-wise passes take their bytes over the effective HBM
+ * bandwidth: the accumulators' fill before the steps, packing query rows that leave (before
+ * they can), folding the rank's own partials (inside its block) and received ones (after the
+ * step's wait), rounding into the outputs at the end. With gpus_per_node > 0 the network has
+ * two levels: messages between nodes take inter_latency and share the rank's inter_bandwidth.
  */
 #ifndef DFA_DIST_SIMULATE_H
 #define DFA_DIST_SIMULATE_H

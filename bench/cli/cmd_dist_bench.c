@@ -380,7 +380,8 @@ int cmd_dist_bench(int argc, char **argv) {
                 cf += R->fwd[p].compute_total;
                 cb += R->bwd[p].compute_total;
             }
-            dfa__sim_model mf = {0, R->overlap, schedule_flops(&s, &sh, 0, -1) / cf, o.bandwidth, o.latency, sh, NULL};
+            dfa__sim_model mf = {0, R->overlap, schedule_flops(&s, &sh, 0, -1) / cf, o.bandwidth, o.latency, sh, NULL,
+                                NULL, 0, 0, 0.0, 0.0};
             dfa__sim_model mb = mf;
             mb.bwd = 1;
             mb.flops = schedule_flops(&s, &sh, 1, -1) / cb;

@@ -157,16 +157,20 @@ void dfa__sim_free(dfa__sim_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* Which link a message between ranks a and b takes: 0 inside a node, 1 between nodes. */
+static int link_of(const dfa__sim_model *m, int a, int b) {
+    return m->gpus_per_node > 0 && a / m->gpus_per_node != b / m->gpus_per_node;
+}
+
 /* Posts, at the ranks' clocks `post`, the inputs of compute step in_step and the results of
    compute step res_step (either may be out of range: none) and returns in done[p] when the
-   last of rank p's messages completes. The bytes a rank sends (receives) share its link. */
+   last of rank p's messages completes. The bytes a rank sends (receives) over one kind of
+   link in one step share that link: out_b/in_b are [2][P] (inside, between nodes). */
 static int exchange(const dfa__sched *s, const dfa__sim_model *m, int in_step, int res_step, const double *post,
                     double *done, dfa__msg *msgs, int cap, double *out_b, double *in_b) {
-    const int P = s->nranks, T = dfa__sched_steps(s), unit = m->flops <= 0.0;
-    for (int p = 0; p < P; p++) {
-        done[p] = post[p];
-        out_b[p] = in_b[p] = 0.0;
-    }
+    const int P = s->nranks, T = dfa__sched_steps(s), unit = m->flops <= 0.0 && !m->machine;
+    for (int p = 0; p < P; p++) done[p] = post[p];
+    for (int i = 0; i < 2 * P; i++) out_b[i] = in_b[i] = 0.0;
     for (int pass = 0; pass < 2; pass++) /* first the bytes per link end, then completion times */
         for (int g = 0; g < 2; g++) {
             const int of = g == 0 ? in_step : res_step;
@@ -178,13 +182,16 @@ static int exchange(const dfa__sched *s, const dfa__sim_model *m, int in_step, i
                     const dfa__msg *x = &msgs[i];
                     if (!x->send || dfa__msg_is_input(x->kind) != (g == 0)) continue;
                     const double bytes = (double)dfa__msg_bytes(x, m->bwd, &m->shape, s->rows);
+                    const int l = link_of(m, r, x->peer);
                     if (pass == 0) {
-                        out_b[r] += bytes;
-                        in_b[x->peer] += bytes;
+                        out_b[l * P + r] += bytes;
+                        in_b[l * P + x->peer] += bytes;
                         continue;
                     }
                     double t = fmax(post[r], post[x->peer]);
-                    if (!unit) t += m->latency + fmax(out_b[r], in_b[x->peer]) / m->bandwidth;
+                    if (!unit)
+                        t += (l ? m->inter_latency : m->latency) +
+                             fmax(out_b[l * P + r], in_b[l * P + x->peer]) / (l ? m->inter_bandwidth : m->bandwidth);
                     done[r] = fmax(done[r], t);
                     done[x->peer] = fmax(done[x->peer], t);
                 }
@@ -193,11 +200,96 @@ static int exchange(const dfa__sched *s, const dfa__sim_model *m, int in_step, i
     return 0;
 }
 
+/* The calibrated machine's costs (seconds on a rank's compute stream), following what the
+   executor enqueues (executor.c): element-wise passes at mc->hbm plus mc->launch each. */
+static double elementwise(const dfa__sim_model *m, double bytes, int kernels) {
+    return bytes / m->machine->hbm + kernels * m->machine->launch;
+}
+
+/* Row widths in elements and the batch. */
+#define QROW(m) ((double)(m)->shape.heads * (m)->shape.head_dim)
+#define KVROW(m) ((double)(m)->shape.kv_heads * (m)->shape.head_dim)
+#define BATCH(m) ((double)(m)->shape.batch)
+
+/* Folding a partial result of `rows` query rows into the float32 accumulators (fwd: merge
+   of o and lse; bwd: dq added): read both, write one. */
+static double fold_query_cost(const dfa__sim_model *m, int rows) {
+    const double b = 3.0 * BATCH(m) * rows * QROW(m) * 4 + (m->bwd ? 0.0 : 3.0 * BATCH(m) * rows * m->shape.heads * 4);
+    return elementwise(m, b, m->bwd ? m->shape.batch : 1);
+}
+
+/* Folding a key chunk's dk/dv partial (backward). */
+static double fold_keys_cost(const dfa__sim_model *m, int n) {
+    return elementwise(m, 2.0 * 3.0 * BATCH(m) * n * KVROW(m) * 4, 2);
+}
+
+/* Packing query rows into a contiguous buffer (fwd: q; bwd: q, o, dout, lse): read + write. */
+static double pack_cost(const dfa__sim_model *m, int rows) {
+    const double b = BATCH(m) * rows * QROW(m) * m->shape.elem * (m->bwd ? 3 : 1) +
+                     (m->bwd ? BATCH(m) * m->shape.heads * rows * 4 : 0.0);
+    return elementwise(m, 2.0 * b, m->bwd ? 4 : 1);
+}
+
+/* A rank's block at a step: its own query rows packed when it takes part of its chunk,
+   the kernel at the calibrated rate of its shape, its own partials folded at once. */
+static double task_cost(const dfa__sched *s, const dfa__sim_model *m, int rank, const dfa__task *t) {
+    const int n = s->rows, rows = t->row1 - t->row0;
+    const dfa__block_shape shape = t->causal_mask ? DFA__BLOCK_DIAG : rows == n ? DFA__BLOCK_FULL : DFA__BLOCK_PART;
+    double c = dfa__task_flops(t, n, &m->shape, m->bwd) / dfa__sim_block_rate(m->machine, m->bwd, shape, n, m->bound);
+    c += m->machine->launch;
+    if (t->q_chunk == rank) {
+        if (rows < n) c += pack_cost(m, rows);
+        c += fold_query_cost(m, rows);
+    }
+    if (m->bwd && t->k_chunk == rank) c += fold_keys_cost(m, n);
+    return c;
+}
+
+/* What rank r does on its stream around the messages of the inputs of step in_step and
+   the results of step res_step: packs the query rows it sends (before they can leave) and
+   folds the results it receives (after they arrived). */
+static int message_costs(const dfa__sched *s, const dfa__sim_model *m, int r, int in_step, int res_step,
+                         dfa__msg *msgs, int cap, double *pack, double *fold) {
+    const int T = dfa__sched_steps(s);
+    *pack = *fold = 0.0;
+    for (int g = 0; g < 2; g++) {
+        const int of = g == 0 ? in_step : res_step;
+        if (of < 0 || of >= T) continue;
+        const int nm = dfa__sched_messages(s, m->bwd, r, of, msgs, cap);
+        if (nm < 0) return -1;
+        for (int i = 0; i < nm; i++) {
+            const dfa__msg *x = &msgs[i];
+            if (dfa__msg_is_input(x->kind) != (g == 0)) continue;
+            const int rows = x->task.row1 - x->task.row0;
+            if (x->send && x->kind == DFA__MSG_QUERY && rows < s->rows) *pack += pack_cost(m, rows);
+            if (!x->send && x->kind == DFA__MSG_QRESULT) *fold += fold_query_cost(m, rows);
+            if (!x->send && x->kind == DFA__MSG_KVRESULT) *fold += fold_keys_cost(m, s->rows);
+        }
+    }
+    return 0;
+}
+
+/* Before the steps: the float32 accumulators filled; after them: rounded into the outputs. */
+static double fill_cost(const dfa__sim_model *m, int n) {
+    const double b = m->bwd ? BATCH(m) * n * (QROW(m) + 2 * KVROW(m)) * 4 : BATCH(m) * n * (QROW(m) + m->shape.heads) * 4;
+    return elementwise(m, b, m->bwd ? 3 : 2);
+}
+
+static double store_cost(const dfa__sim_model *m, int n) {
+    const double e = 4.0 + (double)m->shape.elem;
+    const double b = m->bwd ? BATCH(m) * n * (QROW(m) + 2 * KVROW(m)) * e
+                            : BATCH(m) * n * (QROW(m) * e + m->shape.heads * 8.0);
+    return elementwise(m, b, m->bwd ? 3 : 2);
+}
+
 int dfa__sim_run(const dfa__sched *s, const dfa__sim_model *m, dfa__sim_result *r) {
     memset(r, 0, sizeof *r);
-    if (!dfa__sched_valid(s) || !m || (m->flops > 0.0 && !(m->bandwidth > 0.0))) return -1;
+    if (!dfa__sched_valid(s) || !m) return -1;
+    const int mach = m->machine != NULL, unit = m->flops <= 0.0 && !mach;
+    if (!unit && !(m->bandwidth > 0.0)) return -1;
+    if (!unit && m->gpus_per_node > 0 && !(m->inter_bandwidth > 0.0)) return -1;
+    if (m->gpus_per_node < 0) return -1;
     const int P = s->nranks, T = dfa__sched_steps(s), cap = dfa__sched_max_messages(s);
-    const int unit = m->flops <= 0.0;
     r->nranks = P;
     r->steps = T;
     r->compute = calloc((size_t)P, sizeof(double));
@@ -206,27 +298,37 @@ int dfa__sim_run(const dfa__sched *s, const dfa__sim_model *m, dfa__sim_result *
     r->step_wait = calloc((size_t)P * (size_t)T, sizeof(double));
     double *clock = calloc((size_t)P, sizeof(double)), *post = calloc((size_t)P, sizeof(double));
     double *done = calloc((size_t)P, sizeof(double));
-    double *ob = calloc((size_t)P, sizeof(double)), *ib = calloc((size_t)P, sizeof(double));
+    double *ob = calloc(2 * (size_t)P, sizeof(double)), *ib = calloc(2 * (size_t)P, sizeof(double));
     dfa__msg *msgs = malloc(sizeof *msgs * (size_t)cap);
     int rc = -1;
     if (!r->compute || !r->finish || !r->step_compute || !r->step_wait || !clock || !post || !done ||
         !ob || !ib || !msgs)
         goto done;
 
+    /* the calibrated machine: the call's setup and the accumulators' fill come first */
+    if (mach)
+        for (int p = 0; p < P; p++) clock[p] = m->machine->call + fill_cost(m, s->rows);
     /* inputs of step 0 (none in our schedules): posted and waited before the loop */
     if (exchange(s, m, 0, -1, clock, done, msgs, cap, ob, ib)) goto done;
     memcpy(clock, done, sizeof(double) * (size_t)P);
 
     for (int t = 0; t < T; t++) {
         memcpy(post, clock, sizeof(double) * (size_t)P);
+        if (mach) /* query rows are packed on the stream before they can leave */
+            for (int p = 0; p < P; p++) {
+                double pk, fd;
+                if (message_costs(s, m, p, t + 1, t - 1, msgs, cap, &pk, &fd)) goto done;
+                post[p] += pk;
+            }
         if (exchange(s, m, t + 1, t - 1, post, done, msgs, cap, ob, ib)) goto done;
         for (int p = 0; p < P; p++) {
             dfa__task tk;
             double c = 0.0;
             if (dfa__sched_task(s, p, t, &tk))
                 c = unit ? (double)dfa__task_pairs(&tk, s->rows) / ((double)s->rows * s->rows)
-                         : dfa__task_flops(&tk, s->rows, &m->shape, m->bwd) /
-                               (m->rank_flops ? m->rank_flops[p] : m->flops);
+                    : mach ? task_cost(s, m, p, &tk)
+                           : dfa__task_flops(&tk, s->rows, &m->shape, m->bwd) /
+                                 (m->rank_flops ? m->rank_flops[p] : m->flops);
             double wait;
             if (m->overlap) {
                 const double end = post[p] + c;
@@ -235,6 +337,11 @@ int dfa__sim_run(const dfa__sched *s, const dfa__sim_model *m, dfa__sim_result *
             } else {
                 wait = done[p] - post[p];
                 clock[p] = done[p] + c;
+            }
+            if (mach) { /* the results that arrived are folded after the step's own block */
+                double pk, fd;
+                if (message_costs(s, m, p, -1, t - 1, msgs, cap, &pk, &fd)) goto done;
+                clock[p] += fd;
             }
             r->step_compute[(size_t)t * P + p] = c;
             r->step_wait[(size_t)t * P + p] = wait;
@@ -248,6 +355,11 @@ int dfa__sim_run(const dfa__sched *s, const dfa__sim_model *m, dfa__sim_result *
     for (int p = 0; p < P; p++) {
         clock[p] = fmax(clock[p], done[p]);
         r->step_wait[(size_t)(T - 1) * P + p] += clock[p] - post[p];
+        if (mach) {
+            double pk, fd;
+            if (message_costs(s, m, p, -1, T - 1, msgs, cap, &pk, &fd)) goto done;
+            clock[p] += fd + store_cost(m, s->rows);
+        }
         r->finish[p] = clock[p];
         r->makespan = fmax(r->makespan, clock[p]);
         r->total_work += r->compute[p];
@@ -263,4 +375,37 @@ done:
     free(msgs);
     if (rc) dfa__sim_free(r);
     return rc;
+}
+
+int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, const dfa__sim_model *m,
+                       double *seconds) {
+    *seconds = 0.0;
+    const int G = m->gpus_per_node;
+    if (nodes < 1 || G < 1 || rows < 1 || m->shape.heads % nodes || m->shape.kv_heads % nodes) return -1;
+    if (nodes > 1 && !(m->inter_bandwidth > 0.0)) return -1;
+    dfa__sim_model mi = *m;
+    mi.shape.heads /= nodes;
+    mi.shape.kv_heads /= nodes;
+    mi.gpus_per_node = 0; /* the inner schedule stays inside one node */
+    const dfa__sched s = {inner, G, causal, rows * nodes};
+    dfa__sim_result r;
+    if (dfa__sim_run(&s, &mi, &r)) return -1;
+    double t = r.makespan;
+    dfa__sim_free(&r);
+    if (nodes > 1) {
+        /* bytes per GPU in each direction of one all-to-all (a GPU keeps 1/nodes of its data),
+           plus packing before and unpacking after at the element-wise rate */
+        const double B = m->shape.batch, es = (double)m->shape.elem;
+        const double q = B * rows * m->shape.heads * m->shape.head_dim * es;
+        const double kv = B * rows * m->shape.kv_heads * m->shape.head_dim * es;
+        const double lse = B * rows * m->shape.heads * 4.0;
+        const double in = m->bwd ? q : q + 2 * kv, out = m->bwd ? q + 2 * kv : q + lse;
+        const double hbm = m->machine ? m->machine->hbm : 3e12;
+        for (int k = 0; k < 2; k++) {
+            const double b = k == 0 ? in : out;
+            t += (nodes - 1) * m->inter_latency + b * (nodes - 1) / nodes / m->inter_bandwidth + 2.0 * b / hbm;
+        }
+    }
+    *seconds = t;
+    return 0;
 }

@@ -2,7 +2,9 @@
  * every needed (query chunk, key chunk) pair computed exactly once for every query row,
  * every receive matched by a send at the same step; steps, work per rank and idle
  * fraction as designed (ours: zero idle for every P; the paper's: 1/(P+1) for even P
- * under the unit model where a diagonal block is half a block); dfa_dist_position. */
+ * under the unit model where a diagonal block is half a block); dfa_dist_position; the
+ * calibrated machine (issue 15): it reproduces the measured 2-GPU runs within 10%, its
+ * two-level network and the head-parallel two-level model behave as described. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +85,7 @@ static void test_unit_model(void) {
             dfa__sim_result r[3];
             for (int ki = 0; ki < 3; ki++) {
                 const dfa__sched s = {kinds[ki], P, causal, n};
-                const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}, NULL};
+                const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}, NULL, NULL, 0, 0, 0.0, 0.0};
                 CHECK(dfa__sim_run(&s, &m, &r[ki]) == 0, "sim failed");
             }
             const double eps = 1e-4;
@@ -129,7 +131,7 @@ static void test_machine_model(void) {
                 double ms[3];
                 for (int ki = 0; ki < 3; ki++) {
                     const dfa__sched s = {kinds[ki], P, 1, 4096};
-                    const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}, NULL};
+                    const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}, NULL, NULL, 0, 0, 0.0, 0.0};
                     dfa__sim_result r;
                     CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
                     ms[ki] = r.makespan;
@@ -138,6 +140,131 @@ static void test_machine_model(void) {
                 CHECK(ms[0] <= ms[2] * (1 + 1e-9) && ms[2] <= ms[1] * (1 + 1e-9),
                       "P=%d bwd=%d overlap=%d: balanced %g paper %g ring %g", P, bwd, overlap, ms[0], ms[2], ms[1]);
             }
+}
+
+
+/* The h200-nvlink preset against the 2-GPU medians of 2026-12-01 (dist.json; overlap on,
+   causal, batch 1, 32 heads x 128, bf16), inline here so that a change of the preset's
+   constants cannot move the reference: fwd and fwd+bwd ms of ring and balanced. */
+static void test_calibration(void) {
+    static const struct {
+        int S;
+        dfa__sched_kind kind;
+        double fwd_ms, fb_ms;
+    } runs[] = {
+        {32768, DFA__SCHED_RING, 13.0156, 63.8489},      {32768, DFA__SCHED_BALANCED, 9.3523, 44.2372},
+        {65536, DFA__SCHED_RING, 52.0890, 252.7052},     {65536, DFA__SCHED_BALANCED, 35.0638, 172.2326},
+        {131072, DFA__SCHED_RING, 223.5759, 965.2838},   {131072, DFA__SCHED_BALANCED, 155.8680, 658.3688},
+        {262144, DFA__SCHED_RING, 925.6312, 3801.8945},  {262144, DFA__SCHED_BALANCED, 637.0909, 2590.2437},
+    };
+    static const double single_fb_ms[] = {78.6449, 318.1783, 1257.0859, 5038.6177}; /* 1 GPU, same S */
+    const double tol = 0.10; /* issue 15's bar; the model is within 7.3% of every run (BENCHMARKS.md) */
+    const dfa__sim_machine *mc = dfa__sim_machine_preset("h200-nvlink");
+    CHECK(mc != NULL && dfa__sim_machine_preset("h200-cluster") != NULL && dfa__sim_machine_preset("nope") == NULL,
+          "presets");
+    if (!mc) return;
+    const dfa__msg_shape sh = {1, 32, 32, 128, 2};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        double t[2];
+        for (int bwd = 0; bwd <= 1; bwd++) {
+            const dfa__sched s = {runs[i].kind, 2, 1, runs[i].S / 2};
+            const dfa__sim_model m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
+            dfa__sim_result r;
+            CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
+            t[bwd] = 1e3 * r.makespan;
+            dfa__sim_free(&r);
+        }
+        const double mb = runs[i].fb_ms - runs[i].fwd_ms;
+        CHECK(fabs(t[0] / runs[i].fwd_ms - 1) <= tol, "S=%d %s fwd: model %.2f ms, measured %.2f", runs[i].S,
+              dfa__sched_name(runs[i].kind), t[0], runs[i].fwd_ms);
+        CHECK(fabs(t[1] / mb - 1) <= tol, "S=%d %s bwd: model %.2f ms, measured %.2f", runs[i].S,
+              dfa__sched_name(runs[i].kind), t[1], mb);
+        CHECK(fabs((t[0] + t[1]) / runs[i].fb_ms - 1) <= tol, "S=%d %s f+b: model %.2f ms, measured %.2f", runs[i].S,
+              dfa__sched_name(runs[i].kind), t[0] + t[1], runs[i].fb_ms);
+        const double one = dfa__sim_whole_seconds(mc, &sh, runs[i].S, 0, 0) + dfa__sim_whole_seconds(mc, &sh, runs[i].S, 1, 0);
+        CHECK(fabs(1e3 * one / single_fb_ms[i / 2] - 1) <= 0.01, "S=%d one GPU: model %.2f ms, measured %.2f",
+              runs[i].S, 1e3 * one, single_fb_ms[i / 2]);
+    }
+    /* the library's own copy of the measurements: 4 lengths x 2 schedules x overlap on/off */
+    CHECK(dfa__sim_measured_2gpu_count == 16, "%d measured runs", dfa__sim_measured_2gpu_count);
+    /* rates: exact at a knot, between the neighbours between knots, ordered by bound */
+    const double a = dfa__sim_block_rate(mc, 0, DFA__BLOCK_FULL, 32768, 0);
+    const double b = dfa__sim_block_rate(mc, 0, DFA__BLOCK_FULL, 65536, 0);
+    const double c = dfa__sim_block_rate(mc, 0, DFA__BLOCK_FULL, 46341, 0);
+    CHECK(fabs(a - 519.0e12) < 1e6 && c <= fmax(a, b) && c >= fmin(a, b), "rate interpolation %g %g %g", a, b, c);
+    CHECK(dfa__sim_block_rate(mc, 1, DFA__BLOCK_DIAG, 1 << 20, -1) < dfa__sim_block_rate(mc, 1, DFA__BLOCK_DIAG, 1 << 20, 0) &&
+              dfa__sim_block_rate(mc, 1, DFA__BLOCK_DIAG, 1 << 20, 1) > dfa__sim_block_rate(mc, 1, DFA__BLOCK_DIAG, 1 << 20, 0),
+          "bounds not ordered");
+}
+
+/* The two-level network: one node, or nodes whose link equals the intra-node one, give the
+   flat model's makespan exactly; a slower inter-node link never helps. For every P 1..64,
+   every schedule, both passes, the calibrated cluster preset runs, and the balanced schedule
+   is not slower than the ring. */
+static void test_two_level_network(void) {
+    const dfa__sim_machine *mc = dfa__sim_machine_preset("h200-cluster");
+    const dfa__msg_shape sh = {1, 32, 32, 128, 2};
+    for (int P = 1; P <= 64; P++)
+        for (int bwd = 0; bwd <= 1; bwd++) {
+            double bal = 0.0, ring = 0.0;
+            for (int ki = 0; ki < 3; ki++) {
+                const dfa__sched s = {kinds[ki], P, 1, 16384};
+                dfa__sim_model m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
+                dfa__sim_result r0, r1, r2, r3;
+                m.gpus_per_node = 0;
+                CHECK(dfa__sim_run(&s, &m, &r0) == 0, "flat sim failed");
+                m.gpus_per_node = 1;
+                m.inter_bandwidth = m.bandwidth;
+                m.inter_latency = m.latency;
+                CHECK(dfa__sim_run(&s, &m, &r1) == 0, "sim failed");
+                m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
+                CHECK(dfa__sim_run(&s, &m, &r2) == 0, "cluster sim failed");
+                m.inter_bandwidth /= 4;
+                CHECK(dfa__sim_run(&s, &m, &r3) == 0, "slow cluster sim failed");
+                CHECK(fabs(r1.makespan - r0.makespan) <= 1e-12 * r0.makespan, "P=%d %s: equal links differ: %g vs %g",
+                      P, dfa__sched_name(kinds[ki]), r1.makespan, r0.makespan);
+                CHECK(r3.makespan >= r2.makespan * (1 - 1e-12) && r2.makespan >= r2.total_work / P * (1 - 1e-12),
+                      "P=%d %s bwd=%d: makespan %g, slower link %g, work/P %g", P, dfa__sched_name(kinds[ki]), bwd,
+                      r2.makespan, r3.makespan, r2.total_work / P);
+                if (P <= 8) /* one node: the cluster's intra link only */
+                    CHECK(fabs(r2.makespan - r0.makespan) <= 1e-12 * r0.makespan, "P=%d one node differs", P);
+                if (kinds[ki] == DFA__SCHED_BALANCED) bal = r2.makespan;
+                if (kinds[ki] == DFA__SCHED_RING) ring = r2.makespan;
+                dfa__sim_free(&r0);
+                dfa__sim_free(&r1);
+                dfa__sim_free(&r2);
+                dfa__sim_free(&r3);
+            }
+            CHECK(bal <= ring * (1 + 1e-9), "P=%d bwd=%d: balanced %g slower than ring %g", P, bwd, bal, ring);
+        }
+}
+
+/* Head-parallel across nodes: one node is the inner schedule itself; heads that do not
+   divide are refused; at 1M tokens on 64 GPUs it beats flat balanced (BENCHMARKS.md). */
+static void test_heads_across_nodes(void) {
+    const dfa__sim_machine *mc = dfa__sim_machine_preset("h200-cluster");
+    const dfa__msg_shape sh = {1, 32, 32, 128, 2};
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        dfa__sim_model m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
+        double t;
+        CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 1, 4096, 1, &m, &t) == 0, "one node failed");
+        const dfa__sched s = {DFA__SCHED_BALANCED, 8, 1, 4096};
+        dfa__sim_result r;
+        dfa__sim_model flat = m;
+        flat.gpus_per_node = 0;
+        CHECK(dfa__sim_run(&s, &flat, &r) == 0, "sim failed");
+        CHECK(fabs(t - r.makespan) <= 1e-12 * r.makespan, "one node: %g vs %g", t, r.makespan);
+        dfa__sim_free(&r);
+        CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 3, 4096, 1, &m, &t) == -1, "32 heads over 3 nodes accepted");
+        CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 0, 4096, 1, &m, &t) == -1, "0 nodes accepted");
+        double two, flat64;
+        CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 8, 16384, 1, &m, &two) == 0, "64 GPUs failed");
+        const dfa__sched s64 = {DFA__SCHED_BALANCED, 64, 1, 16384};
+        CHECK(dfa__sim_run(&s64, &m, &r) == 0, "sim failed");
+        flat64 = r.makespan;
+        dfa__sim_free(&r);
+        CHECK(two < flat64, "bwd=%d: two-level %g not faster than flat %g at 1M on 64", bwd, two, flat64);
+    }
 }
 
 static void test_position(void) {
@@ -162,6 +289,9 @@ int main(void) {
     test_checker_catches();
     test_unit_model();
     test_machine_model();
+    test_calibration();
+    test_two_level_network();
+    test_heads_across_nodes();
     test_position();
     return tl_finish("test_schedule");
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
 # peers. Logs go to $OUT (or out/), a short summary is printed last.
-#   STAGES="build sass gputest test lab pick sanitize bench peers det fit"  (default: see below)
-#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below.
+#   STAGES="build sass gputest test lab pick sanitize bench peers det fit profile"  (default: see below)
+#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below; JSON_DIR (default $OUT)
+#   takes the two JSON files when $OUT must hold fewer files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
+JSON_DIR=${JSON_DIR:-$OUT}; mkdir -p "$JSON_DIR"
 STAGES=${STAGES:-"build sass test sanitize lab bench peers"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 export NCCL_NVLS_ENABLE=0
@@ -71,13 +73,13 @@ if has sanitize; then
 fi
 if has bench; then
   stamp bench
-  $B/tools/distflash-bench bench --device cuda ${BENCH_ARGS:-} --json "$OUT/ours.json" 2>&1 | tee "$OUT/bench.log"
+  $B/tools/distflash-bench bench --device cuda ${BENCH_ARGS:-} --json "$JSON_DIR/ours.json" 2>&1 | tee "$OUT/bench.log"
 fi
 if has peers; then
   stamp peers
-  PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py ${PEER_ARGS:-} --json "$OUT/peers.json" > "$OUT/peers.log" 2>&1
+  PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py ${PEER_ARGS:-} --json "$JSON_DIR/peers.json" > "$OUT/peers.log" 2>&1
   tail -3 "$OUT/peers.log"
-  [ -f "$OUT/ours.json" ] && python3 bench/gpu/table.py "$OUT/ours.json" "$OUT/peers.json" | tee -a "$OUT/bench.log"
+  [ -f "$JSON_DIR/ours.json" ] && python3 bench/gpu/table.py "$JSON_DIR/ours.json" "$JSON_DIR/peers.json" | tee -a "$OUT/bench.log"
 fi
 if has det; then   # deterministic dq: speed at d=128 32k, and the longest sequence that fits without dq_acc
   stamp det
@@ -87,6 +89,15 @@ fi
 if has fit; then
   stamp fit
   $B/tools/distflash-bench bench --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
+fi
+if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, causal: one forward, one backward
+  stamp profile
+  ncu --clock-control none -k "regex:fwd_wgmma|bwd_ws" --launch-count 2 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      $B/tools/distflash-bench bench --device cuda --dims 128 --seqlens 32768 --causal 1 --warmup 0 --reps 1 \
+      > "$OUT/profile.txt" 2>&1
+  summary+=("profile rc=$?: $(grep -cE 'Duration|Warp Cycles' "$OUT/profile.txt") lines of timings")
+  grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued" "$OUT/profile.txt" | cut -c1-160 | head -30
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

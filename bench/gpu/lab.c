@@ -53,6 +53,7 @@ static const variant variants[] = {
     {"bwd wgmma determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_LIBRARY},
     {"bwd wgmma v0 atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_V0},
     {"bwd wgmma v0 determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WGMMA_V0},
+    {"bwd ws + dq pass determ.", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS_DQ_PASS},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

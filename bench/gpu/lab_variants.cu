@@ -49,13 +49,15 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     }
 }
 
-/* [variant - LAB_BWD_WGMMA_FUSED][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
-   with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0 */
-static const dfa__bwd_launcher lab_kv[4][2][2] = {
+/* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
+   with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
+   the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
+static const dfa__bwd_launcher lab_kv[5][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
     {{dfa__bwd_kv_wgmma<0, 0, 0>, dfa__bwd_kv_wgmma<0, 1, 0>}, {dfa__bwd_kv_wgmma<1, 0, 0>, dfa__bwd_kv_wgmma<1, 1, 0>}},
+    {{dfa__bwd_kv_ws<0, 0, 0>, dfa__bwd_kv_ws<0, 1, 0>}, {NULL, NULL}}, /* deterministic only: dq by the dq pass */
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -66,10 +68,17 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "backward", &wgmma, fn);
     if (st) return st;
-    if (variant < LAB_BWD_WGMMA_FUSED || variant > LAB_BWD_WGMMA_V0)
-        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
+    int row;
+    switch (variant) {
+    case LAB_BWD_WGMMA_FUSED: row = 0; break;
+    case LAB_BWD_WGMMA_BULK: row = 1; break;
+    case LAB_BWD_WGMMA_BULK_FUSED: row = 2; break;
+    case LAB_BWD_WGMMA_V0: row = 3; break;
+    case LAB_BWD_WS_DQ_PASS: row = 4; break;
+    default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
+    }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);
-    const dfa__bwd_launcher kv = lab_kv[variant - LAB_BWD_WGMMA_FUSED][atomic][s.bf16 != 0];
-    if (!kv) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "backward variant %d changes the atomic dq path only", variant);
-    return dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, stream, fn);
+    const dfa__bwd_launcher kv = lab_kv[row][atomic][s.bf16 != 0];
+    if (!kv) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "backward variant %d does not take this dq path", variant);
+    return dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
 }

@@ -24,6 +24,7 @@ enum {
     LAB_FWD_WGMMA_PIPE,       /* Hopper forward, ping-pong + intra-warpgroup pipelining (both head dims) */
     LAB_FWD_WGMMA_PIPE_ONLY,  /* Hopper forward, intra-warpgroup pipelining without ping-pong (both head dims) */
     LAB_FWD_WGMMA_PINGPONG,   /* Hopper forward, ping-pong alone: the library's until 2026-12-01 */
+    LAB_BWD_WS_DQ_PASS,       /* deterministic: the warp-specialised kernel without dq, then the dq pass */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -1,32 +1,54 @@
 /* The backward as the library ships it: D and base-2 lse, the key-block kernel
- * (dK, dV and, by default, dQ added into a float32 accumulator: the warp-specialised
- * Hopper kernel of bwd_ws.cuh (TMA reduce-adds) for head dims 64 and 128 on sm_90,
- * mma.sync with float32 atomics otherwise), then either the dq
- * conversion or, under DFA_FLAG_DETERMINISTIC, the separate query-block dq
- * kernel. Scratch memory is the caller's or is taken and given back in stream
- * order (cudaMallocAsync / cudaFreeAsync). */
+ * (dK, dV and dQ added into a float32 accumulator: on sm_90 at head dims 64 and 128 the
+ * warp-specialised Hopper kernel of bwd_ws.cuh, with TMA reduce-adds, in key-block order
+ * under DFA_FLAG_DETERMINISTIC; elsewhere mma.sync with float32 atomics, or under
+ * DFA_FLAG_DETERMINISTIC no dq there and the separate query-block dq kernel after it),
+ * then the dq conversion. Scratch memory is the caller's or is taken and given back in
+ * stream order (cudaMallocAsync / cudaFreeAsync). */
 #include <stdint.h>
 
 #include "launch_bwd.cuh"
 
-extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
+/* How the library's backward computes dq for this shape on the current device: 0 a dq pass
+   after the key-block kernel, 1 the key-block kernel adds it in any order, 2 in a fixed order.
+   wgmma (optional): whether the Hopper kernel runs. A failed device query gives 2 (the
+   largest scratch); the call itself then reports the error. */
+static int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int *wgmma) {
+    int w = 0;
+    if (dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &w, "dfa__cuda_bwd_scratch") != DFA_OK) w = 1;
+    if (wgmma) *wgmma = w;
+    if (!(s->flags & DFA_FLAG_DETERMINISTIC)) return 1;
+    return w ? 2 : 0;
+}
+
+static size_t dfa__align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Scratch layout: D and lse2 [2 rows], the f32 dq accumulator (unless dq is float32 or a dq
+   pass computes it), the tile counters of the in-order dq ([batch, heads, seqlen_q / 64]). */
+static size_t dfa__bwd_scratch_for(const dfa__cuda_shape *s, int dq_mode, size_t *acc_off, size_t *sem_off) {
     const size_t rows = (size_t)s->batch * s->num_heads * s->seqlen_q;
-    size_t bytes = 2 * rows * sizeof(float); /* D and lse * log2(e) */
-    bytes = (bytes + 255) & ~(size_t)255;
-    if (!(s->flags & DFA_FLAG_DETERMINISTIC) && !s->out_f32)
-        bytes += rows * (size_t)s->head_dim * sizeof(float); /* dq_acc (with out_f32: dq itself) */
+    size_t bytes = dfa__align256(2 * rows * sizeof(float));
+    *acc_off = bytes;
+    if (dq_mode && !s->out_f32) bytes = dfa__align256(bytes + rows * (size_t)s->head_dim * sizeof(float));
+    *sem_off = bytes;
+    if (dq_mode == 2) bytes += (size_t)s->batch * s->num_heads * (size_t)((s->seqlen_q + 63) / 64) * sizeof(int);
     return bytes;
+}
+
+extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
+    size_t a, b;
+    return dfa__bwd_scratch_for(s, dfa__bwd_dq_mode(s, NULL), &a, &b);
 }
 
 /* Everything but the key-block kernel, per element type and output type. */
 template <int BF16, int OUT32>
-static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, dfa__bwd_launcher kv, int deterministic, cudaStream_t st,
+static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, dfa__bwd_launcher kv, int kv_dq, cudaStream_t st,
                                   const char *fn) {
     const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
     dfa_status s = dfa__launch(dfa__bwd_dsum_kernel<BF16>, (rows + 7) / 8, 256, 0, st, fn, "rows",
                                "backward D kernel launch", p);
     if (s || (s = kv(p, st, fn))) return s;
-    if (deterministic) return dfa__bwd_dq_mma<BF16, OUT32>(p, st, fn);
+    if (!kv_dq) return dfa__bwd_dq_mma<BF16, OUT32>(p, st, fn);
     if (OUT32) return DFA_OK; /* the key-block kernel added scale * dq into the caller's float32 dq */
     const long long n8 = rows * p.sh.head_dim / 8;
     return dfa__launch(dfa__bwd_dq_convert<BF16>, (n8 + 255) / 256, 256, 0, st, fn, "elements",
@@ -40,14 +62,17 @@ static const dfa__bwd_passes_fn dfa__bwd_passes_of[2][2] = {/* [bf16][out_f32] *
 
 dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
                               const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
-                              dfa__bwd_launcher kv, cudaStream_t stream, const char *fn) {
+                              dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream, const char *fn) {
     if ((uintptr_t)scratch % 256)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch = %p is not 256-byte aligned", scratch);
-    const int deterministic = (s->flags & DFA_FLAG_DETERMINISTIC) != 0;
+    if (kv_dq == 1 && (s->flags & DFA_FLAG_DETERMINISTIC))
+        return dfa__fail(DFA_ERR_INTERNAL, fn, "an unordered dq kernel for a deterministic call");
     const size_t rows = (size_t)s->batch * s->num_heads * s->seqlen_q;
+    size_t acc_off, sem_off;
+    const size_t bytes = dfa__bwd_scratch_for(s, kv_dq, &acc_off, &sem_off);
     void *buf = scratch;
     cudaError_t e;
-    if (!scratch && (e = cudaMallocAsync(&buf, dfa__cuda_bwd_scratch(s), stream)) != cudaSuccess)
+    if (!scratch && (e = cudaMallocAsync(&buf, bytes, stream)) != cudaSuccess)
         return dfa__cuda_fail(e, fn, "cudaMallocAsync of the backward scratch");
 
     dfa__bwd_params p;
@@ -59,9 +84,8 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.lse = lse;
     p.dsum = (float *)buf;
     p.lse2 = p.dsum + rows;
-    p.dq_acc = deterministic ? (float *)0
-               : s->out_f32  ? (float *)dq
-                             : (float *)((char *)buf + ((2 * rows * sizeof(float) + 255) & ~(size_t)255));
+    p.dq_acc = !kv_dq ? (float *)0 : s->out_f32 ? (float *)dq : (float *)((char *)buf + acc_off);
+    p.dq_sem = kv_dq == 2 ? (int *)((char *)buf + sem_off) : (int *)0;
     p.dq = dq;
     p.dk = dk;
     p.dv = dv;
@@ -69,10 +93,11 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.scale_log2 = s->scale * DFA__LOG2E;
 
     dfa_status st = DFA_OK;
-    if (!deterministic && (e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream)) !=
-                              cudaSuccess)
+    if (kv_dq && (e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream)) != cudaSuccess)
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq accumulator");
-    if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, kv, deterministic, stream, fn);
+    if (!st && kv_dq == 2 && (e = cudaMemsetAsync(p.dq_sem, 0, bytes - sem_off, stream)) != cudaSuccess)
+        st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq tile counters");
+    if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, kv, kv_dq, stream, fn);
     if (!scratch) {
         e = cudaFreeAsync(buf, stream);
         if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the backward scratch");
@@ -80,11 +105,13 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     return st;
 }
 
-/* The key-block kernels: [wgmma][atomic dq][bf16][out_f32]. */
-#define DFA__KV_KERNELS(F)                                                                                        \
-    {{{F<0, 0, 0>, F<0, 0, 1>}, {F<0, 1, 0>, F<0, 1, 1>}}, {{F<1, 0, 0>, F<1, 0, 1>}, {F<1, 1, 0>, F<1, 1, 1>}}}
-static const dfa__bwd_launcher dfa__bwd_kv_kernels[2][2][2][2] = {DFA__KV_KERNELS(dfa__bwd_kv_mma),
-                                                                   DFA__KV_KERNELS(dfa__bwd_kv_ws)};
+/* The key-block kernels: [wgmma][dq mode][bf16][out_f32] (mma.sync has no in-order mode). */
+#define DFA__KV_KERNELS(F, M2)                                                                                    \
+    {{{F<0, 0, 0>, F<0, 0, 1>}, {F<0, 1, 0>, F<0, 1, 1>}},                                                      \
+     {{F<1, 0, 0>, F<1, 0, 1>}, {F<1, 1, 0>, F<1, 1, 1>}},                                                      \
+     {{F<M2, 0, 0>, F<M2, 0, 1>}, {F<M2, 1, 0>, F<M2, 1, 1>}}}
+static const dfa__bwd_launcher dfa__bwd_kv_kernels[2][3][2][2] = {DFA__KV_KERNELS(dfa__bwd_kv_mma, 0),
+                                                                   DFA__KV_KERNELS(dfa__bwd_kv_ws, 2)};
 #undef DFA__KV_KERNELS
 
 extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v,
@@ -93,7 +120,8 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     int wgmma = 0;
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &wgmma, fn);
     if (st) return st;
-    const int atomic = !(s->flags & DFA_FLAG_DETERMINISTIC);
+    const int dq_mode = !(s->flags & DFA_FLAG_DETERMINISTIC) ? 1 : wgmma ? 2 : 0;
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, dk, dv, scratch,
-                              dfa__bwd_kv_kernels[wgmma][atomic][s->bf16 != 0][s->out_f32 != 0], stream, fn);
+                              dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 != 0], dq_mode, stream,
+                              fn);
 }

@@ -30,6 +30,7 @@ typedef struct {
     float *dsum;        /* [batch, heads, seqlen_q] D_i */
     float *lse2;        /* [batch, heads, seqlen_q] lse * log2(e); +inf where the row sees nothing */
     float *dq_acc;      /* [batch, seqlen_q, heads, head_dim] f32, atomic path only (OUT32: dq itself) */
+    int *dq_sem;        /* [batch, heads, query blocks] tiles added so far (the in-order dq of bwd_ws.cuh) */
     void *dq, *dk, *dv; /* the storage type, or float32 (OUT32) */
     dfa__cuda_shape sh;
     float scale_log2;

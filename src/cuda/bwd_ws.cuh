@@ -10,8 +10,8 @@
  *   dV  += P^T dO,  dK += dS^T Q                (RS: P^T / dS^T straight from registers)
  *   dQ   = dS K  over all 128 keys              (SS, dS^T written to shared memory)
  *
- * Each consumer computes a 64 x 64 part of the dQ tile. Without DQ_ATOMIC there is no dQ
- * here (the deterministic dq pass of bwd_mma.cuh follows). Compared with the kernel lab's
+ * Each consumer computes a 64 x 64 part of the dQ tile. With DQ_MODE 0 there is no dQ
+ * here (the dq pass of bwd_mma.cuh follows; the kernel lab measures that path). Compared with the kernel lab's
  * two-warpgroup version (bench/gpu/lab_bwd_wgmma.cuh, the library's until 2026-12-01),
  * the work that sat on the consumers' critical path is moved off it:
  *
@@ -20,8 +20,11 @@
  *    and copies the block's base-2 lse and D into shared memory beside them, so the
  *    consumers read those from shared memory instead of waiting on global loads;
  *  - its warp 1 adds each dQ tile into the float32 accumulator with TMA tensor
- *    reduce-adds (cp.reduce.async.bulk.tensor) from a staged shared-memory tile, so the
- *    consumers write 32 KB to shared memory instead of issuing 8192 float atomics;
+ *    reduce-adds (cp.reduce.async.bulk.tensor) from one of two staged shared-memory
+ *    tiles, so the consumers write 32 KB to shared memory instead of issuing 8192 float
+ *    atomics; in the deterministic mode it adds the tiles of each query block in
+ *    key-block order (a counter per tile in global memory), so dq has the same bits on
+ *    every run;
  *  - S^T and dP^T are committed as two wgmma groups and P is computed while dP^T is
  *    still in flight;
  *  - the two consumer warpgroups no longer run in lockstep: each publishes its half of
@@ -29,9 +32,9 @@
  *    reads both halves (per-buffer mbarriers, so neither can lap the other).
  *
  * Shared memory: K, V (BN x D), a two-stage ring of Q, dO (BM x D) and lse2/D (BM
- * floats each), two dS^T buffers (BN x BM), and the dQ staging tile (BM x D float32 as
+ * floats each), two dS^T buffers (BN x BM), and two dQ staging tiles (BM x D float32 as
  * D/32 boxes of 32 floats x BM rows, 128-byte swizzle, the layout the dq tensor map
- * reads). The dq tensor map is over the caller's f32 accumulator ([batch, seqlen_q,
+ * reads; one tile at D = 64). The dq tensor map is over the caller's f32 accumulator ([batch, seqlen_q,
  * heads, D]; with OUT32 the caller's dq, scale applied by the consumers). */
 #ifndef DFA_CUDA_BWD_WS_CUH
 #define DFA_CUDA_BWD_WS_CUH
@@ -44,9 +47,12 @@ template <int D, int BM> struct dfa__bwd_ws_cfg {
     static constexpr int KVBYTES = BN * D * 2, QBYTES = BM * D * 2, DSBYTES = BN * BM * 2, DQBYTES = BM * D * 4;
     static constexpr int OFF_V = KVBYTES, OFF_Q = 2 * KVBYTES, OFF_DO = OFF_Q + STAGES * QBYTES;
     static constexpr int OFF_DS = OFF_DO + STAGES * QBYTES, OFF_DQ = OFF_DS + 2 * DSBYTES;
-    static constexpr int OFF_LD = OFF_DQ + DQBYTES; /* per stage: lse2[BM] then D[BM] */
+    /* two dQ staging tiles where they fit (D = 128); one at D = 64, whose 128-row tiles leave no room */
+    static constexpr int NDQ = D == 128 ? 2 : 1;
+    static constexpr int OFF_LD = OFF_DQ + NDQ * DQBYTES; /* per stage: lse2[BM] then D[BM] */
     static constexpr int OFF_BAR = OFF_LD + STAGES * 2 * BM * 4;
     static constexpr int SMEM = OFF_BAR + 128 + 1024;
+    static_assert(SMEM <= 232448, "over the 227 KB of shared memory a CTA may have");
 };
 
 /* A 4-d box of shared memory added into a tensor map's tensor (float32 add). */
@@ -61,7 +67,23 @@ static __device__ __forceinline__ void dfa__tma_reduce_add_4d(const void *tmap, 
 #endif
 }
 
-template <int D, int BM, int DQ_ATOMIC, int BF16, int OUT32>
+/* In-order dQ (DQ_MODE 2): the writer of key block nb adds its tile of query block m after
+   the writers of the key blocks above it (which reach m first: each CTA walks its query
+   blocks upwards from its diagonal), so every element of dq_acc sums in the same order on
+   every run. The count of tiles already added sits in sem[batch, head, m]. */
+static __device__ __forceinline__ void dfa__sem_wait(const int *sem, int value) {
+    int v;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
+    } while (v != value);
+}
+static __device__ __forceinline__ void dfa__sem_post(int *sem) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
+}
+
+/* DQ_MODE: 0 no dQ here (the deterministic dq pass follows), 1 dQ tiles added as they come,
+   2 dQ tiles added in key-block order (deterministic). */
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -70,24 +92,27 @@ __global__ void __launch_bounds__(384, 1)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_ws_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
+    constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
     const uint32_t sK = base, sV = base + C::OFF_V, sQ = base + C::OFF_Q, sO = base + C::OFF_DO, sS = base + C::OFF_DS;
     const uint32_t sDQ = base + C::OFF_DQ;
     float *const sLD = (float *)(gbase + C::OFF_LD);
-    /* barriers: kv_full, full[S], empty[S], dq_full, dq_empty, ds[warpgroup][buffer] */
+    /* barriers: kv_full, full[S], empty[S], dq_full[2], dq_empty[2], ds[warpgroup][buffer] */
     const uint32_t bar = base + C::OFF_BAR;
 #define KV_FULL (bar)
 #define FULL(s) (bar + 8u * (1 + (s)))
 #define EMPTY(s) (bar + 8u * (1 + STAGES + (s)))
-#define DQ_FULL (bar + 8u * (1 + 2 * STAGES))
-#define DQ_EMPTY (bar + 8u * (2 + 2 * STAGES))
-#define DS_READY(c, buf) (bar + 8u * (3 + 2 * STAGES + 2 * (c) + (buf)))
+#define DQ_FULL(i) (bar + 8u * (1 + 2 * STAGES + (i)))
+#define DQ_EMPTY(i) (bar + 8u * (3 + 2 * STAGES + (i)))
+#define DS_READY(c, buf) (bar + 8u * (5 + 2 * STAGES + 2 * (c) + (buf)))
 
     const int tid = threadIdx.x;
     const int nn = (p.sh.seqlen_k + BN - 1) / BN;
-    const int nb_ = (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
+    /* in-order dQ: a CTA waits only on CTAs of higher key blocks, so those are launched first
+       (a CTA never waits on one that may not be resident yet) */
+    const int nb_ = DQ_MODE == 2 ? nn - 1 - (int)(blockIdx.x % nn) : (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
@@ -104,8 +129,10 @@ __global__ void __launch_bounds__(384, 1)
             dfa__mbar_init(FULL(s), 32);   /* the loading warp's lanes (lane 0's arrival carries the bytes) */
             dfa__mbar_init(EMPTY(s), 256); /* every consumer thread */
         }
-        dfa__mbar_init(DQ_FULL, 256);
-        dfa__mbar_init(DQ_EMPTY, 1);
+        for (int i = 0; i < 2; i++) {
+            dfa__mbar_init(DQ_FULL(i), 256);
+            dfa__mbar_init(DQ_EMPTY(i), 1);
+        }
         for (int i = 0; i < 4; i++) dfa__mbar_init(DS_READY(i >> 1, i & 1), 128);
         dfa__fence_barrier_init();
     }
@@ -144,14 +171,40 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
         } else if (warp == 1 && DQ_ATOMIC && lane == 0) {
+            const int nm = (p.sh.seqlen_q + BM - 1) / BM;
             for (int it = 0; it < total; it++) {
-                const int h = kvh * group + it / nmb, m0 = (mb_begin + it % nmb) * BM;
-                dfa__mbar_wait(DQ_FULL, (uint32_t)it & 1u);
+                const int i = it % NDQ, h = kvh * group + it / nmb, mi = mb_begin + it % nmb, m0 = mi * BM;
+                int *sem = (int *)0;
+                int order = 0;
+                if (DQ_MODE == 2) {
+                    /* the key blocks that add into query block mi are 0 .. last; the higher go first */
+                    int last = nn - 1;
+                    if (p.sh.causal) {
+                        const long long rows_end = (long long)(mi + 1) * BM < p.sh.seqlen_q ? (long long)(mi + 1) * BM
+                                                                                             : p.sh.seqlen_q;
+                        const long long kmax = (rows_end - 1 + p.sh.offset) / BN; /* >= nb: this block adds here */
+                        last = kmax < last ? (int)kmax : last;
+                    }
+                    order = last - nb_;
+                    sem = p.dq_sem + ((long long)b * p.sh.num_heads + h) * nm + mi;
+                }
+                dfa__mbar_wait(DQ_FULL(i), (uint32_t)(it / NDQ) & 1u);
+                if (DQ_MODE == 2) {
+                    dfa__sem_wait(sem, order);
+                    asm volatile("fence.proxy.async.global;" ::: "memory"); /* the reduce after the acquire */
+                }
 #pragma unroll
-                for (int cb = 0; cb < D / 32; cb++) dfa__tma_reduce_add_4d(&tdq, sDQ + cb * BM * 128, cb * 32, h, m0, b);
+                for (int cb = 0; cb < D / 32; cb++)
+                    dfa__tma_reduce_add_4d(&tdq, sDQ + i * C::DQBYTES + cb * BM * 128, cb * 32, h, m0, b);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                dfa__mbar_arrive(DQ_EMPTY);
+                if (DQ_MODE == 2) {
+                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                    asm volatile("fence.proxy.async.global;" ::: "memory"); /* the sums before the release */
+                    dfa__sem_post(sem);
+                } else {
+                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                }
+                dfa__mbar_arrive(DQ_EMPTY(i));
             }
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         }
@@ -282,15 +335,17 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
-            /* the staging tile is free once the writer has read the previous one */
-            if (it > 0) dfa__mbar_wait(DQ_EMPTY, (uint32_t)(it - 1) & 1u);
+            /* staging tile it % NDQ is free once the writer has read what it held NDQ tiles ago */
+            const int di = it % NDQ;
+            if (it >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)((it - NDQ) / NDQ) & 1u);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int row = dq_row0 + warp * 16 + g + 8 * r;
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     const int col = dq_col0 + 8 * j + 2 * t, box = col >> 5, cc = col & 31;
-                    const uint32_t a = sDQ + box * BM * 128 + row * 128 + ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
+                    const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +
+                                       ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
                     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a),
                                  "f"(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale)),
                                  "f"(dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale))
@@ -298,7 +353,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
             dfa__fence_proxy_async();
-            dfa__mbar_arrive(DQ_FULL);
+            dfa__mbar_arrive(DQ_FULL(di));
         }
     }
 

@@ -39,15 +39,17 @@ dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k,
 /* dq, dk, dv of one backward, enqueued on stream. scratch: NULL to take dfa__cuda_bwd_scratch(s)
    bytes with cudaMallocAsync on stream (given back with cudaFreeAsync before this returns), or a
    caller-owned device buffer of at least that many bytes, 256-byte aligned, used instead (it
-   must stay untouched until the stream has passed this call). With out_f32 and without
-   DFA_FLAG_DETERMINISTIC, dq itself is the float32 accumulator (zeroed on the stream first). */
+   must stay untouched until the stream has passed this call). With out_f32, dq itself is the
+   float32 accumulator (zeroed on the stream first) unless a separate dq pass computes it. */
 dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
                          const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
                          cudaStream_t stream, const char *fn);
 
-/* Bytes of device scratch one backward with this shape takes: D and lse * log2(e) per
-   (batch, head, query row), 256-byte aligned, plus the float32 dq accumulator unless the call
-   is deterministic or writes float32 (then dq is written directly). */
+/* Bytes of device scratch one backward with this shape takes on the current device: D and
+   lse * log2(e) per (batch, head, query row), 256-byte aligned; the float32 dq accumulator
+   unless dq is float32 (it is its own accumulator) or a dq pass computes it (deterministic
+   calls outside the Hopper kernel); with the Hopper kernel's in-order dq (deterministic), a
+   counter per (batch, head, 64 query rows). */
 size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s);
 
 /* dtype: 0 f32, 1 bf16, 2 f16 (as dfa_dtype). rows = batch * seqlen_q * num_heads. */

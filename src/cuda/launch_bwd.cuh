@@ -31,19 +31,19 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
                        "backward dq kernel launch", p);
 }
 
-template <int D, int BM, int ATOMIC, int BF16, int OUT32>
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
     const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
     CUtensorMap tq, tk, tv, tdo, tdq;
-    memset(&tdq, 0, sizeof tdq); /* not read without the atomic dq path */
+    memset(&tdq, 0, sizeof tdq); /* not read without dQ in the kernel */
     if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
         !dfa__tmap(&tdo, p.dout, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
         !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
         !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
-        (ATOMIC && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
+        (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
-    return dfa__launch(dfa__bwd_ws_kernel<D, BM, ATOMIC, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
+    return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
                        "backward key-block kernel launch", tq, tk, tv, tdo, tdq, p);
 }
 
@@ -56,11 +56,12 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, con
 }
 
 /* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 (128-row query
-   blocks) and 128 (64-row: 128 is over the register budget). */
-template <int ATOMIC, int BF16, int OUT32>
+   blocks) and 128 (64-row: 128 is over the register budget). DQ_MODE: 0 no dQ (a dq pass
+   follows), 1 dQ added as it comes, 2 in key-block order (deterministic). */
+template <int DQ_MODE, int BF16, int OUT32>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, ATOMIC, BF16, OUT32>(p, st, fn);
-    return dfa__launch_bwd_ws<128, 64, ATOMIC, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32>(p, st, fn);
+    return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32>(p, st, fn);
 }
 
 /* The deterministic dq pass (mma.sync), any head dim. */
@@ -71,12 +72,13 @@ static dfa_status dfa__bwd_dq_mma(const dfa__bwd_params &p, cudaStream_t st, con
     return dfa__launch_bwd_dq<256, 4, 32, BF16, OUT32>(p, st, fn);
 }
 
-/* One backward around the key-block kernel `kv` (its ATOMIC must be 1 unless the shape is
-   deterministic): scratch (the caller's, or stream-ordered), the dq accumulator zeroed, D and
-   base-2 lse, kv, then the deterministic dq pass or the dq conversion. Defined by the library
+/* One backward around the key-block kernel `kv`: scratch (the caller's, or stream-ordered), the
+   dq accumulator (and with kv_dq == 2 its tile counters) zeroed, D and base-2 lse, kv, then the
+   dq pass (kv_dq == 0: kv computes no dq) or the dq conversion. kv_dq: 0 no dq in kv, 1 added
+   in any order (not with DFA_FLAG_DETERMINISTIC), 2 in a fixed order. Defined by the library
    (attn_bwd.cu); dfa__cuda_bwd is this with the library's own kernel. */
 dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
                               const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
-                              dfa__bwd_launcher kv, cudaStream_t stream, const char *fn);
+                              dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream, const char *fn);
 
 #endif

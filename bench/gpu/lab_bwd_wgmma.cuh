@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
                     for (int j = 0; j < 8; j++)
                         *(float2 *)(sdq + (warp * 16 + g + 8 * r) * C::DQ_LD + 8 * j + 2 * t) =
-                            make_float2(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale),
-                                        dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale));
+                            make_float2(dq[4 * j + 2 * r] * p.sh.scale,
+                                        dq[4 * j + 2 * r + 1] * p.sh.scale);
                 dfa__fence_proxy_async();
                 dfa__named_sync(2 + c, 128);
                 if (wt < 64) {
@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(256, 1)
                     float *dst = dqg + (long long)row * qstride + dq_col0 + 2 * t;
 #pragma unroll
                     for (int j = 0; j < 8; j++)
-                        atomicAdd((float2 *)(dst + 8 * j), make_float2(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale),
-                                                                       dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale)));
+                        atomicAdd((float2 *)(dst + 8 * j), make_float2(dq[4 * j + 2 * r] * p.sh.scale,
+                                                                       dq[4 * j + 2 * r + 1] * p.sh.scale));
                 }
             }
         }

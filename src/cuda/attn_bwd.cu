@@ -29,10 +29,10 @@ static size_t dfa__bwd_scratch_for(const dfa__cuda_shape *s, int dq_mode, size_t
     const size_t rows = (size_t)s->batch * s->num_heads * s->seqlen_q;
     size_t bytes = dfa__align256(2 * rows * sizeof(float));
     *acc_off = bytes;
-    if (dq_mode && !s->out_f32) bytes = dfa__align256(bytes + rows * (size_t)s->head_dim * sizeof(float));
-    *sem_off = bytes;
-    if (dq_mode == 2) bytes += (size_t)s->batch * s->num_heads * (size_t)((s->seqlen_q + 63) / 64) * sizeof(int);
-    return bytes;
+    if (dq_mode && !s->out_f32) bytes += rows * (size_t)s->head_dim * sizeof(float);
+    if (dq_mode != 2) return *sem_off = bytes;
+    *sem_off = dfa__align256(bytes);
+    return *sem_off + (size_t)s->batch * s->num_heads * (size_t)((s->seqlen_q + 63) / 64) * sizeof(int);
 }
 
 extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {

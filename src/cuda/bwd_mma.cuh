@@ -7,10 +7,12 @@
  *                         with DQ_ATOMIC it also adds dS K into an f32 dq accumulator
  *   dfa__bwd_dq_kernel    the deterministic dq: one CTA per (query block, head, batch)
  *                         recomputes P and dS over its keys and owns its dq rows
- *   dfa__bwd_dq_convert   f32 accumulator * scale -> storage type
+ *   dfa__bwd_dq_convert   f32 accumulator -> storage type
  *
- * OUT32 (the caller's float32 partial results) writes dq, dk, dv as float32: the atomic
- * path then adds scale * dS K straight into the caller's dq (no conversion pass).
+ * Every dq contribution is scaled on its way into the float32 accumulator (scale * dS K),
+ * so a 16-bit dq is the rounding of the float32 one bit for bit. OUT32 (the caller's
+ * float32 partial results) writes dq, dk, dv as float32: the accumulator is then the
+ * caller's dq (no conversion pass).
  *
  * In the key-block kernel each warp owns 16 keys and computes S^T = K Q^T and
  * dP^T = V dO^T directly, so P^T and dS^T come out in the A-fragment layout that
@@ -62,12 +64,6 @@ template <int BF16> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p
         p.dsum[li] = sum;
         p.lse2[li] = L == -INFINITY ? INFINITY : L * DFA__LOG2E;
     }
-}
-
-/* A dq contribution on its way into the float32 accumulator: as it is (the conversion pass
-   scales it), or already scaled when the accumulator is the caller's float32 dq (OUT32). */
-template <int OUT32> static __device__ __forceinline__ float dfa__dq_out(float x, float scale) {
-    return OUT32 ? x * scale : x;
 }
 
 template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_cfg {
@@ -238,8 +234,8 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
                 for (int j = 0; j < CW / 8; j++) {
                     const int c = cg * CW + j * 8 + 2 * t;
                     if (c >= p.sh.head_dim) continue;
-                    const float x = dfa__dq_out<OUT32>(dqa[j][2 * r], p.sh.scale);
-                    const float y = dfa__dq_out<OUT32>(dqa[j][2 * r + 1], p.sh.scale);
+                    const float x = dqa[j][2 * r] * p.sh.scale;
+                    const float y = dqa[j][2 * r + 1] * p.sh.scale;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
                     atomicAdd((float2 *)(dst + c), make_float2(x, y));
 #else
@@ -374,10 +370,10 @@ template <int BF16> __global__ void dfa__bwd_dq_convert(const dfa__bwd_params p,
     if (i >= n8) return;
     const float4 a = ((const float4 *)p.dq_acc)[2 * i], c = ((const float4 *)p.dq_acc)[2 * i + 1];
     uint4 r;
-    r.x = dfa__pack2<BF16>(a.x * p.sh.scale, a.y * p.sh.scale);
-    r.y = dfa__pack2<BF16>(a.z * p.sh.scale, a.w * p.sh.scale);
-    r.z = dfa__pack2<BF16>(c.x * p.sh.scale, c.y * p.sh.scale);
-    r.w = dfa__pack2<BF16>(c.z * p.sh.scale, c.w * p.sh.scale);
+    r.x = dfa__pack2<BF16>(a.x, a.y);
+    r.y = dfa__pack2<BF16>(a.z, a.w);
+    r.z = dfa__pack2<BF16>(c.x, c.y);
+    r.w = dfa__pack2<BF16>(c.z, c.w);
     ((uint4 *)p.dq)[i] = r;
 }
 

@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(384, 1)
                     const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +
                                        ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
                     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a),
-                                 "f"(dfa__dq_out<OUT32>(dq[4 * j + 2 * r], p.sh.scale)),
-                                 "f"(dfa__dq_out<OUT32>(dq[4 * j + 2 * r + 1], p.sh.scale))
+                                 "f"(dq[4 * j + 2 * r] * p.sh.scale),
+                                 "f"(dq[4 * j + 2 * r + 1] * p.sh.scale)
                                  : "memory");
                 }
             }

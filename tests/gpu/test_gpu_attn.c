@@ -129,12 +129,18 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     const size_t rows = (size_t)d->batch * d->num_heads * d->seqlen_q, base = (8 * rows + 255) / 256 * 256;
     dfa__cuda_shape s = dfa__cuda_shape_of(d), s32 = s;
     s32.out_f32 = 1;
-    const size_t want16 = base + (det ? 0 : 4 * (size_t)n[0]);
+    /* the Hopper kernel's deterministic dq is summed in-kernel in a fixed order: the float32
+       accumulator, then a counter per (batch, head, 64 query rows); mma.sync's dq pass needs neither */
+    const int inorder = det && !strncmp(kernel, "wgmma", 5);
+    const size_t sems = inorder ? 4 * (size_t)d->batch * d->num_heads * (size_t)((d->seqlen_q + 63) / 64) : 0;
+    const size_t acc_end = base + (det && !inorder ? 0 : 4 * (size_t)n[0]);
+    const size_t want16 = inorder ? (acc_end + 255) / 256 * 256 + sems : acc_end, want32 = base + sems;
     CHECK(dfa__cuda_bwd_scratch(&s) == want16 && dfa_attn_bwd_cuda_scratch_bytes(d) == want16,
           "scratch bytes %zu (public %zu), want %zu for %s", dfa__cuda_bwd_scratch(&s),
           dfa_attn_bwd_cuda_scratch_bytes(d), want16, tl_desc_str(d));
-    CHECK(dfa__cuda_bwd_scratch(&s32) == base, "scratch bytes with out_f32 %zu, want %zu (no dq accumulator) for %s",
-          dfa__cuda_bwd_scratch(&s32), base, tl_desc_str(d));
+    CHECK(dfa__cuda_bwd_scratch(&s32) == want32,
+          "scratch bytes with out_f32 %zu, want %zu (no dq accumulator) for %s", dfa__cuda_bwd_scratch(&s32), want32,
+          tl_desc_str(d));
 
     /* a caller's scratch: the bytes asked for, then a canary (the 16-bit call asks for more) */
     const size_t sbytes = dfa__cuda_bwd_scratch(&s), canary = 256;
@@ -166,7 +172,7 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
                       "%s f32 [%s]: rounded to 16 bits it is not the 16-bit %s for %s", names[i], kname, names[i],
                       tl_desc_str(d));
         }
-        to_host(canary_h, scratch + base, canary);
+        to_host(canary_h, scratch + want32, canary);
         int touched = 0;
         for (size_t i = 0; i < canary; i++) touched += canary_h[i] != 0xff;
         CHECK(touched == 0, "bwd [%s] wrote %d bytes past the scratch it asked for, for %s", kname, touched,

@@ -38,6 +38,11 @@ dfa_status dfa__check_dist_desc(const dfa_dist_desc *d, dfa__sched_kind kind, co
                          (int)d->schedule);
     if (d->overlap != 0 && d->overlap != 1)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->overlap = %d; it must be 0 or 1", d->overlap);
+    if (d->attn.q_doc || (d->attn.flags & DFA_FLAG_WINDOW)) /* until the schedules skip masked pairs */
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                         "%s is not supported by the distributed calls yet (documents and windows: the "
+                         "single-device calls)",
+                         d->attn.q_doc ? "d->attn.q_doc (document ids)" : "DFA_FLAG_WINDOW (a sliding window)");
     return DFA_OK;
 }
 

@@ -643,7 +643,7 @@ static void shape_pass(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, i
     e->d.num_kv_heads /= groups;
     e->n = dd->attn.seqlen_q;
     e->overlap = dd->overlap;
-    e->s = (dfa__sched){kind, nranks, dd->attn.causal, e->n};
+    e->s = (dfa__sched){kind, nranks, dd->attn.causal, e->n, NULL};
     e->T = dfa__sched_valid(&e->s) ? dfa__sched_steps(&e->s) : 0;
 }
 

@@ -23,7 +23,7 @@ static void test_correctness(void) {
             for (int causal = 0; causal <= 1; causal++)
                 for (int ri = 0; ri < 4; ri++)
                     for (int bwd = 0; bwd <= 1; bwd++) {
-                        const dfa__sched s = {kinds[ki], P, causal, rows[ri]};
+                        const dfa__sched s = {kinds[ki], P, causal, rows[ri], NULL};
                         const int rc = dfa__sim_check(&s, bwd, err, sizeof err);
                         CHECK(rc == 0, "%s P=%d causal=%d n=%d bwd=%d: %s", dfa__sched_name(s.kind), P, causal,
                               rows[ri], bwd, err);
@@ -37,7 +37,7 @@ static void test_correctness(void) {
 static void test_checker_catches(void) {
     char err[256];
     for (int P = 4; P <= 6; P += 2) {
-        const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 7};
+        const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 7, NULL};
         dfa__placed_task base[64], t[65];
         int n = 0;
         for (int step = 0; step < dfa__sched_steps(&s); step++)
@@ -60,7 +60,7 @@ static void test_checker_catches(void) {
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"),
               "P=%d: a duplicate passed (%s)", P, err);
         memcpy(t, base, sizeof base[0] * (size_t)n);
-        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0}}; /* q0 x k1: entirely masked */
+        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0, 0}}; /* q0 x k1: entirely masked */
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0, "P=%d: a masked pair passed", P);
         memcpy(t, base, sizeof base[0] * (size_t)n);
         t[0].t.causal_mask = 0; /* the diagonal unmasked */
@@ -82,7 +82,7 @@ static void test_unit_model(void) {
         for (int causal = 0; causal <= 1; causal++) {
             dfa__sim_result r[3];
             for (int ki = 0; ki < 3; ki++) {
-                const dfa__sched s = {kinds[ki], P, causal, n};
+                const dfa__sched s = {kinds[ki], P, causal, n, NULL};
                 const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}, NULL};
                 CHECK(dfa__sim_run(&s, &m, &r[ki]) == 0, "sim failed");
             }
@@ -128,7 +128,7 @@ static void test_machine_model(void) {
             for (int overlap = 0; overlap <= 1; overlap++) {
                 double ms[3];
                 for (int ki = 0; ki < 3; ki++) {
-                    const dfa__sched s = {kinds[ki], P, 1, 4096};
+                    const dfa__sched s = {kinds[ki], P, 1, 4096, NULL};
                     const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}, NULL};
                     dfa__sim_result r;
                     CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
@@ -156,10 +156,107 @@ static void test_position(void) {
     dfa_comm_destroy(NULL); /* a no-op */
 }
 
+/* A random document layout over N positions: runs of 1, short, about a chunk and longer. */
+static void random_layout(int32_t *ids, int N, int n) {
+    int32_t id = tl_rand_int(-9, 9);
+    for (int i = 0; i < N;) {
+        const int kind = tl_rand_int(0, 3);
+        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 5) : kind == 2 ? tl_rand_int(n / 2 + 1, n + 1)
+                                                                                : tl_rand_int(n + 1, 3 * n + 2);
+        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
+        id += tl_rand_int(1, 2);
+    }
+}
+
+/* Masked plans (documents, windows) for P = 1..64: the pair work matrix equals a brute-force
+   count over global positions, and the simulator proves the plan computes every pair with a
+   visible key exactly once, nothing else, with matched messages (both passes). A window shorter
+   than a chunk (no documents) pairs only neighbours; the balanced plan's busiest rank carries no
+   more work than the ring's. */
+static void test_masked_plans(void) {
+    static const int rows[] = {1, 3, 16, 37};
+    char err[256];
+    int checked = 0;
+    for (int P = 1; P <= 64; P++)
+        for (int rep = 0; rep < 3; rep++) {
+            const int n = rows[tl_rand_int(0, 3)], B = tl_rand_int(1, 2), N = P * n;
+            dfa_attn_desc d = dfa_attn_desc_init(B, n, n, 1, 1, 8);
+            d.causal = tl_rand_int(0, 1);
+            const int docs = rep != 1, windowed = rep != 0 || tl_rand_int(0, 1);
+            if (windowed) {
+                const int choices[] = {-1, 0, 1, n - 1 > 0 ? n - 1 : 0, n + n / 2, N};
+                d.flags = DFA_FLAG_WINDOW;
+                d.window_left = choices[tl_rand_int(0, 5)];
+                d.window_right = choices[tl_rand_int(0, 5)];
+            }
+            int32_t *layout = malloc(sizeof(int32_t) * (size_t)B * N), *ids = NULL;
+            for (int b = 0; b < B; b++) random_layout(layout + (size_t)b * N, N, n);
+            if (docs) { /* [P][batch][n]: rank r's rows of every batch row */
+                ids = malloc(sizeof(int32_t) * (size_t)B * N);
+                for (int r = 0; r < P; r++)
+                    for (int b = 0; b < B; b++)
+                        memcpy(ids + ((size_t)r * B + b) * n, layout + (size_t)b * N + (size_t)r * n,
+                               sizeof(int32_t) * (size_t)n);
+            }
+            int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P);
+            dfa__mask_pair_work(&d, P, ids, work);
+            int bad = 0;
+            for (int q = 0; q < P && !bad; q++)
+                for (int k = 0; k < P && !bad; k++) {
+                    int64_t count = 0;
+                    for (int b = 0; b < B; b++)
+                        for (int i = q * n; i < (q + 1) * n; i++)
+                            for (int j = k * n; j < (k + 1) * n; j++) {
+                                if (d.causal && j > i) continue;
+                                if (docs && layout[(size_t)b * N + i] != layout[(size_t)b * N + j]) continue;
+                                if (windowed && d.window_left >= 0 && i - j > d.window_left) continue;
+                                if (windowed && d.window_right >= 0 && j - i > d.window_right) continue;
+                                count++;
+                            }
+                    bad = count != work[(size_t)q * P + k];
+                    CHECK(!bad, "P=%d n=%d B=%d causal=%d docs=%d window=(%d,%d): q%d x k%d has %lld visible pairs, "
+                          "the plan counts %lld", P, n, B, d.causal, docs, windowed ? d.window_left : -9,
+                          windowed ? d.window_right : -9, q, k, (long long)count, (long long)work[(size_t)q * P + k]);
+                }
+            int64_t most[2] = {0, 0};
+            for (int ki = 0; ki < 2; ki++) {
+                dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
+                dfa__sched_plan plan;
+                CHECK(dfa__sched_plan_build(&s, work, &plan) == 0, "plan build failed");
+                s.plan = &plan;
+                for (int bwd = 0; bwd <= 1; bwd++) {
+                    CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
+                          dfa__sched_name(s.kind), P, n, d.causal, docs, err);
+                    checked++;
+                }
+                int64_t *load = calloc((size_t)P, sizeof *load);
+                for (int t = 0; t < dfa__sched_steps(&s); t++)
+                    for (int r = 0; r < P; r++) {
+                        dfa__task tk;
+                        if (!dfa__sched_task(&s, r, t, &tk)) continue;
+                        load[r] += tk.work;
+                        if (windowed && !docs && d.window_left >= 0 && d.window_left < n && d.window_right >= 0 &&
+                            d.window_right < n)
+                            CHECK(abs(tk.q_chunk - tk.k_chunk) <= 1, "window (%d,%d) < n=%d but q%d x k%d computed",
+                                  d.window_left, d.window_right, n, tk.q_chunk, tk.k_chunk);
+                    }
+                for (int r = 0; r < P; r++)
+                    if (load[r] > most[ki]) most[ki] = load[r];
+                free(load);
+                dfa__sched_plan_free(&plan);
+            }
+            CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
+                  (long long)most[0], (long long)most[1]);
+            free(layout); free(ids); free(work);
+        }
+    printf("masked plans: %d checked\n", checked);
+}
+
 int main(void) {
     tl_init("test_schedule");
     test_correctness();
     test_checker_catches();
+    test_masked_plans();
     test_unit_model();
     test_machine_model();
     test_position();

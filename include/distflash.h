@@ -266,6 +266,14 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * mismatch fails on every rank instead of hanging). attn.q_start/k_start are
  * ignored: the schedule's layout decides global positions (dfa_dist_position).
  * Buffers and layouts as in dfa_attn_fwd/bwd, with seqlen = local rows.
+ * Masks (see "Masks"): the window applies to global positions; documents are
+ * this rank's ids, attn.q_doc == attn.k_doc (the same pointer: a rank's rows are
+ * its queries and its keys), non-decreasing within the rank's rows, and the
+ * same id on two ranks is the same document (a document may span ranks). The
+ * ranks exchange their ids (4 bytes a token) and then compute and move only the
+ * (query chunk, key chunk) pairs that have a visible key, balanced by visible
+ * pairs; a window shorter than a chunk pairs neighbours only. Host (MPI)
+ * communicators; the device calls (distflash_nccl.h) do not take masks yet.
  */
 DFA_API dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
                                      const void *v, void *o, float *lse);

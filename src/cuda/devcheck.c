@@ -14,10 +14,6 @@ dfa_status dfa__cuda_check_dtype(const dfa_attn_desc *d, const char *fn) {
     if (d->dtype == DFA_F32)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
                          "d->dtype = DFA_F32 is not supported on the device; use DFA_BF16 or DFA_F16 (or the CPU call)");
-    if (d->q_doc || (d->flags & DFA_FLAG_WINDOW)) /* until the device kernels take the mask */
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
-                         "%s is not supported on the device yet (documents and windows: the CPU calls)",
-                         d->q_doc ? "d->q_doc (document ids)" : "DFA_FLAG_WINDOW (a sliding window)");
     return DFA_OK;
 }
 

@@ -20,8 +20,7 @@ typedef struct {
     size_t align;
 } dfa__dev_ptr;
 
-/* f32 storage, and masks (documents, window), are not implemented on the device:
-   DFA_ERR_UNSUPPORTED (a dfa__desc_rule). */
+/* f32 storage is not implemented on the device: DFA_ERR_UNSUPPORTED (a dfa__desc_rule). */
 dfa_status dfa__cuda_check_dtype(const dfa_attn_desc *d, const char *fn);
 
 /* Alignment and device residency of every pointer (NULL entries skipped). */

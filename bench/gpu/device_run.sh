@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
 # peers. Logs go to $OUT (or out/), a short summary is printed last.
-#   STAGES="build sass gputest test lab pick sanitize bench peers det fit"  (default: see below)
-#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below.
+#   STAGES="build sass gputest test lab pick sanitize bench peers det fit masks"  (default: see below)
+#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S, MASK_ARGS override the defaults below.
+#   masks: the GPU mask tests and bench/gpu/masks_bench.py (ours vs FlexAttention, 128k tokens,
+#   log-normal documents and a 4k window): STAGES="build masks".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -87,6 +89,16 @@ fi
 if has fit; then
   stamp fit
   $B/tools/distflash-bench bench --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
+fi
+if has masks; then   # issue 14: documents and a sliding window against FlexAttention (compiled), one GPU
+  stamp masks
+  DFA_GPU_TEST_MASKS=1 timeout 300 $B/tests/gpu/test_gpu_attn > "$OUT/masks_test.log" 2>&1
+  summary+=("mask tests: $(grep -E 'checks,' "$OUT/masks_test.log" | tr '\n' ' ')")
+  grep -E "FAIL" "$OUT/masks_test.log" | head -20 | cut -c1-300
+  DISTFLASH_LIB=$B/src/libdistflash.so PYTHONPATH=python PYTHONUNBUFFERED=1 timeout 500 \
+    python3 bench/gpu/masks_bench.py ${MASK_ARGS:-} --json "$OUT/masks.json" > "$OUT/masks.log" 2>&1
+  summary+=("masks bench rc=$?")
+  tail -6 "$OUT/masks.log"
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

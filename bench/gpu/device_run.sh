@@ -92,8 +92,10 @@ if has fit; then
 fi
 if has masks; then   # issue 14: documents and a sliding window against FlexAttention (compiled), one GPU
   stamp masks
-  DFA_GPU_TEST_MASKS=1 timeout 300 $B/tests/gpu/test_gpu_attn > "$OUT/masks_test.log" 2>&1
-  summary+=("mask tests: $(grep -E 'checks,' "$OUT/masks_test.log" | tr '\n' ' ')")
+  { DFA_GPU_TEST_MASKS=only DFA_GPU_TEST_KERNEL=mma timeout 200 $B/tests/gpu/test_gpu_attn; echo "rc=$?";
+    DFA_GPU_TEST_MASKS=only DFA_GPU_TEST_KERNEL=wgmma timeout 200 $B/tests/gpu/test_gpu_attn; echo "rc=$?";
+    timeout 60 $B/tests/gpu/test_gpu_errors; echo "rc=$?"; } > "$OUT/masks_test.log" 2>&1
+  summary+=("mask tests: $(grep -E 'checks,|^rc=' "$OUT/masks_test.log" | tr '\n' ' ')")
   grep -E "FAIL" "$OUT/masks_test.log" | head -20 | cut -c1-300
   DISTFLASH_LIB=$B/src/libdistflash.so PYTHONPATH=python PYTHONUNBUFFERED=1 timeout 500 \
     python3 bench/gpu/masks_bench.py ${MASK_ARGS:-} --json "$OUT/masks.json" > "$OUT/masks.log" 2>&1

@@ -583,8 +583,11 @@ int main(void) {
     printf("device compute capability %d.%d; %s\n", cc / 10, cc % 10, dfa_version_string());
     const char *sm = getenv("DFA_GPU_TEST_SMALL");
     const int small = sm && *sm == '1';
+    const char *mk = getenv("DFA_GPU_TEST_MASKS"); /* 0: skip the mask cases; only: nothing else */
+    const int masks = !(mk && *mk == '0'), only_masks = mk && !strcmp(mk, "only");
     const shape *list = small ? small_cases : cases;
-    const int n = small ? (int)(sizeof small_cases / sizeof small_cases[0]) : (int)(sizeof cases / sizeof cases[0]);
+    const int n = only_masks ? 0 : small ? (int)(sizeof small_cases / sizeof small_cases[0])
+                                         : (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         const shape *s = &list[i];
         dfa_attn_desc d = tl_desc(s->b, s->sq, s->sk, s->h, s->hkv, s->d, s->t, s->causal, s->qs, s->ks);
@@ -592,8 +595,7 @@ int main(void) {
         printf("  case %2d done: %s\n", i, tl_desc_str(&d));
         fflush(stdout);
     }
-    if (!small) test_merge();
-    const char *mk = getenv("DFA_GPU_TEST_MASKS"); /* 0: skip the mask cases */
-    if (!(mk && *mk == '0')) test_masks();
+    if (!small && !only_masks) test_merge();
+    if (masks) test_masks();
     return tl_finish("test_gpu_attn");
 }

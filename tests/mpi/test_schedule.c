@@ -252,11 +252,54 @@ static void test_masked_plans(void) {
     printf("masked plans: %d checked\n", checked);
 }
 
+/* The masked checker is not vacuous: a plan with a task dropped, duplicated, or a pair without
+   visible keys added is refused. */
+static void test_masked_checker_catches(void) {
+    enum { P = 5 };
+    int64_t work[P * P] = {0};
+    for (int q = 0; q < P; q++) {
+        work[q * P + q] = 10;
+        if (q) work[q * P + q - 1] = 3 + q;
+    }
+    dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
+    dfa__sched_plan plan;
+    CHECK(dfa__sched_plan_build(&s, work, &plan) == 0, "plan build failed");
+    s.plan = &plan;
+    dfa__placed_task base[64], t[65];
+    int n = 0;
+    for (int step = 0; step < dfa__sched_steps(&s); step++)
+        for (int r = 0; r < P; r++)
+            if (dfa__sched_task(&s, r, step, &base[n].t)) base[n].step = step, base[n].rank = r, n++;
+    char err[256];
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n, err, sizeof err) == 0, "the plan itself failed: %s", err);
+    CHECK(n == 2 * P - 1, "the plan has %d tasks, want %d (the pairs with visible keys)", n, 2 * P - 1);
+    for (int drop = 0; drop < n; drop++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (i != drop) t[m++] = base[i];
+        CHECK(dfa__sim_check_masked_tasks(&s, t, m, err, sizeof err) != 0 && strstr(err, "nobody"),
+              "dropping task %d passed", drop);
+    }
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    t[n] = base[0];
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"), "a duplicate passed");
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    t[n] = (dfa__placed_task){1, 0, {4, 0, 8, 1, 1, 1}}; /* q4 x k1: no visible key */
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "no visible key"),
+          "a pair without visible keys passed");
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    t[0].t.row1 = 4; /* half a chunk */
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n, err, sizeof err) != 0, "half a chunk passed");
+    dfa__sched_plan_free(&plan);
+}
+
 int main(void) {
     tl_init("test_schedule");
     test_correctness();
     test_checker_catches();
     test_masked_plans();
+    test_masked_checker_catches();
     test_unit_model();
     test_machine_model();
     test_position();

@@ -61,6 +61,7 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
 
 /* Flags for dfa_attn_desc.flags. */
 #define DFA_FLAG_DETERMINISTIC 1u /* device backward: bitwise reproducible dq (CPU always is) */
+#define DFA_FLAG_WINDOW 2u        /* sliding window: window_left / window_right apply (descriptor v2) */
 
 /*
  * Descriptors that can grow (dfa_attn_desc, dfa_dist_desc).
@@ -94,7 +95,7 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
  * without its header.
  */
 #define DFA_DESC_MAGIC 0x31414644u /* "DFA1" in memory on little-endian machines */
-#define DFA_DESC_VERSION 1u        /* this header's descriptor version */
+#define DFA_DESC_VERSION 2u        /* this header's descriptor version (2: documents, window) */
 
 /*
  * Shapes and options of one attention call.
@@ -121,16 +122,56 @@ typedef struct {
     int batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim;
     dfa_dtype dtype;          /* of q, k, v, o, dout, dq, dk, dv */
     int causal;               /* 0 or 1; key j visible to query i iff k_start + j <= q_start + i */
-    int64_t q_start, k_start; /* global position of row 0 of q / of k (used when causal) */
+    int64_t q_start, k_start; /* global position of row 0 of q / of k (used when causal or windowed) */
     float softmax_scale;      /* 0 means 1/sqrt(head_dim); otherwise finite and > 0 */
     unsigned flags;           /* DFA_FLAG_*; 0 is the default */
-    uint64_t reserved[8];     /* room for later fields (masks, options); must be 0 */
+    /* Version 2 (carved out of version 1's reserved space; zero = version 1's behaviour):
+       documents and a sliding window, see "Masks" below. */
+    const int32_t *q_doc;     /* [batch, seqlen_q] document id of each query row, or NULL */
+    const int32_t *k_doc;     /* [batch, seqlen_k] document id of each key row, or NULL */
+    int32_t window_left;      /* with DFA_FLAG_WINDOW: keys at most this far behind (>= 0, -1 unlimited) */
+    int32_t window_right;     /* with DFA_FLAG_WINDOW: keys at most this far ahead (>= 0, -1 unlimited) */
+    uint64_t reserved[5];     /* room for later fields (options); must be 0 */
 } dfa_attn_desc;
 
 #define DFA_ATTN_DESC_SIZE_V1 136u /* sizeof(dfa_attn_desc) in descriptor version 1 */
+#define DFA_ATTN_DESC_SIZE_V2 136u /* ... and in version 2: the new fields took reserved space */
+
+/*
+ * Masks (descriptor version 2): packed documents and a sliding window.
+ *
+ * Key j is visible to query i, with global positions pi = q_start + i and pj = k_start + j
+ * (batch row b), iff all of these hold:
+ *   causal:   !causal || pj <= pi
+ *   docs:     q_doc == NULL || q_doc[b][i] == k_doc[b][j]
+ *   window:   !(flags & DFA_FLAG_WINDOW) || ((window_left  < 0 || pi - pj <= window_left) &&
+ *                                           (window_right < 0 || pj - pi <= window_right))
+ * so window_left = w, causal = 1 is the usual "w keys back plus the diagonal" sliding window
+ * (FlashAttention's window_size = (w, 0)), and window_left = 0 lets a query see only its own
+ * position. A query row that sees no key gets o = 0 and lse = -inf, its gradients are 0, and
+ * keys that no query sees get dk = dv = 0.
+ *
+ * Documents are given as per-token ids, not as cumulative sequence lengths (flash-attn's
+ * cu_seqlens): ids travel with the rows they label, so any chunk of a sequence (a rank's rows
+ * in the distributed calls, a key chunk paired by q_start/k_start) carries its own layout
+ * unchanged, where cu_seqlens would have to be re-based and clipped for every chunk. Within
+ * each batch row the ids must be non-decreasing along the sequence (each document is one
+ * contiguous run of rows); any int32 values, equal ids meaning the same document, so a query
+ * sees exactly the keys of its own run. Non-decreasing ids make every visible key range an
+ * interval and "this block is fully masked" a comparison of the blocks' first and last ids,
+ * which is what lets the kernels skip masked blocks (cost follows the visible pairs).
+ * q_doc and k_doc are set together or both NULL (one document). For the CPU calls they are
+ * host pointers and the library checks that they are non-decreasing; for the _cuda calls they
+ * are device pointers and being non-decreasing is the caller's promise (not checked). They
+ * are inputs: outputs must not overlap them. dfa_attn_merge does not read them.
+ * Without DFA_FLAG_WINDOW both window fields must be 0; with it, each is -1 (unlimited on
+ * that side) or >= 0. A descriptor that says version 1 may not set the version-2 fields
+ * (their bytes were reserved in version 1: DFA_ERR_UNSUPPORTED, as any reserved byte).
+ */
 
 /* A descriptor with the given shape, its versioning header filled in, and every other
-   field at its default (dtype f32, non-causal, offsets 0, default scale, flags 0): the
+   field at its default (dtype f32, non-causal, offsets 0, default scale, flags 0, no
+   documents, no window): the
    same as a zero-initialised descriptor with the shape set. Arguments are not checked
    here; the calls check them. */
 DFA_API dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
@@ -225,6 +266,14 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * mismatch fails on every rank instead of hanging). attn.q_start/k_start are
  * ignored: the schedule's layout decides global positions (dfa_dist_position).
  * Buffers and layouts as in dfa_attn_fwd/bwd, with seqlen = local rows.
+ * Masks (see "Masks"): the window applies to global positions; documents are
+ * this rank's ids, attn.q_doc == attn.k_doc (the same pointer: a rank's rows are
+ * its queries and its keys), non-decreasing within the rank's rows, and the
+ * same id on two ranks is the same document (a document may span ranks). The
+ * ranks exchange their ids (4 bytes a token) and then compute and move only the
+ * (query chunk, key chunk) pairs that have a visible key, balanced by visible
+ * pairs; a window shorter than a chunk pairs neighbours only. Host (MPI)
+ * communicators; the device calls (distflash_nccl.h) do not take masks yet.
  */
 DFA_API dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
                                      const void *v, void *o, float *lse);

@@ -6,8 +6,16 @@
 
 #include "testlib.h"
 
-static int visible(const dfa_attn_desc *d, int i, int j) {
-    return !d->causal || d->k_start + j <= d->q_start + i;
+/* The mask, written out as distflash.h states it (causal, documents, window). */
+static int visible(const dfa_attn_desc *d, int b, int i, int j) {
+    const int64_t pi = d->q_start + i, pj = d->k_start + j;
+    if (d->causal && pj > pi) return 0;
+    if (d->q_doc && d->q_doc[(int64_t)b * d->seqlen_q + i] != d->k_doc[(int64_t)b * d->seqlen_k + j]) return 0;
+    if (d->flags & DFA_FLAG_WINDOW) {
+        if (d->window_left >= 0 && pi - pj > d->window_left) return 0;
+        if (d->window_right >= 0 && pj - pi > d->window_right) return 0;
+    }
+    return 1;
 }
 
 static double scale_of(const dfa_attn_desc *d) {
@@ -34,7 +42,7 @@ void oracle_fwd(const dfa_attn_desc *d, const double *q, const double *k, const 
                 double *orow = o + qi(d, b, i, h);
                 double mx = -INFINITY;
                 for (int j = 0; j < d->seqlen_k; j++) {
-                    if (!visible(d, i, j)) continue;
+                    if (!visible(d, b, i, j)) continue;
                     double dot = 0;
                     for (int c = 0; c < D; c++) dot += qr[c] * k[ki(d, b, j, g) + c];
                     s[j] = scale * dot;
@@ -44,7 +52,7 @@ void oracle_fwd(const dfa_attn_desc *d, const double *q, const double *k, const 
                 double l = 0;
                 if (mx > -INFINITY)
                     for (int j = 0; j < d->seqlen_k; j++) {
-                        if (!visible(d, i, j)) continue;
+                        if (!visible(d, b, i, j)) continue;
                         double p = exp(s[j] - mx);
                         l += p;
                         for (int c = 0; c < D; c++) orow[c] += p * v[ki(d, b, j, g) + c];
@@ -78,7 +86,7 @@ void oracle_bwd(const dfa_attn_desc *d, const double *q, const double *k, const 
                 double Di = 0;
                 for (int c = 0; c < D; c++) Di += dor[c] * orow[c];
                 for (int j = 0; j < d->seqlen_k; j++) {
-                    if (!visible(d, i, j)) continue;
+                    if (!visible(d, b, i, j)) continue;
                     const double *kr = k + ki(d, b, j, g), *vr = v + ki(d, b, j, g);
                     double dot = 0, dp = 0;
                     for (int c = 0; c < D; c++) {
@@ -118,7 +126,7 @@ static void lowp_row(const dfa_attn_desc *d, const float *q, const float *k, int
     const float *qr = q + qi(d, b, i, h);
     float mx = -INFINITY;
     for (int j = 0; j < d->seqlen_k; j++) {
-        if (!visible(d, i, j)) { p[j] = -INFINITY; continue; }
+        if (!visible(d, b, i, j)) { p[j] = -INFINITY; continue; }
         const float *kr = k + ki(d, b, j, g);
         float dot = 0;
         for (int c = 0; c < D; c++) dot += qr[c] * kr[c];

@@ -148,6 +148,11 @@ const char *tl_desc_str(const dfa_attn_desc *d) {
              d->batch, d->seqlen_q, d->seqlen_k, d->num_heads, d->num_kv_heads, d->head_dim,
              cli_dtype_name(d->dtype), d->causal, (long long)d->q_start,
              (long long)d->k_start);
+    const size_t n = strlen(buf);
+    if (d->q_doc) snprintf(buf + strlen(buf), sizeof buf - n, " docs");
+    if (d->flags & DFA_FLAG_WINDOW)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " window=(%d,%d)", (int)d->window_left,
+                 (int)d->window_right);
     return buf;
 }
 

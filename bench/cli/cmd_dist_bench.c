@@ -374,7 +374,7 @@ int cmd_dist_bench(int argc, char **argv) {
             const result *R = &res[ci];
             const int show = o.detail || (R->overlap && R->kind != DFA__SCHED_PAPER);
             /* the simulator with this run's measured FLOP rate (per pass) and the given link */
-            const dfa__sched s = {R->kind, P, o.causal, n};
+            const dfa__sched s = {R->kind, P, o.causal, n, NULL};
             double cf = 0.0, cb = 0.0;
             for (int p = 0; p < P; p++) {
                 cf += R->fwd[p].compute_total;

@@ -430,7 +430,7 @@ typedef struct {
 /* Makespan of one pass of a schedule with rows per rank under model_of(rate_bound, link_bound). */
 static double pass_seconds(const sim_opts *o, dfa__sched_kind kind, int P, int rows, int bwd, int rate_bound,
                            int link_bound, double *work) {
-    const dfa__sched s = {kind, P, o->causal, rows};
+    const dfa__sched s = {kind, P, o->causal, rows, NULL};
     const dfa__sim_model m = model_of(o, bwd, rate_bound, link_bound);
     dfa__sim_result r;
     if (dfa__sim_run(&s, &m, &r)) return -1.0;
@@ -442,7 +442,7 @@ static double pass_seconds(const sim_opts *o, dfa__sched_kind kind, int P, int r
 
 static sim_line simulate(const sim_opts *o, dfa__sched_kind kind, int P, char *err, size_t errlen) {
     sim_line L = {0};
-    const dfa__sched s = {kind, P, o->causal, o->rows};
+    const dfa__sched s = {kind, P, o->causal, o->rows, NULL};
     L.ok = dfa__sim_check(&s, 0, err, errlen) == 0 && dfa__sim_check(&s, 1, err, errlen) == 0;
     dfa__sim_result r;
     dfa__sim_model unit = o->m;
@@ -450,7 +450,7 @@ static sim_line simulate(const sim_opts *o, dfa__sched_kind kind, int P, char *e
     unit.machine = NULL;
     unit.gpus_per_node = 0;
     /* the unit model on a long chunk, so that a diagonal block is half a block */
-    const dfa__sched su = {kind, P, o->causal, 1 << 20};
+    const dfa__sched su = {kind, P, o->causal, 1 << 20, NULL};
     if (dfa__sim_run(&su, &unit, &r) == 0) {
         L.unit = r.makespan;
         L.unit_idle = r.idle_fraction;
@@ -659,7 +659,7 @@ int cmd_simulate(int argc, char **argv) {
     int all_ok = 1;
     if (o.p_lo == o.p_hi) {
         const int P = o.p_lo;
-        const dfa__sched s = {o.show, P, o.causal, o.rows};
+        const dfa__sched s = {o.show, P, o.causal, o.rows, NULL};
         printf("\n%s schedule, P = %d (R<r> = rank r, which owns chunk r; q<i>[a:b] = rows a..b-1 of chunk i):\n\n",
                dfa__sched_name(o.show), P);
         if (P <= 16 || o.table) print_table(&s);

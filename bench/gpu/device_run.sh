@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
 # peers. Logs go to $OUT (or out/), a short summary is printed last.
-#   STAGES="build sass gputest test lab pick sanitize bench peers det fit profile"  (default: see below)
-#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S override the defaults below; JSON_DIR (default $OUT)
+#   STAGES="build sass gputest test lab pick sanitize bench peers det fit profile masks"  (default: see below)
+#   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S, MASK_ARGS override the defaults below; JSON_DIR (default $OUT)
 #   takes the two JSON files when $OUT must hold fewer files.
+#   masks: the GPU mask tests and bench/gpu/masks_bench.py (ours vs FlexAttention, 128k tokens,
+#   log-normal documents and a 4k window): STAGES="build masks".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -98,6 +100,18 @@ if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, c
       > "$OUT/profile.txt" 2>&1
   summary+=("profile rc=$?: $(grep -cE 'Duration|Warp Cycles' "$OUT/profile.txt") lines of timings")
   grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued" "$OUT/profile.txt" | cut -c1-160 | head -30
+fi
+if has masks; then   # issue 14: documents and a sliding window against FlexAttention (compiled), one GPU
+  stamp masks
+  { DFA_GPU_TEST_MASKS=only DFA_GPU_TEST_KERNEL=mma timeout 200 $B/tests/gpu/test_gpu_attn; echo "rc=$?";
+    DFA_GPU_TEST_MASKS=only DFA_GPU_TEST_KERNEL=wgmma timeout 200 $B/tests/gpu/test_gpu_attn; echo "rc=$?";
+    timeout 60 $B/tests/gpu/test_gpu_errors; echo "rc=$?"; } > "$OUT/masks_test.log" 2>&1
+  summary+=("mask tests: $(grep -E 'checks,|^rc=' "$OUT/masks_test.log" | tr '\n' ' ')")
+  grep -E "FAIL" "$OUT/masks_test.log" | head -20 | cut -c1-300
+  DISTFLASH_LIB=$B/src/libdistflash.so PYTHONPATH=python PYTHONUNBUFFERED=1 timeout 500 \
+    python3 bench/gpu/masks_bench.py ${MASK_ARGS:-} --json "$OUT/masks.json" > "$OUT/masks.log" 2>&1
+  summary+=("masks bench rc=$?")
+  tail -6 "$OUT/masks.log"
 fi
 stamp done
 printf '%s\n' "${summary[@]}"

@@ -62,12 +62,9 @@ __global__ void __launch_bounds__(256, 1)
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
-    int mb_begin = 0;
-    if (p.sh.causal) {
-        const long long first = (long long)n0 - p.sh.offset;
-        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? (p.sh.seqlen_q + BM - 1) / BM : (int)(first / BM));
-    }
-    const int nmb = (p.sh.seqlen_q + BM - 1) / BM - mb_begin, total = nmb * group;
+    int mb_begin, mb_end; /* the query blocks that see this key block (mask.cuh) */
+    dfa__mask_query_blocks<BM>(p.sh, b, n0, BN, &mb_begin, &mb_end);
+    const int nmb = mb_end - mb_begin, total = nmb * group;
 
     if (tid == 0) {
         dfa__mbar_init(bar, 1);
@@ -118,14 +115,9 @@ __global__ void __launch_bounds__(256, 1)
     const int wg = tid / 128;
     const int c = wg, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31, g = lane >> 2, t = lane & 3;
     const int key0 = c * 64 + warp * 16 + g; /* this lane's keys: key0 and key0 + 8 (within the block) */
-    int qmin[2];
+    int qmin[2], qmax[2]; /* the query rows [qmin, qmax) that see this lane's two keys (mask.cuh) */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + key0 + 8 * r;
-        long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
-        qm = qm < 0 ? 0 : qm;
-        qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
-    }
+    for (int r = 0; r < 2; r++) dfa__mask_key_interval(p.sh, b, n0 + key0 + 8 * r, &qmin[r], &qmax[r]);
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
 
@@ -157,7 +149,7 @@ __global__ void __launch_bounds__(256, 1)
             dfa__reg_fence(st[i]);
             dfa__reg_fence(dp[i]);
         }
-        const bool need_mask = n0 + BN > p.sh.seqlen_k ||
+        const bool need_mask = n0 + BN > p.sh.seqlen_k || p.sh.masked ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
         const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
 #pragma unroll
@@ -173,7 +165,8 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float pv = exp2f(fmaf(st[4 * j + e], p.scale_log2, -L[e & 1]));
-                if (need_mask && m0 + 8 * j + 2 * t + (e & 1) < qmin[e >> 1]) pv = 0.0f;
+                if (need_mask && !dfa__mask_query_visible(m0 + 8 * j + 2 * t + (e & 1), qmin[e >> 1], qmax[e >> 1]))
+                    pv = 0.0f;
                 st[4 * j + e] = pv;
                 dp[4 * j + e] = pv * (dp[4 * j + e] - Dq[e & 1]);
             }

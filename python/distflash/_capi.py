@@ -29,11 +29,13 @@ DFA_ERR_INTERNAL = 5
 
 DFA_F32, DFA_BF16, DFA_F16 = 0, 1, 2
 DFA_FLAG_DETERMINISTIC = 1
+DFA_FLAG_WINDOW = 2
 DFA_SCHEDULE_BALANCED, DFA_SCHEDULE_RING = 0, 1
 
 DFA_DESC_MAGIC = 0x31414644
-DFA_DESC_VERSION = 1
+DFA_DESC_VERSION = 2
 DFA_ATTN_DESC_SIZE_V1 = 136
+DFA_ATTN_DESC_SIZE_V2 = 136
 DFA_DIST_DESC_SIZE_V1 = 192
 
 _STATUS_NAMES = {
@@ -106,7 +108,11 @@ class AttnDesc(ctypes.Structure):
         ("k_start", ctypes.c_int64),
         ("softmax_scale", ctypes.c_float),
         ("flags", ctypes.c_uint),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("q_doc", ctypes.c_void_p),  # const int32_t * (version 2: documents)
+        ("k_doc", ctypes.c_void_p),
+        ("window_left", ctypes.c_int32),  # with DFA_FLAG_WINDOW
+        ("window_right", ctypes.c_int32),
+        ("reserved", ctypes.c_uint64 * 5),
     ]
 
 
@@ -131,9 +137,12 @@ def _fill_header(desc):
 
 
 def attn_desc(batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, dtype=DFA_F32,
-              causal=False, q_start=0, k_start=0, softmax_scale=0.0, flags=0):
+              causal=False, q_start=0, k_start=0, softmax_scale=0.0, flags=0, q_doc=None, k_doc=None,
+              window=None):
     """A dfa_attn_desc with its versioning header filled in and the reserved space zero (a
-    ctypes.Structure starts zeroed), as dfa_attn_desc_init makes it."""
+    ctypes.Structure starts zeroed), as dfa_attn_desc_init makes it. q_doc, k_doc: addresses of
+    int32 document ids (or None); window: None or (left, right), -1 for unlimited (sets
+    DFA_FLAG_WINDOW)."""
     d = AttnDesc()
     _fill_header(d)
     d.batch, d.seqlen_q, d.seqlen_k = batch, seqlen_q, seqlen_k
@@ -141,6 +150,10 @@ def attn_desc(batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, dtyp
     d.dtype, d.causal = dtype, int(bool(causal))
     d.q_start, d.k_start = q_start, k_start
     d.softmax_scale, d.flags = softmax_scale, flags
+    d.q_doc, d.k_doc = q_doc, k_doc
+    if window is not None:
+        d.flags |= DFA_FLAG_WINDOW
+        d.window_left, d.window_right = window
     return d
 
 

@@ -82,11 +82,56 @@ def check_offset(value, name, fn):
 
 # --- calls into the library ---------------------------------------------------------------
 
-def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False):
+NO_WINDOW = -2  # window_left of the ops when there is no window (-1 is "unlimited")
+
+
+def check_mask(q, k, doc_ids, window, fn):
+    """The public mask arguments as the ops take them: (q_doc, k_doc, window_left, window_right).
+    doc_ids: None, an integer tensor [batch, seqlen] for both q and k (seqlen_q == seqlen_k), or a
+    pair (q_doc [batch, seqlen_q], k_doc [batch, seqlen_k]); non-decreasing along the sequence.
+    window: None or (left, right), each an int >= 0 or None / -1 for unlimited."""
+    q_doc = k_doc = None
+    if doc_ids is not None:
+        pair = doc_ids if isinstance(doc_ids, (tuple, list)) else (doc_ids, doc_ids)
+        if len(pair) != 2:
+            raise ValueError(f"{fn}: doc_ids must be a tensor or a pair (q_doc, k_doc)")
+        out = []
+        for name, t, n in (("q_doc", pair[0], q.shape[1]), ("k_doc", pair[1], k.shape[1])):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{fn}: doc_ids ({name}) must be a torch.Tensor, not {type(t).__name__}")
+            if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+                raise TypeError(f"{fn}: doc_ids ({name}) must hold integers, not {t.dtype}")
+            if tuple(t.shape) != (q.shape[0], n):
+                raise ValueError(f"{fn}: doc_ids ({name}) must have shape [batch, seqlen] = {(q.shape[0], n)}; "
+                                 f"it has {tuple(t.shape)}")
+            if t.device != q.device:
+                raise ValueError(f"{fn}: doc_ids ({name}) must be on q's device {q.device}, not {t.device}")
+            out.append(t.to(torch.int32).contiguous())
+        q_doc, k_doc = out
+    wl = wr = NO_WINDOW
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise ValueError(f"{fn}: window must be None or (left, right)")
+        sides = []
+        for name, x in (("left", window[0]), ("right", window[1])):
+            x = -1 if x is None else x
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise TypeError(f"{fn}: window {name} must be an int or None, not {type(x).__name__}")
+            if not -1 <= x <= _INT_MAX:
+                raise ValueError(f"{fn}: window {name} = {x}; it must be >= 0 (or -1 / None: unlimited)")
+            sides.append(x)
+        wl, wr = sides
+    return q_doc, k_doc, wl, wr
+
+
+def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=None, k_doc=None,
+             window_left=NO_WINDOW, window_right=NO_WINDOW):
     B, Sq, H, D = q.shape
     return _capi.attn_desc(B, Sq, k.shape[1], H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal,
                            q_start=q_start, k_start=k_start, softmax_scale=scale,
-                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0)
+                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0,
+                           q_doc=_p(q_doc), k_doc=_p(k_doc),
+                           window=None if window_left == NO_WINDOW else (window_left, window_right))
 
 
 def cuda_stream(t):
@@ -157,7 +202,8 @@ def as_dout(g, like):
 
 # --- the ops --------------------------------------------------------------------------------
 
-def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start):
+def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None, window_left=NO_WINDOW,
+             window_right=NO_WINDOW):
     """o, lse of one forward, on checked inputs (the body of both paths below)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = _empty(q.shape, q)
@@ -166,30 +212,35 @@ def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start):
         o.zero_()
         lse.fill_(-math.inf)
         return o, lse
-    fwd_into(desc_for(q, k, causal, softmax_scale, q_start, k_start), q, k, v, o, lse)
+    fwd_into(desc_for(q, k, causal, softmax_scale, q_start, k_start, False, q_doc, k_doc, window_left, window_right),
+             q, k, v, o, lse)
     return o, lse
 
 
 @torch.library.custom_op("distflash::attn_fwd", mutates_args=())
 def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, q_start: int,
-             k_start: int) -> Tuple[Tensor, Tensor]:
+             k_start: int, q_doc: Optional[Tensor] = None, k_doc: Optional[Tensor] = None,
+             window_left: int = NO_WINDOW, window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor]:
     check_qkv(q, k, v, "distflash::attn_fwd", contiguous=False)
-    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start)
+    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right)
 
 
 @attn_fwd.register_fake
-def _(q, k, v, causal, softmax_scale, q_start, k_start):
+def _(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None, window_left=NO_WINDOW,
+      window_right=NO_WINDOW):
     return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
-def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic):
+def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic, q_doc=None,
+             k_doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW):
     """dq, dk, dv of one backward, on checked inputs (the body of both paths)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
     if _degenerate(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
-    d = desc_for(q, k, causal, softmax_scale, q_start, k_start, deterministic)
+    d = desc_for(q, k, causal, softmax_scale, q_start, k_start, deterministic, q_doc, k_doc, window_left,
+                 window_right)
     bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv)
     if grad_lse is not None:
         # d lse_i / d s_ij = P_ij with s = scale q k^T, so the lse gradient g adds
@@ -210,32 +261,36 @@ def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_
 @torch.library.custom_op("distflash::attn_bwd", mutates_args=())
 def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, grad_lse: Optional[Tensor],
              causal: bool, softmax_scale: float, q_start: int, k_start: int,
-             deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+             deterministic: bool, q_doc: Optional[Tensor] = None, k_doc: Optional[Tensor] = None,
+             window_left: int = NO_WINDOW, window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor, Tensor]:
     check_qkv(q, k, v, "distflash::attn_bwd", contiguous=False)
-    return bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic)
+    return bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic, q_doc,
+                    k_doc, window_left, window_right)
 
 
 @attn_bwd.register_fake
-def _(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic):
+def _(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic, q_doc=None,
+      k_doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, q_start, k_start = inputs
+    q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
     ctx.args = (causal, softmax_scale, q_start, k_start)
+    ctx.window = (window_left, window_right)
     # An unused lse (the usual case) then gives None instead of zeros: no extra calls.
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, q_doc, k_doc = ctx.saved_tensors
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     deterministic = torch.are_deterministic_algorithms_enabled()
-    dq, dk, dv = attn_bwd(grad_o, q, k, v, o, lse, grad_lse, *ctx.args, deterministic)
-    return dq, dk, dv, None, None, None, None
+    dq, dk, dv = attn_bwd(grad_o, q, k, v, o, lse, grad_lse, *ctx.args, deterministic, q_doc, k_doc, *ctx.window)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -248,27 +303,30 @@ class AttnEager(torch.autograd.Function):
     of microseconds per call on the host; a plain autograd.Function costs a few."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, q_start, k_start):
-        o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start)
-        ctx.save_for_backward(q, k, v, o, lse)
+    def forward(ctx, q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right):
+        o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right)
+        ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
         ctx.args = (causal, softmax_scale, q_start, k_start)
+        ctx.window = (window_left, window_right)
         ctx.set_materialize_grads(False)
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse):
-        q, k, v, o, lse = ctx.saved_tensors
+        q, k, v, o, lse, q_doc, k_doc = ctx.saved_tensors
         if grad_o is None:
             grad_o = torch.zeros_like(o)
         dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, *ctx.args,
-                              torch.are_deterministic_algorithms_enabled())
-        return dq, dk, dv, None, None, None, None
+                              torch.are_deterministic_algorithms_enabled(), q_doc, k_doc, *ctx.window)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
-def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start):
+def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None,
+                  window_left=NO_WINDOW, window_right=NO_WINDOW):
     """o, lse for checked inputs, by the cheapest path that keeps autograd and torch.compile right."""
+    mask = (q_doc, k_doc, window_left, window_right)
     if torch.compiler.is_compiling():
-        return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start)
+        return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return AttnEager.apply(q, k, v, causal, softmax_scale, q_start, k_start)
-    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start)
+        return AttnEager.apply(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
+    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, *mask)

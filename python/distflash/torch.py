@@ -23,12 +23,19 @@ __all__ = ["attention", "dist_attention", "dist_position", "destroy_comms", "Dis
            "DistflashInvalidArgument", "DistflashUnsupported", "DistflashLibraryError"]
 
 
-def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, return_lse=False):
+def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, return_lse=False, doc_ids=None,
+              window=None):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on one device.
 
     causal: key j is visible to query i iff k_start + j <= q_start + i (q_start, k_start: the
     global positions of row 0 of q and of k, so chunks of one sequence pair up; a query that
     sees no key gets o = 0 and lse = -inf). softmax_scale None means 1/sqrt(head_dim).
+    doc_ids: packed documents, per-token document ids, non-decreasing along the sequence: an
+    integer tensor [B, S] on q's device (q and k the same sequence) or a pair (q_doc [B, Sq],
+    k_doc [B, Sk]); a query sees only keys with its own id. window: sliding window (left, right):
+    key j is visible to query i only if pos_i - pos_j <= left and pos_j - pos_i <= right (None or
+    -1: unlimited on that side; with causal=True, (w, None) is the usual w-token look-back).
+    Masked blocks are skipped, so the cost follows the visible pairs.
     Returns o [B, Sq, H, D], or (o, lse) with lse [B, H, Sq] float32 if return_lse (lse is
     differentiable too: its gradient costs one more forward and backward call).
     Backward: dfa_attn_bwd / dfa_attn_bwd_cuda (deterministic dq on CUDA when
@@ -39,7 +46,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
     scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
     _ops.check_offset(q_start, "q_start", fn)
     _ops.check_offset(k_start, "k_start", fn)
-    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start)
+    q_doc, k_doc, wl, wr = _ops.check_mask(q, k, doc_ids, window, fn)
+    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start, q_doc, k_doc, wl, wr)
     return (o, lse) if return_lse else o
 
 

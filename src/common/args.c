@@ -14,6 +14,7 @@ typedef struct {
 } call_arg;
 
 #define MAX_ARGS 9 /* the backward's q, k, v, o, lse, dout, dq, dk, dv */
+#define MAX_INS (MAX_ARGS + 2) /* and the descriptor's q_doc, k_doc */
 
 /* The whole check of one call: import, the descriptor's contents for this use, the backend's
    rule, NULL pointers in argument order, then every output against the other outputs and
@@ -28,13 +29,17 @@ static dfa_status check_call(const dfa_attn_desc *user, dfa__desc_use use, dfa__
     const size_t es = dfa__dtype_size(x.dtype);
     const size_t bytes[] = {(size_t)dfa__q_elems(&x) * es, (size_t)dfa__kv_elems(&x) * es,
                             (size_t)dfa__lse_elems(&x) * sizeof(float)};
-    dfa__buffer outs[MAX_ARGS], ins[MAX_ARGS];
+    dfa__buffer outs[MAX_ARGS], ins[MAX_INS];
     int nout = 0, nin = 0;
     for (int i = 0; i < n && i < MAX_ARGS; i++) {
         if (args[i].role != OUT_OPTIONAL && (st = dfa__check_ptr(args[i].ptr, args[i].name, fn))) return st;
         const dfa__buffer b = {args[i].ptr, bytes[args[i].ext], args[i].name};
         if (args[i].role == IN) ins[nin++] = b;
         else outs[nout++] = b;
+    }
+    if (use == DFA__DESC_FULL && x.q_doc) { /* the document ids are inputs too (merge does not read them) */
+        ins[nin++] = (dfa__buffer){x.q_doc, (size_t)x.batch * (size_t)x.seqlen_q * sizeof(int32_t), "d->q_doc"};
+        ins[nin++] = (dfa__buffer){x.k_doc, (size_t)x.batch * (size_t)x.seqlen_k * sizeof(int32_t), "d->k_doc"};
     }
     if ((st = dfa__check_no_overlap(outs, nout, ins, nin, fn))) return st;
     *d = x;

@@ -49,7 +49,7 @@ static const desc_name TOP = {"d", "d->"}, NESTED = {"d->attn", "d->attn."};
 /* Checks the versioning header at p (the caller's bytes); *size gets the caller's
    descriptor size (v1_size for a zero-initialised one). */
 static dfa_status read_header(const unsigned char *p, uint32_t v1_size, desc_name n, uint32_t *size,
-                              const char *fn) {
+                              uint32_t *version, const char *fn) {
     uint32_t h[4]; /* struct_size, magic, version, reserved_header */
     memcpy(h, p, sizeof h);
     if (h[0] == 0) { /* zero-initialised: the whole header is 0 */
@@ -83,6 +83,7 @@ static dfa_status read_header(const unsigned char *p, uint32_t v1_size, desc_nam
     }
     if (h[3] != 0)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "%sreserved_header = %u; it must be 0", n.field, h[3]);
+    *version = h[2] ? h[2] : DFA_DESC_VERSION; /* zero-initialised: the layout of the caller's header, ours */
     return DFA_OK;
 }
 
@@ -104,11 +105,15 @@ static dfa_status check_zero(const unsigned char *p, size_t from, size_t to, des
 /* The caller's attention descriptor of `size` bytes at p (header already checked) in this
    library's layout. Fields keep their offsets from version to version, so the common prefix
    is copied as is; fields the caller's (older, shorter) layout lacks stay 0, their default. */
-static dfa_status import_attn(const unsigned char *p, uint32_t size, desc_name n, dfa_attn_desc *out,
-                              const char *fn) {
-    const size_t known = offsetof(dfa_attn_desc, reserved), mine = sizeof(dfa_attn_desc);
-    char where[64];
-    snprintf(where, sizeof where, "%sreserved", n.field);
+static dfa_status import_attn(const unsigned char *p, uint32_t size, uint32_t version, desc_name n,
+                              dfa_attn_desc *out, const char *fn) {
+    /* A version-1 caller had reserved bytes where version 2 put q_doc..window_right: they
+       must still be zero for it (so its garbage is refused as before, not read as a mask). */
+    const size_t known = version >= 2 ? offsetof(dfa_attn_desc, reserved) : offsetof(dfa_attn_desc, q_doc);
+    const size_t mine = sizeof(dfa_attn_desc);
+    char where[96];
+    snprintf(where, sizeof where, "%sreserved%s", n.field,
+             version >= 2 ? "" : " of a version-1 descriptor, which includes the version-2 fields");
     dfa_status st = check_zero(p, known, size < mine ? size : mine, n, where, fn);
     if (!st) st = check_zero(p, mine, size, n, "beyond the fields of this library's version", fn);
     if (st) return st;
@@ -126,17 +131,17 @@ static dfa_status import_attn(const unsigned char *p, uint32_t size, desc_name n
 dfa_status dfa__attn_desc_import(const dfa_attn_desc *user, dfa_attn_desc *out, const char *fn) {
     if (!user) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
     const unsigned char *p = (const unsigned char *)user;
-    uint32_t size;
-    dfa_status st = read_header(p, DFA_ATTN_DESC_SIZE_V1, TOP, &size, fn);
-    return st ? st : import_attn(p, size, TOP, out, fn);
+    uint32_t size, version;
+    dfa_status st = read_header(p, DFA_ATTN_DESC_SIZE_V1, TOP, &size, &version, fn);
+    return st ? st : import_attn(p, size, version, TOP, out, fn);
 }
 
 dfa_status dfa__dist_desc_import(const dfa_dist_desc *user, dfa_dist_desc *out, const char *fn) {
     if (!user) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
     const unsigned char *p = (const unsigned char *)user;
-    uint32_t size, attn_size;
-    dfa_status st = read_header(p, DFA_DIST_DESC_SIZE_V1, TOP, &size, fn);
-    if (!st) st = read_header(p + HEADER_BYTES, DFA_ATTN_DESC_SIZE_V1, NESTED, &attn_size, fn);
+    uint32_t size, attn_size, version, attn_version;
+    dfa_status st = read_header(p, DFA_DIST_DESC_SIZE_V1, TOP, &size, &version, fn);
+    if (!st) st = read_header(p + HEADER_BYTES, DFA_ATTN_DESC_SIZE_V1, NESTED, &attn_size, &attn_version, fn);
     if (st) return st;
     /* The caller's attn has its own size; the distributed fields follow it (8-byte aligned). */
     const size_t at = offsetof(dfa_dist_desc, attn);
@@ -150,7 +155,8 @@ dfa_status dfa__dist_desc_import(const dfa_dist_desc *user, dfa_dist_desc *out, 
                          attn_size, size);
     dfa_dist_desc x;
     memset(&x, 0, sizeof x);
-    if ((st = import_attn(p + at, attn_size, NESTED, &x.attn, fn))) return st;
+    (void)version; /* the distributed fields are the same in versions 1 and 2 */
+    if ((st = import_attn(p + at, attn_size, attn_version, NESTED, &x.attn, fn))) return st;
     const size_t have = size - tail; /* the caller's bytes from schedule on */
     st = check_zero(p, tail + known, tail + (have < mine ? have : mine), TOP, "d->reserved", fn);
     if (!st) st = check_zero(p, tail + mine, size, TOP, "beyond the fields of this library's version", fn);
@@ -218,8 +224,26 @@ dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char
     if (full && (d->k_start <= -DFA__MAX_OFFSET || d->k_start >= DFA__MAX_OFFSET))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->k_start = %lld is out of range (|k_start| < 2^62)",
                          (long long)d->k_start);
-    if (d->flags & ~DFA_FLAG_DETERMINISTIC)
+    if (d->flags & ~(DFA_FLAG_DETERMINISTIC | DFA_FLAG_WINDOW))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->flags = 0x%x has unknown bits", d->flags);
+    if (full && !(d->flags & DFA_FLAG_WINDOW) && (d->window_left != 0 || d->window_right != 0))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->window_left = %d, d->window_right = %d but DFA_FLAG_WINDOW is not set in d->flags "
+                         "(without it both must be 0)",
+                         (int)d->window_left, (int)d->window_right);
+    if (full && (d->flags & DFA_FLAG_WINDOW) && d->window_left < -1)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->window_left = %d; it must be >= 0 (keys that far behind) or -1 (unlimited)",
+                         (int)d->window_left);
+    if (full && (d->flags & DFA_FLAG_WINDOW) && d->window_right < -1)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->window_right = %d; it must be >= 0 (keys that far ahead) or -1 (unlimited)",
+                         (int)d->window_right);
+    if (full && (d->q_doc == NULL) != (d->k_doc == NULL))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "%s is NULL but %s is set; document ids go together (both set, or both NULL for one "
+                         "document)",
+                         d->q_doc ? "d->k_doc" : "d->q_doc", d->q_doc ? "d->q_doc" : "d->k_doc");
 
     if ((int64_t)d->num_heads * d->head_dim > INT32_MAX)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->num_heads * d->head_dim = %lld is too large (row stride must fit in int)",

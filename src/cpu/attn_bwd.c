@@ -21,6 +21,7 @@
 #include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/error.h"
+#include "../common/mask.h"
 #include "attn_tiles.h"
 #include "kernels.h"
 #include "threads.h"
@@ -69,6 +70,10 @@ typedef struct {
     float *dq_part;       /* [segments][batch][num_heads][seqlen_q][head_dim] */
     void *dk, *dv;
     float scale;
+    /* Masks (documents, window) only, else NULL: visible keys [lo, hi) of every query row
+       ([batch][seqlen_q] each), and per query tile of BR rows the union of its rows'
+       intervals [tile_lo, tile_hi) ([batch][query tiles]; empty when tile_hi <= tile_lo). */
+    const int *lo, *hi, *tile_lo, *tile_hi;
 } bwd_args;
 
 /* Gradient contributions of query tile (b, h, i0..i0+rows) against the key tile at j0. */
@@ -85,8 +90,14 @@ static void bwd_pair(const bwd_args *a, bwd_scratch w, int b, int h, int i0, int
         const float lse = a->lse[row0 + r];
         w.bias[r] = lse == -INFINITY ? INFINITY : lse * LOG2E;
     }
-    const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
+    int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
     kr->gemm_nn(rows, cols, D, qt, D, w.kt, BC, w.p, BC);
+    if (a->lo) { /* documents or a window: the rows' intervals decide (the caller skipped empty pairs) */
+        const int64_t at = (int64_t)b * d->seqlen_q + i0;
+        delta = DFA__NO_MASK;
+        if (dfa__tile_classify(a->lo + at, a->hi + at, rows, j0, cols) != DFA__TILE_FULL)
+            dfa__tile_mask(w.p, BC, 1, a->lo + at, a->hi + at, rows, j0, cols);
+    }
     kr->exp2_rows(w.p, BC, rows, cols, scale_log2, w.bias, delta);
     kr->gemm_nn(rows, cols, D, dot, D, w.vt, BC, w.ds, BC);
     kr->gemm_tn_acc(cols, D, rows, w.p, BC, dot, D, w.dv, D);
@@ -117,9 +128,14 @@ static void bwd_segment(const bwd_args *a, bwd_scratch w, int b, int g, int seg,
         /* Under a causal mask the first query that sees key j0 is q_start + i = k_start + j0. */
         int64_t first_row = d->causal ? d->k_start + j0 - d->q_start : 0;
         if (first_row < 0) first_row = 0;
+        const int nqb = (d->seqlen_q + BR - 1) / BR;
         for (int hh = 0; hh < group; hh++)
             for (int64_t i0 = first_row / BR * BR; i0 < d->seqlen_q; i0 += BR) {
                 const int rows = d->seqlen_q - i0 < BR ? d->seqlen_q - (int)i0 : BR;
+                if (a->lo) { /* masks: skip query tiles that see none of these keys */
+                    const int64_t t = (int64_t)b * nqb + i0 / BR;
+                    if (a->tile_lo[t] >= a->tile_hi[t] || a->tile_lo[t] >= j0 + cols || a->tile_hi[t] <= j0) continue;
+                }
                 bwd_pair(a, w, b, g * group + hh, (int)i0, rows, j0, cols, kh, dq_part);
             }
         dfa__tile_out(a->kr, d->dtype, a->dk, k_first, k_stride, cols, D, w.dk, D, a->scale);
@@ -134,6 +150,7 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *user_d, const void *q, const void *
     dfa_attn_desc desc; /* the caller's descriptor, normalised: the only one used below */
     const dfa_attn_desc *d = &desc;
     dfa_status st = dfa__check_bwd_args(user_d, NULL, &desc, q, k, v, o, lse, dout, dq, dk, dv, fn);
+    if (!st) st = dfa__check_docs_host(d, fn);
     if (st) return st;
     const int64_t nq = dfa__q_elems(d), nlse = dfa__lse_elems(d);
 
@@ -171,7 +188,36 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *user_d, const void *q, const void *
     dfa__gather_heads(kr, d->dtype, dout, d->batch, d->seqlen_q, H, D, dof, nthreads);
     dfa__gather_heads(kr, d->dtype, k, d->batch, d->seqlen_k, d->num_kv_heads, D, kf, nthreads);
     dfa__gather_heads(kr, d->dtype, v, d->batch, d->seqlen_k, d->num_kv_heads, D, vf, nthreads);
-    const bwd_args args = {d, kr, qf, kf, vf, dof, lse, dsum, dq_part, dk, dv, dfa__softmax_scale(d)};
+    bwd_args args = {d, kr, qf, kf, vf, dof, lse, dsum, dq_part, dk, dv, dfa__softmax_scale(d), NULL, NULL, NULL, NULL};
+    int *ranges = NULL;
+    if (dfa__has_mask(d)) { /* the visible key interval of every query row and tile (linear in seqlen_q) */
+        const int nqb = (d->seqlen_q + BR - 1) / BR;
+        const size_t nrows = (size_t)qrows, ntiles = (size_t)d->batch * (size_t)nqb;
+        ranges = malloc(sizeof(int) * (2 * nrows + 2 * ntiles));
+        if (!ranges) {
+            free(mem);
+            return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of scratch",
+                             sizeof(int) * (2 * nrows + 2 * ntiles));
+        }
+        int *lo = ranges, *hi = lo + nrows, *tlo = hi + nrows, *thi = tlo + ntiles;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int64_t t = 0; t < (int64_t)ntiles; t++) {
+            const int b = (int)(t / nqb), i0 = (int)(t % nqb) * BR;
+            const int rows = d->seqlen_q - i0 < BR ? d->seqlen_q - i0 : BR;
+            int a = d->seqlen_k, z = 0;
+            for (int r = 0; r < rows; r++) {
+                const int64_t at = (int64_t)b * d->seqlen_q + i0 + r;
+                dfa__row_keys(d, b, i0 + r, &lo[at], &hi[at]);
+                if (lo[at] < hi[at]) {
+                    if (lo[at] < a) a = lo[at];
+                    if (hi[at] > z) z = hi[at];
+                }
+            }
+            tlo[t] = a;
+            thi[t] = z;
+        }
+        args.lo = lo, args.hi = hi, args.tile_lo = tlo, args.tile_hi = thi;
+    }
     const int64_t ntasks = (int64_t)d->batch * d->num_kv_heads * nseg;
     /* Segment 0 first: under a causal mask the earliest keys have the most queries. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
@@ -200,6 +246,7 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *user_d, const void *q, const void *
         }
         kr->store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, row * n), n);
     }
+    free(ranges);
     free(mem);
     return DFA_OK;
 }

@@ -16,6 +16,7 @@
 #include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/error.h"
+#include "../common/mask.h"
 #include "attn_tiles.h"
 #include "kernels.h"
 #include "threads.h"
@@ -32,9 +33,10 @@ typedef struct {
     float *st;           /* scores, then probabilities, transposed [BC][BR] */
     float *acc;          /* unnormalised output [BR][D] */
     float *m, *l, *alpha; /* running max (base-2 units), sum, rescale factor per query [BR] */
+    int *lo, *hi;        /* visible keys [lo, hi) per query of the tile [BR] (masks only) */
 } fwd_scratch;
 
-static size_t fwd_scratch_floats(int D) { return ((size_t)BR * D * 3 + (size_t)BC * BR + 3 * BR + 15) / 16 * 16; }
+static size_t fwd_scratch_floats(int D) { return ((size_t)BR * D * 3 + (size_t)BC * BR + 5 * BR + 15) / 16 * 16; }
 
 static fwd_scratch fwd_scratch_at(float *base, int D) {
     fwd_scratch w;
@@ -45,6 +47,8 @@ static fwd_scratch fwd_scratch_at(float *base, int D) {
     w.m = w.st + (size_t)BC * BR;
     w.l = w.m + BR;
     w.alpha = w.l + BR;
+    w.lo = (int *)(w.alpha + BR); /* int and float have the same size: the scratch is untyped memory */
+    w.hi = w.lo + BR;
     return w;
 }
 
@@ -80,16 +84,36 @@ static void fwd_tile(const fwd_args *a, int b, int h, int qb, fwd_scratch w) {
     }
     memset(w.acc, 0, sizeof(float) * (size_t)rows * D);
 
-    const int kend = dfa__visible_keys(d, i0 + rows - 1); /* the last row sees the most keys */
-    for (int j0 = 0; j0 < kend; j0 += BC) {
+    /* Keys [kbeg, kend) hold every visible one. Causal only: the last row sees the most. With
+       documents or a window: the union of the rows' intervals, and tiles inside it that no row
+       sees are skipped (cost follows the visible pairs). */
+    const bool masked = dfa__has_mask(d);
+    int kbeg = 0, kend = dfa__visible_keys(d, i0 + rows - 1);
+    if (masked) {
+        kbeg = d->seqlen_k, kend = 0;
+        for (int r = 0; r < rows; r++) {
+            dfa__row_keys(d, b, i0 + r, &w.lo[r], &w.hi[r]);
+            if (w.lo[r] < w.hi[r]) {
+                if (w.lo[r] < kbeg) kbeg = w.lo[r];
+                if (w.hi[r] > kend) kend = w.hi[r];
+            }
+        }
+    }
+    bool started = false;
+    for (int j0 = kbeg; j0 < kend; j0 += BC) {
         const int cols = kend - j0 < BC ? kend - j0 : BC;
+        const dfa__tile_cover cover = masked ? dfa__tile_classify(w.lo, w.hi, rows, j0, cols) : DFA__TILE_FULL;
+        if (cover == DFA__TILE_EMPTY) continue;
         dfa__prefetch_l2(vh + (int64_t)j0 * D, (size_t)cols * D); /* read after the scores */
         kr->gemm_nn(cols, BR, D, kh + (int64_t)j0 * D, D, w.qt, BR, w.st, BR);
-        const int delta = d->causal ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols) : DFA__NO_MASK;
+        if (cover == DFA__TILE_PARTIAL) dfa__tile_mask(w.st, 1, BR, w.lo, w.hi, rows, j0, cols);
+        const int delta = d->causal && !masked ? dfa__tile_delta(d->q_start + i0, d->k_start + j0, cols)
+                                               : DFA__NO_MASK;
         kr->softmax_cols(w.st, BR, cols, rows, scale_log2, delta, w.m, w.l, w.alpha);
         if (j0 + BC < kend) /* the next K tile, while P V runs */
             dfa__prefetch_l2(kh + (int64_t)(j0 + BC) * D, (size_t)(kend - j0 - BC < BC ? kend - j0 - BC : BC) * D);
-        if (j0 > 0) kr->scale_rows(w.acc, D, rows, D, w.alpha);
+        if (started) kr->scale_rows(w.acc, D, rows, D, w.alpha);
+        started = true;
         kr->gemm_tn_acc(rows, D, cols, w.st, BR, vh + (int64_t)j0 * D, D, w.acc, D);
     }
 
@@ -109,6 +133,7 @@ dfa_status dfa_attn_fwd(const dfa_attn_desc *user_d, const void *q, const void *
     dfa_attn_desc desc; /* the caller's descriptor, normalised: the only one used below */
     const dfa_attn_desc *d = &desc;
     dfa_status st = dfa__check_fwd_args(user_d, NULL, &desc, q, k, v, o, lse, fn);
+    if (!st) st = dfa__check_docs_host(d, fn);
     if (st) return st;
 
     const int nthreads = dfa__cpu_threads();

@@ -2,6 +2,7 @@
 #ifndef DFA_CPU_ATTN_TILES_H
 #define DFA_CPU_ATTN_TILES_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,37 @@ static inline int dfa__tile_delta(int64_t qpos, int64_t kpos, int cols) {
     if (delta >= cols - 1) return DFA__NO_MASK;
     if (delta < -((int64_t)1 << 30)) return -(1 << 30);
     return (int)delta;
+}
+
+/* How a tile of keys [j0, j0 + cols) meets the visible key intervals [lo[r], hi[r]) of its
+   `rows` query rows (src/common/mask.h): no row sees any of its keys, every row sees all
+   of them, or some elements are masked. */
+typedef enum { DFA__TILE_EMPTY, DFA__TILE_FULL, DFA__TILE_PARTIAL } dfa__tile_cover;
+
+static inline dfa__tile_cover dfa__tile_classify(const int *lo, const int *hi, int rows, int j0, int cols) {
+    int any = 0, all = 1;
+    for (int r = 0; r < rows; r++) {
+        any |= lo[r] < j0 + cols && hi[r] > j0 && lo[r] < hi[r];
+        all &= lo[r] <= j0 && hi[r] >= j0 + cols;
+    }
+    return !any ? DFA__TILE_EMPTY : all ? DFA__TILE_FULL : DFA__TILE_PARTIAL;
+}
+
+/* Sets the masked elements of a score tile to -inf (the softmax kernels turn -inf into a
+   probability of exactly 0): element (row r, key column c) is at s[r * rs + c * cs] and
+   visible iff lo[r] <= j0 + c < hi[r]. rs, cs: strides of a row and a column (the forward's
+   tile is transposed: rs = 1, cs = its leading dimension). */
+static inline void dfa__tile_mask(float *s, int64_t rs, int64_t cs, const int *lo, const int *hi, int rows, int j0,
+                                  int cols) {
+    for (int r = 0; r < rows; r++) {
+        int a = lo[r] - j0, z = hi[r] - j0; /* visible columns [a, z) */
+        if (a < 0) a = 0;
+        if (a > cols) a = cols;
+        if (z > cols) z = cols;
+        if (z < a) z = a;
+        for (int c = 0; c < a; c++) s[r * rs + c * cs] = -INFINITY;
+        for (int c = z; c < cols; c++) s[r * rs + c * cs] = -INFINITY;
+    }
 }
 
 /* Asks for the n floats at p to be brought into L2, one request per cache line

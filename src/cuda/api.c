@@ -29,12 +29,46 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     s.scale = dfa__softmax_scale(d);
     s.flags = d->flags;
     s.out_f32 = 0;
+    s.masked = d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0;
+    s.mask_rows = s.mask_keys = NULL;
     if (d->causal) {
         const long long off = (long long)(d->q_start - d->k_start); /* both < 2^62 in magnitude */
         if (off >= (long long)d->seqlen_k - 1) s.causal = 0;     /* row 0 already sees every key */
         else s.offset = off < -(long long)d->seqlen_q - 1 ? -(long long)d->seqlen_q - 1 : off;
     }
     return s;
+}
+
+/* Document ids are device memory on this device, 4-byte aligned (their order is the caller's
+   promise on the device: distflash_cuda.h). */
+static dfa_status check_docs(const dfa_attn_desc *d, const char *fn) {
+    const dfa__dev_ptr ps[] = {{d->q_doc, "d->q_doc", 4}, {d->k_doc, "d->k_doc", 4}};
+    return d->q_doc ? dfa__cuda_check_device_ptrs(ps, 2, fn) : DFA_OK;
+}
+
+/* A masked call: the visible intervals of its rows and keys, in stream-ordered scratch
+   (*buf, given back by mask_end). */
+static dfa_status mask_begin(const dfa_attn_desc *d, dfa__cuda_shape *s, void **buf, cudaStream_t stream,
+                             const char *fn) {
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    cudaError_t e = cudaMallocAsync(buf, dfa__cuda_mask_bytes(&m), stream);
+    if (e != cudaSuccess) {
+        *buf = NULL;
+        return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
+    }
+    const dfa_status st = dfa__cuda_mask_prepare(&m, *buf, s, stream, fn);
+    if (st) {
+        (void)cudaFreeAsync(*buf, stream); /* the launch failed, nothing uses it; its status is the one to report */
+        *buf = NULL;
+    }
+    return st;
+}
+
+static dfa_status mask_end(void *buf, dfa_status st, cudaStream_t stream, const char *fn) {
+    if (!buf) return st;
+    const cudaError_t e = cudaFreeAsync(buf, stream);
+    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
+    return st;
 }
 
 dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
@@ -46,8 +80,12 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     if (st) return st;
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
-    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    return dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
+    if ((st = check_docs(&d, fn))) return st;
+    dfa__cuda_shape s = dfa__cuda_shape_of(&d);
+    void *mbuf = NULL;
+    if (s.masked && (st = mask_begin(&d, &s, &mbuf, stream, fn))) return st;
+    st = dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
+    return mask_end(mbuf, st, stream, fn);
 }
 
 dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
@@ -60,8 +98,12 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     const dfa__dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
-    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, stream, fn);
+    if ((st = check_docs(&d, fn))) return st;
+    dfa__cuda_shape s = dfa__cuda_shape_of(&d);
+    void *mbuf = NULL;
+    if (s.masked && (st = mask_begin(&d, &s, &mbuf, stream, fn))) return st;
+    st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, stream, fn);
+    return mask_end(mbuf, st, stream, fn);
 }
 
 dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *lse_acc, const void *o_part,

@@ -18,7 +18,7 @@ static int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int *wgmma) {
     if (dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &w, "dfa__cuda_bwd_scratch") != DFA_OK) w = 1;
     if (wgmma) *wgmma = w;
     if (!(s->flags & DFA_FLAG_DETERMINISTIC)) return 1;
-    return w ? 2 : 0;
+    return w && !s->masked ? 2 : 0; /* the in-order dq knows no masks (bwd_ws.cuh) */
 }
 
 static size_t dfa__align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -120,7 +120,7 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     int wgmma = 0;
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &wgmma, fn);
     if (st) return st;
-    const int dq_mode = !(s->flags & DFA_FLAG_DETERMINISTIC) ? 1 : wgmma ? 2 : 0;
+    const int dq_mode = dfa__bwd_dq_mode(s, NULL);
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, dk, dv, scratch,
                               dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 != 0], dq_mode, stream,
                               fn);

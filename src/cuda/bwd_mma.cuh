@@ -22,6 +22,7 @@
 #define DFA_CUDA_BWD_MMA_CUH
 
 #include "launch.h"
+#include "mask.cuh"
 #include "tile.cuh"
 
 /* The kernels' parameters: the tensors and scratch, then the resolved shape (launch.h). A
@@ -97,24 +98,15 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
     const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 
-    /* query blocks that see any key of this block */
-    int mb_begin = 0;
-    if (p.sh.causal) {
-        const long long first = (long long)n0 - p.sh.offset; /* first query that sees key n0 */
-        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? (p.sh.seqlen_q + BM - 1) / BM : (int)(first / BM));
-    }
-    const int mb_end = (p.sh.seqlen_q + BM - 1) / BM;
+    /* query blocks that see any key of this block (mask.cuh) */
+    int mb_begin, mb_end;
+    dfa__mask_query_blocks<BM>(p.sh, b, n0, BN, &mb_begin, &mb_end);
     const int nmb = mb_end - mb_begin, total = nmb * group;
 
-    /* the smallest query index that sees each of this lane's two keys (INT_MAX: none) */
-    int qmin[2];
+    /* the query rows [qmin, qmax) that see each of this lane's two keys (qmin INT_MAX: none) */
+    int qmin[2], qmax[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + kw * 16 + g + 8 * r;
-        long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
-        qm = qm < 0 ? 0 : qm;
-        qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
-    }
+    for (int r = 0; r < 2; r++) dfa__mask_key_interval(p.sh, b, n0 + kw * 16 + g + 8 * r, &qmin[r], &qmax[r]);
 
     float dk[DW8][4], dv[DW8][4];
 #pragma unroll
@@ -163,7 +155,7 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
             for (int e = 0; e < 4; e++) dp[j][e] = st[j][e] = 0.0f;
         dfa__mma_abt2<DP, BM, BF16>(dp, st, sV, sK, sO, sQ, kw * 16, lane);
         /* P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D) */
-        const bool need_mask = n0 + BN > p.sh.seqlen_k ||
+        const bool need_mask = n0 + BN > p.sh.seqlen_k || p.sh.masked ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
 #pragma unroll
         for (int j = 0; j < Q8; j++)
@@ -171,7 +163,7 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
             for (int e = 0; e < 4; e++) {
                 const int qc = j * 8 + 2 * t + (e & 1);
                 float pv = exp2f(fmaf(st[j][e], p.scale_log2, -L[qc]));
-                if (need_mask && m0 + qc < qmin[e >> 1]) pv = 0.0f;
+                if (need_mask && !dfa__mask_query_visible(m0 + qc, qmin[e >> 1], qmax[e >> 1])) pv = 0.0f;
                 st[j][e] = pv;
                 dp[j][e] = pv * (dp[j][e] - Dv[qc]);
             }
@@ -293,12 +285,21 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
     const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
     const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 
-    const int n_end = dfa__key_end(m0, BM, p.sh.seqlen_k, p.sh.causal, p.sh.offset);
-    const int nblocks = (n_end + BN - 1) / BN;
+    int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
+    dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
+    const int nblocks = kb1 - kb0, n_begin = kb0 * BN;
 
     const int row_a = m0 + warp * 16 + g;
-    const int lim[2] = {dfa__row_limit(row_a, p.sh.seqlen_k, p.sh.causal, p.sh.offset),
-                        dfa__row_limit(row_a + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
+    int lim[2] = {dfa__row_limit(row_a, p.sh.seqlen_k, p.sh.causal, p.sh.offset),
+                  dfa__row_limit(row_a + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
+    int mlo[2] = {0, 0}; /* under a mask: the first key each row sees (lim: the last) */
+    if (p.sh.masked)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int2 kr = dfa__mask_row(p.sh, b, row_a + 8 * r);
+            mlo[r] = kr.x;
+            lim[r] = kr.y - 1;
+        }
     float L[2], Dr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -315,12 +316,12 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
     if (nblocks > 0) {
         dfa__load_tile<DP, BM, NT>(sQ, p.q + qoff, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
         dfa__load_tile<DP, BM, NT>(sO, p.dout + qoff, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
-        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, 0, p.sh.seqlen_k, p.sh.head_dim, tid);
-        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, 0, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
         dfa__cp_async_commit();
     }
     for (int it = 0; it < nblocks; it++) {
-        const int buf = it & 1, n0 = it * BN;
+        const int buf = it & 1, n0 = n_begin + it * BN;
         if (it + 1 < nblocks) {
             dfa__load_tile<DP, BN, NT>(sK + (buf ^ 1) * BN * DP * 2, kg, kstride, n0 + BN, p.sh.seqlen_k, p.sh.head_dim,
                                        tid);
@@ -343,7 +344,7 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
             for (int e = 0; e < 4; e++) {
                 const int col = n0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
                 float pv = exp2f(fmaf(s[j][e], p.scale_log2, -L[r]));
-                if (col > lim[r]) pv = 0.0f;
+                if (col > lim[r] || col < mlo[r]) pv = 0.0f;
                 dp[j][e] = pv * (dp[j][e] - Dr[r]);
             }
         dfa__mma_pv<DP, BN, BF16>(acc, dp, kb, lane); /* dQ += dS K */

@@ -41,6 +41,7 @@
 
 #include "bwd_mma.cuh"
 #include "fwd_wgmma.cuh"
+#include "mask.cuh"
 
 template <int D, int BM> struct dfa__bwd_ws_cfg {
     static constexpr int BN = 128, STAGES = 2, NT = 384;
@@ -70,7 +71,9 @@ static __device__ __forceinline__ void dfa__tma_reduce_add_4d(const void *tmap, 
 /* In-order dQ (DQ_MODE 2): the writer of key block nb adds its tile of query block m after
    the writers of the key blocks above it (which reach m first: each CTA walks its query
    blocks upwards from its diagonal), so every element of dq_acc sums in the same order on
-   every run. The count of tiles already added sits in sem[batch, head, m]. */
+   every run. The count of tiles already added sits in sem[batch, head, m]. The order is
+   derived from the causal/offset structure, so masked calls (documents, windows) take the
+   dq pass instead (attn_bwd.cu). */
 static __device__ __forceinline__ void dfa__sem_wait(const int *sem, int value) {
     int v;
     do {
@@ -116,12 +119,9 @@ __global__ void __launch_bounds__(384, 1)
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
-    int mb_begin = 0;
-    if (p.sh.causal) {
-        const long long first = (long long)n0 - p.sh.offset;
-        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? (p.sh.seqlen_q + BM - 1) / BM : (int)(first / BM));
-    }
-    const int nmb = (p.sh.seqlen_q + BM - 1) / BM - mb_begin, total = nmb * group;
+    int mb_begin, mb_end; /* the query blocks that see this key block (mask.cuh) */
+    dfa__mask_query_blocks<BM>(p.sh, b, n0, BN, &mb_begin, &mb_end);
+    const int nmb = mb_end - mb_begin, total = nmb * group;
 
     if (tid == 0) {
         dfa__mbar_init(KV_FULL, 1);
@@ -214,14 +214,9 @@ __global__ void __launch_bounds__(384, 1)
     dfa__setmaxnreg_inc<240>();
     const int c = tid / 128 - 1, wt = tid & 127, warp = wt >> 5, lane = wt & 31, g = lane >> 2, t = lane & 3;
     const int key0 = c * 64 + warp * 16 + g; /* this lane's keys: key0 and key0 + 8 (within the block) */
-    int qmin[2];
+    int qmin[2], qmax[2]; /* the query rows [qmin, qmax) that see this lane's two keys (mask.cuh) */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + key0 + 8 * r;
-        long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
-        qm = qm < 0 ? 0 : qm;
-        qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
-    }
+    for (int r = 0; r < 2; r++) dfa__mask_key_interval(p.sh, b, n0 + key0 + 8 * r, &qmin[r], &qmax[r]);
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
 
@@ -252,7 +247,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc(sV + koff, 16), dfa__wgmma_desc(o_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
-        const bool need_mask = n0 + BN > p.sh.seqlen_k ||
+        const bool need_mask = n0 + BN > p.sh.seqlen_k || p.sh.masked ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
         /* P^T while dP^T is still being computed */
         dfa__wgmma_wait<1>();
@@ -264,7 +259,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float pv = exp2f(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
-                if (need_mask && m0 + 8 * j + 2 * t + (e & 1) < qmin[e >> 1]) pv = 0.0f;
+                if (need_mask && !dfa__mask_query_visible(m0 + 8 * j + 2 * t + (e & 1), qmin[e >> 1], qmax[e >> 1]))
+                    pv = 0.0f;
                 st[4 * j + e] = pv;
             }
         }

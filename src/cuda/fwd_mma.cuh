@@ -10,6 +10,7 @@
 #define DFA_CUDA_FWD_MMA_CUH
 
 #include "launch.h"
+#include "mask.cuh"
 #include "tile.cuh"
 
 /* The kernels' parameters: the tensors, then the resolved shape (launch.h). A plain struct
@@ -50,8 +51,9 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
     OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
     float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
 
-    const int n_end = dfa__key_end(m0, BM, p.sh.seqlen_k, p.sh.causal, p.sh.offset);
-    const int nblocks = (n_end + BN - 1) / BN;
+    int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
+    dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
+    const int nblocks = kb1 - kb0, n_begin = kb0 * BN;
 
     float acc[OT8][4];
 #pragma unroll
@@ -60,19 +62,28 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
 
     if (nblocks > 0) {
         dfa__load_tile<DP, BM, NT>(sQ, qg, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
-        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, 0, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
         dfa__cp_async_commit();
-        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, 0, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
         dfa__cp_async_commit();
     }
     /* rows g and g+8 of this warp: visibility limits */
     const int row_a = m0 + warp * 16 + (lane >> 2);
-    const int lim[2] = {dfa__row_limit(row_a, p.sh.seqlen_k, p.sh.causal, p.sh.offset),
-                        dfa__row_limit(row_a + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
+    int lim[2] = {dfa__row_limit(row_a, p.sh.seqlen_k, p.sh.causal, p.sh.offset),
+                  dfa__row_limit(row_a + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
+    int mlo[2] = {0, 0}, mhi[2] = {0, 0}; /* under a mask: the rows' key intervals */
+    if (p.sh.masked)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int2 kr = dfa__mask_row(p.sh, b, row_a + 8 * r);
+            mlo[r] = kr.x;
+            mhi[r] = kr.y;
+            lim[r] = kr.y - 1;
+        }
     uint32_t qf[KS][4];
 
     for (int it = 0; it < nblocks; it++) {
-        const int buf = it & 1, n0 = it * BN;
+        const int buf = it & 1, n0 = n_begin + it * BN;
         dfa__cp_async_wait<1>(); /* K[it] (and Q) have landed */
         __syncthreads();
         if (it == 0) {
@@ -100,6 +111,7 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
                                        tid);
         dfa__cp_async_commit();
 
+        if (p.sh.masked) dfa__mask_scores<NT8>(s, mlo, mhi, n0, lane);
         dfa__softmax_step<BN, OT8>(s, acc, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset, p.scale_log2, lane);
 
         dfa__cp_async_wait<1>(); /* V[it] has landed */

@@ -83,8 +83,9 @@ __global__ void __launch_bounds__(384, 1)
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
     OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
     float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
-    const int n_end = dfa__key_end(m0, BM, p.sh.seqlen_k, p.sh.causal, p.sh.offset);
-    const int nblocks = (n_end + BN - 1) / BN;
+    int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
+    dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
+    const int nblocks = kb1 - kb0, n_begin = kb0 * BN;
 
     if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf */
         for (int i = tid; i < BM * (D / 8); i += C::NT) {
@@ -123,12 +124,12 @@ __global__ void __launch_bounds__(384, 1)
                 dfa__mbar_expect_tx(K_FULL(s), C::KVBYTES);
 #pragma unroll
                 for (int cb = 0; cb < NCB; cb++)
-                    dfa__tma_load_4d(sK + s * C::KVBYTES + cb * BN * 128, &tk, K_FULL(s), cb * 64, kvh, it * BN, b);
+                    dfa__tma_load_4d(sK + s * C::KVBYTES + cb * BN * 128, &tk, K_FULL(s), cb * 64, kvh, n_begin + it * BN, b);
                 dfa__mbar_wait(V_EMPTY(s), ph ^ 1u);
                 dfa__mbar_expect_tx(V_FULL(s), C::KVBYTES);
 #pragma unroll
                 for (int cb = 0; cb < NCB; cb++)
-                    dfa__tma_load_4d(sV + s * C::KVBYTES + cb * BN * 128, &tv, V_FULL(s), cb * 64, kvh, it * BN, b);
+                    dfa__tma_load_4d(sV + s * C::KVBYTES + cb * BN * 128, &tv, V_FULL(s), cb * 64, kvh, n_begin + it * BN, b);
             }
         }
         return;
@@ -137,8 +138,17 @@ __global__ void __launch_bounds__(384, 1)
     dfa__setmaxnreg_inc<232>();
     const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
     const int row0 = m0 + c * 64 + warp * 16;
-    const int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.sh.seqlen_k, p.sh.causal, p.sh.offset),
-                        dfa__row_limit(row0 + (lane >> 2) + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
+    int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.sh.seqlen_k, p.sh.causal, p.sh.offset),
+                  dfa__row_limit(row0 + (lane >> 2) + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
+    int mlo[2] = {0, 0}, mhi[2] = {0, 0}; /* under a mask: the rows' key intervals */
+    if (p.sh.masked)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int2 kr = dfa__mask_row(p.sh, b, row0 + (lane >> 2) + 8 * r);
+            mlo[r] = kr.x;
+            mhi[r] = kr.y;
+            lim[r] = kr.y - 1;
+        }
     float o[OT8 * 4];
 #pragma unroll
     for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
@@ -228,7 +238,7 @@ __global__ void __launch_bounds__(384, 1)
 #undef DFA__FWD_ISSUE_PV
     } else
     for (int it = 0; it < nblocks; it++) {
-        const int s = it % STAGES, n0 = it * BN;
+        const int s = it % STAGES, n0 = n_begin + it * BN;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
         float sc[NT8 * 4];
 #pragma unroll
@@ -250,6 +260,7 @@ __global__ void __launch_bounds__(384, 1)
         dfa__mbar_arrive(K_EMPTY(s));
 
         float(*s4)[4] = (float(*)[4])sc;
+        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
         dfa__softmax_step<BN, OT8>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset,
                                    p.scale_log2, lane);
         uint32_t pf[BN / 16][4];

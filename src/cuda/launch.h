@@ -6,6 +6,7 @@
 #define DFA_CUDA_LAUNCH_H
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 
 #include "distflash.h"
 
@@ -27,10 +28,39 @@ typedef struct {
     int out_f32;      /* 1: the forward writes o, the backward dq, dk, dv as float32 (same layouts,
                          4-byte elements, 16-byte aligned); the inputs keep the storage type.
                          0 for the public calls. */
+    /* Masks (documents, window; src/cuda/mask.cuh). 0 / NULL without one. With a mask, causal
+       and offset are 0: the visible intervals carry the causal part too. mask_rows[b][i] =
+       {lo, hi}: the keys [lo, hi) query row i sees; mask_keys[b][j] = {lo, hi}: the query rows
+       that see key j (device memory, dfa__cuda_mask_prepare fills them). */
+    int masked;
+    const int *mask_rows; /* [batch][seqlen_q][2] */
+    const int *mask_keys; /* [batch][seqlen_k][2] */
 } dfa__cuda_shape;
 
-/* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). */
+/* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). A descriptor with
+   a mask gives masked = 1 with NULL interval arrays: the caller prepares them
+   (dfa__cuda_mask_of, dfa__cuda_mask_prepare) before launching. */
 dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d);
+
+/* The source of a mask (device pointers for the ids), for dfa__cuda_mask_prepare. */
+typedef struct {
+    int batch, seqlen_q, seqlen_k;
+    const int32_t *q_doc, *k_doc; /* NULL: one document */
+    long long offset;             /* q_start - k_start (not clamped) */
+    int causal, window;
+    int left, right;              /* with window: -1 unlimited */
+} dfa__cuda_mask;
+
+dfa__cuda_mask dfa__cuda_mask_of(const dfa_attn_desc *d);
+
+/* Bytes of device memory the interval arrays of a mask take (rows, then keys, 256-aligned). */
+size_t dfa__cuda_mask_bytes(const dfa__cuda_mask *m);
+
+/* Computes the visible intervals of every query row and every key of m into buf (at least
+   dfa__cuda_mask_bytes, 256-byte aligned) on stream, and points s->mask_rows / mask_keys
+   into it. One thread per row and per key, binary searches in the ids. */
+dfa_status dfa__cuda_mask_prepare(const dfa__cuda_mask *m, void *buf, dfa__cuda_shape *s, cudaStream_t stream,
+                                  const char *fn);
 
 /* o (and lse, which may be NULL) of one forward, enqueued on stream. */
 dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, void *o,

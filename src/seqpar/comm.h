@@ -67,7 +67,7 @@ typedef struct {
    them agree on the device only. A small most-recently-used list; a miss costs one host
    round trip. */
 #define DFA__AGREED_MAX 16
-#define DFA__AGREED_FIELDS 12
+#define DFA__AGREED_FIELDS 15
 
 struct dfa_comm {
     const dfa__comm_ops *ops;

@@ -5,6 +5,7 @@
 #include "../common/args.h"
 #include "../common/desc.h"
 #include "../common/error.h"
+#include "../common/mask.h"
 #include "comm.h"
 #include "dist_internal.h"
 #include "executor.h"
@@ -38,6 +39,11 @@ dfa_status dfa__check_dist_desc(const dfa_dist_desc *d, dfa__sched_kind kind, co
                          (int)d->schedule);
     if (d->overlap != 0 && d->overlap != 1)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->overlap = %d; it must be 0 or 1", d->overlap);
+    if (d->attn.q_doc != d->attn.k_doc)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->attn.k_doc differs from d->attn.q_doc; a rank's rows are its queries and its keys, "
+                         "so both point to its document ids");
+
     return DFA_OK;
 }
 
@@ -74,6 +80,7 @@ static dfa_status check_local(const dfa_dist_desc *user, int bwd, dfa__sched_kin
     st = bwd ? dfa__check_bwd_args(&nd->attn, NULL, &nd->attn, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq,
                                    b->dk, b->dv, fn)
              : dfa__check_fwd_args(&nd->attn, NULL, &nd->attn, b->q, b->k, b->v, b->o, b->lse, fn);
+    if (!st) st = dfa__check_docs_host(&nd->attn, fn); /* this rank's ids (host memory), non-decreasing */
     return st ? st : dfa__check_dist_desc(nd, *kind, fn);
 }
 

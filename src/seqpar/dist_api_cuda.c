@@ -34,6 +34,11 @@ static dfa_status check_desc(const dfa_dist_desc *user, dfa__sched_kind *kind, d
     if (*kind == KIND_FROM_DESC) *kind = public_kind(nd);
     if ((st = dfa__check_desc(&nd->attn, DFA__DESC_FULL, fn)) || (st = dfa__cuda_check_dtype(&nd->attn, fn)))
         return st;
+    if (nd->attn.q_doc || (nd->attn.flags & DFA_FLAG_WINDOW)) /* the masked plan needs the ids on the host */
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                         "%s is not supported by the distributed device calls yet (documents and windows: the "
+                         "host communicators, or the single-device calls)",
+                         nd->attn.q_doc ? "d->attn.q_doc (document ids)" : "DFA_FLAG_WINDOW (a sliding window)");
     return dfa__check_dist_desc(nd, *kind, fn);
 }
 

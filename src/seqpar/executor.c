@@ -10,6 +10,7 @@
 
 #include "../common/dtype.h"
 #include "../common/error.h"
+#include "../common/mask.h"
 
 #define MSG_CAPACITY 512
 #define PART_ALIGN 256 /* every part, and the kernels' scratch, on a 256-byte boundary */
@@ -88,6 +89,12 @@ typedef struct {
     dfa_attn_desc full;
     char *pack;          /* packed inputs of one group (G > 1) */
     dfa__dist_io gio;    /* the group's buffers */
+    /* Masks (documents, window; host backends): the schedule follows a masked plan
+       (schedule.h), built after the agreement from every rank's document ids. */
+    int masked;
+    dfa__sched_plan mplan;
+    int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
+    int32_t *ids;        /* [P][batch][n] every rank's document ids; NULL without documents */
     dfa_status local;    /* the first failure on this rank */
     char msg[MSG_CAPACITY];
     double t_wait;
@@ -319,7 +326,15 @@ static void reset_acc(exec *e) {
 }
 
 /* The workspace stays with the communicator; only the plan goes. */
-static void release(exec *e) { free_plan(e); }
+static void release(exec *e) {
+    free_plan(e);
+    dfa__sched_plan_free(&e->mplan);
+    free(e->mwork);
+    free(e->ids);
+    e->mwork = NULL;
+    e->ids = NULL;
+    e->masked = 0;
+}
 
 /* Copies rows [r0, r0 + rows) of this rank's query side (fwd: q; bwd: q, o, dout, lse) into
    packed parts. */
@@ -519,6 +534,11 @@ static void compute(exec *e, int t) {
     bd.causal = tk->causal_mask;
     bd.q_start = (int64_t)tk->q_chunk * e->n + tk->row0;
     bd.k_start = (int64_t)tk->k_chunk * e->n;
+    if (e->masked) { /* the chunks' document ids (masked plans compute whole chunks: rows == n) */
+        const size_t chunk = (size_t)e->d.batch * (size_t)e->n;
+        bd.q_doc = e->ids ? e->ids + (size_t)tk->q_chunk * chunk : NULL;
+        bd.k_doc = e->ids ? e->ids + (size_t)tk->k_chunk * chunk : NULL;
+    }
     dfa_status st;
     if (e->bwd)
         st = e->ops->bwd(e->ctx, &bd, qs[0], kv[0], kv[1], qs[1], qs[3], qs[2], qres[0], kres[0], kres[1]);
@@ -643,7 +663,7 @@ static void shape_pass(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, i
     e->d.num_kv_heads /= groups;
     e->n = dd->attn.seqlen_q;
     e->overlap = dd->overlap;
-    e->s = (dfa__sched){kind, nranks, dd->attn.causal, e->n};
+    e->s = (dfa__sched){kind, nranks, dd->attn.causal, e->n, e->masked ? &e->mplan : NULL};
     e->T = dfa__sched_valid(&e->s) ? dfa__sched_steps(&e->s) : 0;
 }
 
@@ -831,6 +851,35 @@ static void store_group(exec *e, const dfa__dist_io *io, int g) {
     }
 }
 
+/* Masks, after the ranks agreed on the descriptor (collective; host backends): every rank's
+   document ids to every rank (one broadcast per rank: 4 bytes a token, next to kilobytes of
+   k and v), the chunk pairs' visible work, the masked plan, and the pass re-planned on it.
+   A failure on any rank (allocation) fails every rank. */
+static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups, const char *fn) {
+    dfa_comm *c = e->c;
+    const int P = c->size, n = dd->attn.seqlen_q;
+    const size_t chunk = (size_t)dd->attn.batch * (size_t)n;
+    dfa_status st;
+    e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
+    if (dd->attn.q_doc) e->ids = malloc(sizeof(int32_t) * chunk * (size_t)P);
+    if (!e->mwork || (dd->attn.q_doc && !e->ids))
+        record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
+    if ((st = agree(e, NULL, NULL, 0, NULL, fn))) return st;
+    if (e->ids) {
+        memcpy(e->ids + (size_t)c->rank * chunk, dd->attn.q_doc, sizeof(int32_t) * chunk);
+        for (int r = 0; r < P; r++)
+            if ((st = c->ops->bcast(c, e->ids + (size_t)r * chunk, sizeof(int32_t) * chunk, r))) return st;
+    }
+    dfa__mask_pair_work(&dd->attn, P, e->ids, e->mwork);
+    const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
+    if (dfa__sched_plan_build(&s, e->mwork, &e->mplan))
+        record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
+    else
+        e->masked = 1;
+    if (!e->local) record(e, prepare(e, dd, kind, groups, fn));
+    return agree(e, NULL, NULL, 0, NULL, fn);
+}
+
 dfa_status dfa__dist_reserve(dfa_comm *c, const dfa_dist_desc *dd, dfa__pass pass, int *groups) {
     exec e;
     memset(&e, 0, sizeof e);
@@ -866,15 +915,18 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
     static const char *const names[] = {"d->attn.batch",        "d->attn.seqlen_q", "d->attn.seqlen_k",
                                         "d->attn.num_heads",    "d->attn.num_kv_heads", "d->attn.head_dim",
                                         "d->attn.dtype",        "d->attn.causal",   "d->attn.softmax_scale (bits)",
-                                        "d->attn.flags",        "d->schedule",      "d->overlap"};
+                                        "d->attn.flags",        "d->schedule",      "d->overlap",
+                                        "d->attn.window_left",  "d->attn.window_right",
+                                        "d->attn.q_doc (set or NULL)"};
     int64_t f[DFA__AGREED_FIELDS] = {0};
     if (dd) {
         const dfa_attn_desc *a = &dd->attn;
         uint32_t bits;
         memcpy(&bits, &a->softmax_scale, 4);
-        const int64_t vals[12] = {a->batch, a->seqlen_q, a->seqlen_k, a->num_heads, a->num_kv_heads, a->head_dim,
-                                  (int64_t)a->dtype, a->causal, (int64_t)bits, (int64_t)a->flags, (int64_t)kind,
-                                  dd->overlap};
+        const int64_t vals[DFA__AGREED_FIELDS] = {a->batch, a->seqlen_q, a->seqlen_k, a->num_heads, a->num_kv_heads,
+                                                  a->head_dim, (int64_t)a->dtype, a->causal, (int64_t)bits,
+                                                  (int64_t)a->flags, (int64_t)kind, dd->overlap, a->window_left,
+                                                  a->window_right, a->q_doc != NULL};
         memcpy(f, vals, sizeof f);
     }
     /* Device backends pass dd only when the descriptor itself is valid: a rank whose buffers
@@ -886,11 +938,12 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
         groups = known > 0 ? known : choose_groups(&e, dd, kind);
         record(&e, prepare(&e, dd, kind, (int)groups, fn));
     }
-    dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, 12, &groups, fn)
-                            : agree(&e, f, names, 12, NULL, fn);
+    dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, DFA__AGREED_FIELDS, &groups, fn)
+                            : agree(&e, f, names, DFA__AGREED_FIELDS, NULL, fn);
     if (!st && groups != e.G && (st = prepare(&e, dd, kind, (int)groups, fn))) /* another rank needs more groups */
         st = dfa__fail(DFA_ERR_INTERNAL, fn, "could not re-plan in %lld head groups: %s", (long long)groups,
                        dfa_last_error());
+    if (!st && !e.async && dd && dfa__has_mask(&dd->attn)) st = setup_mask(&e, dd, kind, (int)groups, fn);
     if (st) {
         release(&e);
         return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;

@@ -19,6 +19,7 @@ int dfa__sched_valid(const dfa__sched *s) {
 static int folded(const dfa__sched *s) { return s->causal && s->kind != DFA__SCHED_RING; }
 
 int dfa__sched_steps(const dfa__sched *s) {
+    if (s->plan) return s->plan->steps;
     if (s->nranks == 1) return 1;
     return folded(s) ? s->nranks / 2 + 1 : s->nranks;
 }
@@ -30,12 +31,19 @@ static int set_task(dfa__task *out, int qc, int r0, int r1, int kc, int mask) {
     out->row1 = r1;
     out->k_chunk = kc;
     out->causal_mask = mask;
+    out->work = 0;
     return 1;
 }
 
 int dfa__sched_task(const dfa__sched *s, int rank, int step, dfa__task *out) {
     const int P = s->nranks, n = s->rows, p = rank, t = step;
     if (p < 0 || p >= P || t < 0 || t >= dfa__sched_steps(s)) return 0;
+    if (s->plan) {
+        const dfa__task *x = &s->plan->tasks[(size_t)t * (size_t)P + (size_t)p];
+        if (x->q_chunk < 0) return 0;
+        *out = *x;
+        return 1;
+    }
     if (!s->causal) /* every pair is needed: rank p sees k_{p-t} (mod P) at step t */
         return set_task(out, p, 0, n, (p - t + P) % P, 0);
     if (t == 0) return set_task(out, p, 0, n, p, 1); /* the diagonal block, local */
@@ -118,6 +126,7 @@ int64_t dfa__msg_bytes(const dfa__msg *m, int bwd, const dfa__msg_shape *sh, int
 }
 
 int64_t dfa__task_pairs(const dfa__task *t, int rows) {
+    if (t->work > 0) return t->work; /* a masked plan's block */
     if (!t->causal_mask) return (int64_t)(t->row1 - t->row0) * rows;
     /* diagonal block: row i sees keys 0..i */
     const int64_t a = t->row0, b = t->row1;

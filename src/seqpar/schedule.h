@@ -47,18 +47,25 @@ typedef enum {
     DFA__SCHED_PAPER = 100 /* the published balancing, kept for comparison (simulate, dist-bench) */
 } dfa__sched_kind;
 
+struct dfa__sched_plan;
+
 typedef struct {
     dfa__sched_kind kind;
     int nranks; /* P >= 1 */
     int causal; /* 0 or 1 */
     int rows;   /* n: local rows per rank, >= 1 */
+    /* Masks (documents, window): the tasks come from this plan (dfa__sched_plan_build) instead
+       of the kind's formula. NULL: no mask, the formulas above. */
+    const struct dfa__sched_plan *plan;
 } dfa__sched;
 
 /* One block of work: query rows [row0, row1) of chunk q_chunk against all of chunk k_chunk. */
 typedef struct {
     int q_chunk, row0, row1;
     int k_chunk;
-    int causal_mask; /* apply the causal mask inside the block (the diagonal block when causal) */
+    int causal_mask; /* apply the causal mask inside the block (the diagonal block when causal; every
+                        block of a masked plan when causal: the block's mask comes from positions) */
+    int64_t work;    /* masked plans: the block's visible pairs (> 0); 0 elsewhere (derived) */
 } dfa__task;
 
 typedef enum {
@@ -109,7 +116,41 @@ typedef struct {
 /* Bytes of a message's payload (all its tensors). Partial results travel in float32. */
 int64_t dfa__msg_bytes(const dfa__msg *m, int bwd, const dfa__msg_shape *sh, int rows);
 
-/* Query-key pairs a task evaluates (the masked half of a diagonal block excluded). */
+/* Query-key pairs a task evaluates (the masked half of a diagonal block excluded; a masked
+   plan's tasks: their visible pairs). */
 int64_t dfa__task_pairs(const dfa__task *t, int rows);
+
+/*
+ * Masked plans (documents and sliding windows, issue 14). Under a mask many (query chunk,
+ * key chunk) pairs have no visible key at all: a window shorter than a chunk leaves only the
+ * diagonal and its neighbour, packed documents leave the diagonal and the pairs that one
+ * document straddles. A masked plan computes exactly the pairs with a visible key, each once
+ * and as one whole-chunk task, and no message moves for the others:
+ *  - step 0: every rank its diagonal pair (local; always visible when the diagonal is);
+ *  - the other pairs, heaviest first, each go to the owner of its query chunk or of its key
+ *    chunk (each holds half the inputs), BALANCED/PAPER: whichever has less work so far,
+ *    counted in visible pairs (the work that remains, not blocks); RING: the query owner;
+ *  - each rank then runs its pairs in order of key distance from step 1 on; the messages
+ *    follow from the tasks as for every schedule.
+ * work[q * P + k] = visible pairs of query chunk q against key chunk k (0: skip the pair).
+ */
+typedef struct dfa__sched_plan {
+    int nranks, steps;
+    dfa__task *tasks;     /* [steps][nranks]; q_chunk < 0: the rank idles */
+    const int64_t *work;  /* [P][P], the caller's (kept for the checker) */
+} dfa__sched_plan;
+
+/* Builds the plan of schedule s (kind, P, causal, rows; s->plan ignored) for the pair work
+   matrix; 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free. */
+int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, dfa__sched_plan *out);
+void dfa__sched_plan_free(dfa__sched_plan *p);
+
+/* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global
+   sequence; d is the per-rank descriptor (seqlen_q = seqlen_k = n, causal, flags, window;
+   positions and d's own document pointers are ignored); ids (NULL without documents) holds
+   every rank's document ids, [P][batch][n]. Fills work[P * P]. Pairs that chunk-level bounds
+   (causal, window distance, the chunks' first and last ids) rule out cost nothing; the others
+   are counted row by row. */
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work);
 
 #endif

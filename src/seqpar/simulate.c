@@ -134,7 +134,8 @@ int dfa__sim_check(const dfa__sched *s, int bwd, char *err, size_t errlen) {
             }
         }
     }
-    rc = dfa__sim_check_tasks(s, all, ntask, err, errlen);
+    rc = s->plan ? dfa__sim_check_masked_tasks(s, all, ntask, err, errlen)
+                 : dfa__sim_check_tasks(s, all, ntask, err, errlen);
 done:
     free(all);
     free(msgs);
@@ -387,7 +388,7 @@ int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, c
     mi.shape.heads /= nodes;
     mi.shape.kv_heads /= nodes;
     mi.gpus_per_node = 0; /* the inner schedule stays inside one node */
-    const dfa__sched s = {inner, G, causal, rows * nodes};
+    const dfa__sched s = {inner, G, causal, rows * nodes, NULL};
     dfa__sim_result r;
     if (dfa__sim_run(&s, &mi, &r)) return -1;
     double t = r.makespan;
@@ -408,4 +409,34 @@ int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, c
     }
     *seconds = t;
     return 0;
+}
+
+/* Masked plans (schedule.h): every pair with visible keys (plan->work > 0) computed exactly
+   once, as one whole-chunk task carrying its work and the call's causal flag; no other pair. */
+int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int ntask, char *err, size_t len) {
+    const int P = s->nranks, n = s->rows;
+    const int64_t *work = s->plan->work;
+    unsigned char *seen = calloc((size_t)P * (size_t)P, 1);
+    if (!seen) return fail(err, len, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < ntask && !rc; i++) {
+        const dfa__task *t = &all[i].t;
+        if (t->q_chunk < 0 || t->q_chunk >= P || t->k_chunk < 0 || t->k_chunk >= P || t->row0 != 0 || t->row1 != n)
+            rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d", all[i].rank, all[i].step,
+                      t->q_chunk, t->row0, t->row1, t->k_chunk);
+        else if (work[(size_t)t->q_chunk * P + t->k_chunk] <= 0)
+            rc = fail(err, len, "rank %d step %d: q%d x k%d has no visible key (wasted work and messages)",
+                      all[i].rank, all[i].step, t->q_chunk, t->k_chunk);
+        else if (seen[(size_t)t->q_chunk * P + t->k_chunk]++)
+            rc = fail(err, len, "q%d x k%d computed twice (rank %d step %d)", t->q_chunk, t->k_chunk, all[i].rank,
+                      all[i].step);
+        else if (t->causal_mask != s->causal || t->work != work[(size_t)t->q_chunk * P + t->k_chunk])
+            rc = fail(err, len, "rank %d step %d: q%d x k%d carries causal_mask %d / work %lld, expected %d / %lld",
+                      all[i].rank, all[i].step, t->q_chunk, t->k_chunk, t->causal_mask, (long long)t->work,
+                      s->causal, (long long)work[(size_t)t->q_chunk * P + t->k_chunk]);
+    }
+    for (int x = 0; x < P * P && !rc; x++)
+        if (work[x] > 0 && !seen[x]) rc = fail(err, len, "q%d x k%d computed by nobody", x / P, x % P);
+    free(seen);
+    return rc;
 }

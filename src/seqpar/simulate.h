@@ -127,6 +127,11 @@ typedef struct {
 } dfa__placed_task;
 int dfa__sim_check_tasks(const dfa__sched *s, dfa__placed_task *tasks, int n, char *err, size_t errlen);
 
+/* The coverage check of a masked plan (s->plan set; dfa__sim_check uses it for such
+   schedules): every chunk pair with visible keys (plan->work > 0) exactly once, as a whole
+   chunk, and no pair without. */
+int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *tasks, int n, char *err, size_t errlen);
+
 /* Fills *r (allocating its arrays; free with dfa__sim_free). 0 on success, -1 on a bad
    schedule or allocation failure. */
 int dfa__sim_run(const dfa__sched *s, const dfa__sim_model *m, dfa__sim_result *r);

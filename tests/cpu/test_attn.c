@@ -124,6 +124,68 @@ static void test_grid(int stride) {
     printf("grid: %d cases\n", n);
 }
 
+/* A random document layout of n positions: ids non-decreasing, starting anywhere (negative
+   too) and stepping by 1..3; lengths mix 1, short, about a tile and longer than a tile. */
+static void random_docs(int32_t *ids, int n) {
+    int32_t id = tl_rand_int(-50, 50);
+    for (int i = 0; i < n;) {
+        int len;
+        switch (tl_rand_int(0, 3)) {
+        case 0: len = 1; break;
+        case 1: len = tl_rand_int(2, 20); break;
+        case 2: len = tl_rand_int(40, 110); break;
+        default: len = tl_rand_int(100, 300); break;
+        }
+        for (int r = 0; r < len && i < n; r++) ids[i++] = id;
+        id += tl_rand_int(1, 3);
+    }
+}
+
+/* Documents and sliding windows against the float64 oracle (which applies the mask as
+   distflash.h writes it): random layouts over global positions shared by q and k (chunks
+   at offsets), windows of 0, 1, a tile, about a chunk and the whole sequence, causal and
+   not, GQA, odd lengths, every storage type, with and without documents. */
+static void test_masks(int stride) {
+    static const int windows[] = {0, 1, 96, 200, 100000, -1};
+    int n = 0;
+    for (int c = 0; c < 48; c++) {
+        if (c % stride) continue;
+        const int sq = c % 5 == 0 ? tl_rand_int(1, 8) : tl_rand_int(20, 330);
+        const int sk = c % 7 == 0 ? tl_rand_int(1, 8) : tl_rand_int(20, 330);
+        static const int heads[][2] = {{2, 2}, {4, 1}, {3, 3}, {6, 2}};
+        static const int dims[] = {8, 32, 64, 40};
+        static const dfa_dtype types[] = {DFA_F32, DFA_BF16, DFA_F16};
+        const int b = c % 3 == 1 ? 2 : 1;
+        /* the query chunk and the key chunk sit somewhere in one sequence of N positions */
+        const int N = (sq > sk ? sq : sk) * 2 + 50;
+        const int64_t qs = tl_rand_int(0, N - sq);
+        const int64_t ks = c % 4 == 0 ? (qs < N - sk ? qs : N - sk) : tl_rand_int(0, N - sk);
+        dfa_attn_desc d = tl_desc(b, sq, sk, heads[c % 4][0], heads[c % 4][1], dims[(c / 4) % 4], types[c % 3],
+                                  (c / 2) % 2, qs, ks);
+        const int docs = c % 6 != 5, window = c % 3 != 2 || !docs;
+        int32_t *qd = malloc(sizeof(int32_t) * (size_t)b * sq), *kd = malloc(sizeof(int32_t) * (size_t)b * sk);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)N);
+        for (int bb = 0; bb < b; bb++) {
+            random_docs(ids, N);
+            memcpy(qd + (size_t)bb * sq, ids + qs, sizeof(int32_t) * (size_t)sq);
+            memcpy(kd + (size_t)bb * sk, ids + ks, sizeof(int32_t) * (size_t)sk);
+        }
+        if (docs) {
+            d.q_doc = qd;
+            d.k_doc = kd;
+        }
+        if (window) {
+            d.flags |= DFA_FLAG_WINDOW;
+            d.window_left = windows[tl_rand_int(0, 5)];
+            d.window_right = windows[tl_rand_int(0, 5)];
+        }
+        check_case(&d, 1);
+        n++;
+        free(qd); free(kd); free(ids);
+    }
+    printf("masks: %d cases\n", n);
+}
+
 /* Keys split into 2..5 chunks, each computed separately (with its k_start) and merged,
    must match one call over all keys. */
 static void test_merge(void) {
@@ -234,6 +296,7 @@ int main(int argc, char **argv) {
     tl_init("test_attn");
     printf("cpu isa: %s; %s%s\n", dfa_cpu_isa(), dfa_version_string(), reduced ? "; reduced grid" : "");
     test_grid(reduced ? 3 : 1);
+    test_masks(reduced ? 3 : 1);
     test_merge();
     test_determinism();
     return tl_finish("test_attn");

@@ -22,6 +22,10 @@ enum { B = 2, SQ = 5, SK = 7, H = 4, HKV = 2, D = 16 };
 enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
 
 _Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V1, "DFA_ATTN_DESC_SIZE_V1 is sizeof(dfa_attn_desc)");
+_Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V2 && DFA_DESC_VERSION == 2,
+               "version 2 took its fields from the reserved space");
+_Static_assert(offsetof(dfa_attn_desc, q_doc) == 72 && offsetof(dfa_attn_desc, reserved) == 96,
+               "the version-2 fields sit where version 1 had reserved[0..2]");
 _Static_assert(sizeof(dfa_dist_desc) == DFA_DIST_DESC_SIZE_V1, "DFA_DIST_DESC_SIZE_V1 is sizeof(dfa_dist_desc)");
 _Static_assert(offsetof(dfa_attn_desc, batch) == 16 && offsetof(dfa_dist_desc, attn) == 16,
                "the versioning header is 16 bytes");
@@ -127,6 +131,18 @@ static void test_accepted(void) {
     set_shape(&zc);
     expect_ok(&zc, "= {0}");
 
+    /* version 1 (the mask fields were reserved then, so zero): the same call */
+    dfa_attn_desc v1 = made_by_init();
+    v1.version = 1;
+    expect_ok(&v1, "version 1");
+    /* version 2's mask fields at values that mask nothing beyond causal: the same bits */
+    dfa_attn_desc w = made_by_init();
+    w.flags = DFA_FLAG_WINDOW;
+    w.window_left = w.window_right = -1;
+    expect_ok(&w, "an unlimited window");
+    w.window_left = SK + 3; /* further back than any key */
+    expect_ok(&w, "a window wider than the sequence");
+
     const uint32_t sizes[] = {144, 200, 4096};
     for (int s = 0; s < 3; s++) {
         char what[64];
@@ -171,9 +187,27 @@ static void test_refused(void) {
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "reserved[0] = 1");
         expect_refused(&d, DFA_ERR_UNSUPPORTED, "did not zero-initialise", "reserved[0] = 1");
         d.reserved[0] = 0;
-        d.reserved[7] = (uint64_t)1 << 63;
+        d.reserved[4] = (uint64_t)1 << 63; /* the last reserved word (reserved[7] in version 1) */
         snprintf(word, sizeof word, "bytes %u..%u", DFA_ATTN_DESC_SIZE_V1 - 1, DFA_ATTN_DESC_SIZE_V1 - 1);
-        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "reserved[7] top bit");
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "last reserved word, top bit");
+    }
+
+    /* a version-1 descriptor had reserved bytes where version 2 put the mask fields */
+    {
+        static const int32_t ids[B * SK] = {0};
+        dfa_attn_desc d = made_by_init();
+        d.version = 1;
+        d.q_doc = ids;
+        d.k_doc = ids;
+        const size_t a = offsetof(dfa_attn_desc, q_doc);
+        snprintf(word, sizeof word, "bytes %zu..", a);
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 1 with q_doc set");
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, "version-1", "version 1 with q_doc set");
+        d.q_doc = d.k_doc = NULL;
+        d.window_right = 1;
+        snprintf(word, sizeof word, "bytes %zu..%zu", offsetof(dfa_attn_desc, window_right),
+                 offsetof(dfa_attn_desc, window_right));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 1 with window_right set");
     }
 
     /* struct_size: neither 0 nor a descriptor size */

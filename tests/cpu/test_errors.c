@@ -127,6 +127,45 @@ static void test_overlap(void) {
     EXPECT(dfa_attn_merge(&d, o, lse, o, lse2), DFA_ERR_INVALID_ARGUMENT, "o_part");
 }
 
+/* Documents and windows (descriptor version 2). Merge does not read them. */
+static int32_t qdoc[B * SQ], kdoc[B * SK];
+
+static dfa_attn_desc with_docs(void) {
+    dfa_attn_desc d = good();
+    for (int i = 0; i < B * SQ; i++) qdoc[i] = (i % SQ) / 2;
+    for (int j = 0; j < B * SK; j++) kdoc[j] = (j % SK) / 2;
+    d.q_doc = qdoc;
+    d.k_doc = kdoc;
+    return d;
+}
+
+static void test_masks(void) {
+    dfa_attn_desc d;
+    d = good(); d.window_left = 4; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "DFA_FLAG_WINDOW", 0);
+    d = good(); d.window_right = -1; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "window_right", 0);
+    d = good(); d.flags = DFA_FLAG_WINDOW; d.window_left = -2; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "window_left", 0);
+    d = good(); d.flags = DFA_FLAG_WINDOW; d.window_left = INT32_MIN;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "window_left", 0);
+    d = good(); d.flags = DFA_FLAG_WINDOW; d.window_right = -7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "window_right", 0);
+    d = good(); d.flags = DFA_FLAG_WINDOW | 0x10; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "flags", 1);
+    d = with_docs(); d.k_doc = NULL; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->k_doc is NULL", 0);
+    d = with_docs(); d.q_doc = NULL; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->q_doc is NULL", 0);
+    d = with_docs(); qdoc[SQ + 3] = -5; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->q_doc decreases in batch row 1 at row 3", 0);
+    d = with_docs(); kdoc[SK - 1] = -1; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->k_doc decreases in batch row 0 at row 6", 0);
+    /* outputs over the document ids (inputs) */
+    d = with_docs(); d.k_doc = (const int32_t *)(const void *)lse; /* lse: enough floats for B * SK ids */
+    EXPECT(dfa_attn_fwd(&d, q, k, v, o, lse), DFA_ERR_INVALID_ARGUMENT, "input d->k_doc");
+    d = with_docs(); d.q_doc = (const int32_t *)(const void *)dq;
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "input d->q_doc");
+    /* valid masks; merge ignores the ids even when they are bad */
+    d = with_docs(); d.flags = DFA_FLAG_WINDOW; d.window_left = 1; d.window_right = -1;
+    CHECK(dfa_attn_fwd(&d, q, k, v, o, lse) == DFA_OK, "fwd with documents and a window: %s", dfa_last_error());
+    CHECK(dfa_attn_bwd(&d, q, k, v, o, lse, dout, dq, dk, dv) == DFA_OK, "bwd with documents and a window: %s",
+          dfa_last_error());
+    d = with_docs(); qdoc[0] = 99; d.k_doc = NULL; d.window_left = 5;
+    CHECK(dfa_attn_merge(&d, o, lse, o2, lse2) == DFA_OK, "merge read the mask fields: %s", dfa_last_error());
+}
+
 static void test_misc(void) {
     CHECK(dfa_set_num_threads(-1) == DFA_ERR_INVALID_ARGUMENT, "dfa_set_num_threads(-1) accepted");
     CHECK(strstr(dfa_last_error(), "n = -1") != NULL, "dfa_set_num_threads message: %s", dfa_last_error());
@@ -150,6 +189,7 @@ int main(void) {
     test_descriptors();
     test_pointers();
     test_overlap();
+    test_masks();
     test_misc();
     return tl_finish("test_errors");
 }

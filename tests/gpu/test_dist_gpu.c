@@ -391,6 +391,14 @@ static void test_errors(dfa_comm *c, cudaStream_t s) {
     df.attn.dtype = DFA_F32;
     st = dfa_dist_attn_fwd_cuda(c, &df, b.q, b.k, b.v, b.o, b.lse, s);
     CHECK(st == DFA_ERR_UNSUPPORTED && strstr(dfa_last_error(), "DFA_F32"), "rank %d: f32: %s", rank, dfa_last_error());
+    /* masks: the distributed device calls do not take them yet (the host communicators do) */
+    dfa_dist_desc dm = d;
+    dm.attn.flags |= DFA_FLAG_WINDOW;
+    dm.attn.window_left = 8;
+    st = dfa_dist_attn_fwd_cuda(c, &dm, b.q, b.k, b.v, b.o, b.lse, s);
+    CHECK(st == DFA_ERR_UNSUPPORTED && strstr(dfa_last_error(), "DFA_FLAG_WINDOW"), "rank %d: window: %s", rank,
+          dfa_last_error());
+    CHECK(outputs_untouched(&b), "rank %d: outputs written after a refused window", rank);
     void *host = malloc(b.qb);
     st = dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, host, b.lse, s);
     CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "not device memory"), "rank %d: host o: %s", rank,

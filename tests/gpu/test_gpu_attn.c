@@ -131,7 +131,8 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     s32.out_f32 = 1;
     /* the Hopper kernel's deterministic dq is summed in-kernel in a fixed order: the float32
        accumulator, then a counter per (batch, head, 64 query rows); mma.sync's dq pass needs neither */
-    const int inorder = det && !strncmp(kernel, "wgmma", 5);
+    const int masked = d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0; /* masked: the dq pass */
+    const int inorder = det && !masked && !strncmp(kernel, "wgmma", 5);
     const size_t sems = inorder ? 4 * (size_t)d->batch * d->num_heads * (size_t)((d->seqlen_q + 63) / 64) : 0;
     const size_t acc_end = base + (det && !inorder ? 0 : 4 * (size_t)n[0]);
     const size_t want16 = inorder ? (acc_end + 255) / 256 * 256 + sems : acc_end, want32 = base + sems;
@@ -221,7 +222,10 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     free(h);
 }
 
-static void check_case(const dfa_attn_desc *d, int with_bwd) {
+/* One full check of d: d holds host pointers (the oracle, the CPU calls), dd the same
+   descriptor with device pointers for the document ids (the device calls; dd == d without). */
+static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with_bwd) {
+    const int masked = d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0;
     const dfa_dtype t = d->dtype;
     const size_t es = tl_dtype_size(t);
     const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
@@ -252,7 +256,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
         for (int rep = 0; rep < 2; rep++) {
             dev_poison(od, (size_t)nq * es);
             dev_poison(ld, 4 * (size_t)nl);
-            dfa_status st = dfa_attn_fwd_cuda(d, qd, kd, vd, od, ld, 0);
+            dfa_status st = dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
             CHECK(st == DFA_OK, "fwd [%s] failed: %s (%s) for %s", kernels[kern], dfa_status_string(st), dfa_last_error(),
                   tl_desc_str(d));
             CUDA_OK(cudaGetLastError());
@@ -281,12 +285,12 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
               tl_desc_str(d));
         /* lse is optional */
         dev_poison(od, (size_t)nq * es);
-        CHECK(dfa_attn_fwd_cuda(d, qd, kd, vd, od, NULL, 0) == DFA_OK, "fwd [%s] with lse = NULL failed: %s",
+        CHECK(dfa_attn_fwd_cuda(dd, qd, kd, vd, od, NULL, 0) == DFA_OK, "fwd [%s] with lse = NULL failed: %s",
               kernels[kern], dfa_last_error());
         to_host(o2, od, (size_t)nq * es);
         CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] with lse = NULL gives another o for %s", kernels[kern],
               tl_desc_str(d));
-        check_fwd_f32(d, kernels[kern], qd, kd, vd, o, lse, oref, tol);
+        if (!masked) check_fwd_f32(d, kernels[kern], qd, kd, vd, o, lse, oref, tol); /* internal calls, no mask */
     }
     dfa__cuda_force_family(DFA__FAMILY_AUTO);
 
@@ -294,7 +298,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
         /* the backward reads the o and lse of a forward checked above */
         const int use_wgmma = wgmma_ok && !(only_kernel && !strcmp(only_kernel, "mma"));
         dfa__cuda_force_family(use_wgmma ? DFA__FAMILY_WGMMA : DFA__FAMILY_MMA);
-        dfa_status st = dfa_attn_fwd_cuda(d, qd, kd, vd, od, ld, 0);
+        dfa_status st = dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
         dfa__cuda_force_family(DFA__FAMILY_AUTO);
         CHECK(st == DFA_OK, "fwd failed: %s", dfa_last_error());
         void *dout = tl_alloc(t, nq), *dq = tl_alloc(t, nq), *dk = tl_alloc(t, nk), *dv = tl_alloc(t, nk);
@@ -314,8 +318,8 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
             if (bk == 1 && !wgmma_ok) continue;
             if (only_kernel && strcmp(only_kernel, kernels[bk])) continue;
             dfa__cuda_force_family(families[bk]);
-            dfa_attn_desc d2 = *d;
-            d2.flags = det ? DFA_FLAG_DETERMINISTIC : 0;
+            dfa_attn_desc d2 = *dd;
+            d2.flags = (dd->flags & ~DFA_FLAG_DETERMINISTIC) | (det ? DFA_FLAG_DETERMINISTIC : 0u);
             char kname[64];
             snprintf(kname, sizeof kname, "%s, %s dq", kernels[bk], det ? "deterministic" : "atomic");
             for (int rep = 0; rep < 1 + det; rep++) {
@@ -347,7 +351,7 @@ static void check_case(const dfa_attn_desc *d, int with_bwd) {
             check_vs_cpu("dv", kname, d, dv, cv, gv, nk, tol[2]);
             const void *ins[5] = {qd, kd, vd, od, dod}, *grads16[3] = {dq, dk, dv};
             const double *refs[3] = {gq, gk, gv};
-            check_bwd_scratch_f32(&d2, kname, ins, ld, grads16, refs, tol);
+            if (!masked) check_bwd_scratch_f32(&d2, kname, ins, ld, grads16, refs, tol);
         }
         dfa__cuda_force_family(DFA__FAMILY_AUTO);
         CUDA_OK(cudaFree(dod)); CUDA_OK(cudaFree(dqd)); CUDA_OK(cudaFree(dkd)); CUDA_OK(cudaFree(dvd));
@@ -395,6 +399,76 @@ static const shape cases[] = {
     {1, 1000, 4097, 1, 1, 128, DFA_F16, 1, 3097, 0, 0},
     {1, 4097, 1000, 2, 2, 128, DFA_BF16, 0, 0, 0, 0},
 };
+
+/* Documents and sliding windows (issue 14): random packed layouts (lengths 1, short, longer
+   than a block), windows of 0, 1, a block and the whole sequence, causal and not, chunk
+   offsets, every kernel family, against the float64 oracle and the CPU calls. */
+static void random_docs(int32_t *ids, int n) {
+    int32_t id = tl_rand_int(-5, 5);
+    for (int i = 0; i < n;) {
+        const int kind = tl_rand_int(0, 3);
+        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 30) : kind == 2 ? tl_rand_int(100, 200)
+                                                                                   : tl_rand_int(200, 700);
+        for (int r = 0; r < len && i < n; r++) ids[i++] = id;
+        id += tl_rand_int(1, 3);
+    }
+}
+
+typedef struct {
+    int b, sq, sk, h, hkv, d;
+    dfa_dtype t;
+    int causal;
+    long long qs, ks;
+    int docs, window, left, right;
+} mcase;
+
+static const mcase mask_cases[] = {
+    {2, 1000, 1000, 4, 2, 128, DFA_BF16, 1, 0, 0, 1, 0, 0, 0},
+    {1, 1000, 1000, 2, 2, 64, DFA_F16, 1, 0, 0, 0, 1, 128, -1},
+    {1, 777, 777, 2, 1, 128, DFA_BF16, 1, 0, 0, 1, 1, 200, 0},
+    {1, 500, 500, 2, 2, 64, DFA_BF16, 0, 0, 0, 1, 1, 37, 64},
+    {1, 300, 300, 2, 2, 128, DFA_F16, 1, 0, 0, 0, 1, 0, -1},   /* each row sees only itself */
+    {1, 300, 300, 2, 2, 64, DFA_BF16, 1, 0, 0, 0, 1, 1, -1},
+    {1, 300, 300, 2, 2, 128, DFA_BF16, 0, 0, 0, 0, 1, 5000, 5000}, /* wider than the sequence */
+    {1, 256, 700, 2, 2, 128, DFA_BF16, 1, 444, 0, 1, 1, 300, -1},  /* a chunk against earlier keys */
+    {1, 200, 300, 2, 2, 96, DFA_F16, 1, 100, 250, 1, 0, 0, 0},     /* rows that see nothing */
+    {2, 129, 129, 3, 3, 40, DFA_BF16, 1, 0, 0, 1, 1, 64, -1},
+    {1, 100, 100, 2, 2, 256, DFA_F16, 0, 0, 0, 1, 0, 0, 0},
+};
+
+static void test_masks(void) {
+    for (size_t i = 0; i < sizeof mask_cases / sizeof mask_cases[0]; i++) {
+        const mcase *m = &mask_cases[i];
+        dfa_attn_desc d = tl_desc(m->b, m->sq, m->sk, m->h, m->hkv, m->d, m->t, m->causal, m->qs, m->ks);
+        const int N = (int)(m->qs + m->sq > m->ks + m->sk ? m->qs + m->sq : m->ks + m->sk);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)N), *qd = malloc(sizeof(int32_t) * (size_t)m->b * m->sq),
+                *kd = malloc(sizeof(int32_t) * (size_t)m->b * m->sk);
+        for (int b = 0; b < m->b; b++) {
+            random_docs(ids, N);
+            memcpy(qd + (size_t)b * m->sq, ids + m->qs, sizeof(int32_t) * (size_t)m->sq);
+            memcpy(kd + (size_t)b * m->sk, ids + m->ks, sizeof(int32_t) * (size_t)m->sk);
+        }
+        if (m->window) {
+            d.flags |= DFA_FLAG_WINDOW;
+            d.window_left = m->left;
+            d.window_right = m->right;
+        }
+        dfa_attn_desc dd = d;
+        int32_t *qdd = NULL, *kdd = NULL;
+        if (m->docs) {
+            d.q_doc = qd;
+            d.k_doc = kd;
+            dd.q_doc = qdd = dev_copy_of(qd, sizeof(int32_t) * (size_t)m->b * m->sq);
+            dd.k_doc = kdd = dev_copy_of(kd, sizeof(int32_t) * (size_t)m->b * m->sk);
+        }
+        check_case(&d, &dd, 1);
+        printf("  mask case %2zu done: %s\n", i, tl_desc_str(&d));
+        fflush(stdout);
+        if (qdd) CUDA_OK(cudaFree(qdd));
+        if (kdd) CUDA_OK(cudaFree(kdd));
+        free(ids); free(qd); free(kd);
+    }
+}
 
 /* Keys split into chunks, each forward on the device with its k_start, merged on the device,
    against one call over all keys; plus the merge of random partials against the CPU merge. */
@@ -516,15 +590,19 @@ int main(void) {
     printf("device compute capability %d.%d; %s\n", cc / 10, cc % 10, dfa_version_string());
     const char *sm = getenv("DFA_GPU_TEST_SMALL");
     const int small = sm && *sm == '1';
+    const char *mk = getenv("DFA_GPU_TEST_MASKS"); /* 0: skip the mask cases; only: nothing else */
+    const int masks = !(mk && *mk == '0'), only_masks = mk && !strcmp(mk, "only");
     const shape *list = small ? small_cases : cases;
-    const int n = small ? (int)(sizeof small_cases / sizeof small_cases[0]) : (int)(sizeof cases / sizeof cases[0]);
+    const int n = only_masks ? 0 : small ? (int)(sizeof small_cases / sizeof small_cases[0])
+                                         : (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         const shape *s = &list[i];
         dfa_attn_desc d = tl_desc(s->b, s->sq, s->sk, s->h, s->hkv, s->d, s->t, s->causal, s->qs, s->ks);
-        check_case(&d, s->bwd);
+        check_case(&d, &d, s->bwd);
         printf("  case %2d done: %s\n", i, tl_desc_str(&d));
         fflush(stdout);
     }
-    if (!small) test_merge();
+    if (!small && !only_masks) test_merge();
+    if (masks) test_masks();
     return tl_finish("test_gpu_attn");
 }

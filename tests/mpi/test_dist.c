@@ -52,7 +52,20 @@ typedef struct {
     dfa_dtype t;
     int causal, overlap;
     dfa__sched_kind kind;
+    int docs;                /* random packed documents (lengths 1, short, about a chunk, longer) */
+    int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
+
+/* A random document layout of N positions (non-decreasing ids). */
+static void random_docs(int32_t *ids, int N, int n) {
+    int32_t id = tl_rand_int(-5, 5);
+    for (int i = 0; i < N;) {
+        const int kind = tl_rand_int(0, 3);
+        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 4) : kind == 2 ? n : tl_rand_int(n + 1, 3 * n + 1);
+        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
+        id += tl_rand_int(1, 3);
+    }
+}
 
 static void run_case(dfa_comm *c, const dcase *k) {
     const int B = k->B, n = k->n, N = n * nranks, H = k->H, Hkv = k->Hkv, D = k->D;
@@ -62,8 +75,17 @@ static void run_case(dfa_comm *c, const dcase *k) {
     const int64_t NQ = (int64_t)B * N * wq, NK = (int64_t)B * N * wk, NL = (int64_t)B * H * N;
     const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
     char cfg[200];
-    snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d", nranks,
-             dfa__sched_name(k->kind), B, n, H, Hkv, D, cli_dtype_name(t), k->causal, k->overlap);
+    snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d docs=%d window=%d(%d,%d)",
+             nranks, dfa__sched_name(k->kind), B, n, H, Hkv, D, cli_dtype_name(t), k->causal, k->overlap, k->docs,
+             k->window, k->left, k->right);
+    int32_t *ids = NULL, *lids = NULL; /* the whole sequence's document ids [B][N], this rank's [B][n] */
+    if (k->docs) {
+        ids = malloc(sizeof(int32_t) * (size_t)B * N);
+        if (rank == 0)
+            for (int b = 0; b < B; b++) random_docs(ids + (size_t)b * N, N, n);
+        MPI_Bcast(ids, B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
+        lids = tl_slice_rows(DFA_F32, ids, B, N, rank * n, n, 1); /* 4-byte rows */
+    }
 
     /* the whole sequence, drawn on rank 0 */
     void *q = tl_alloc(t, NQ), *kk = tl_alloc(t, NK), *v = tl_alloc(t, NK), *dout = tl_alloc(t, NQ);
@@ -80,6 +102,12 @@ static void run_case(dfa_comm *c, const dcase *k) {
 
     /* references on the whole sequence */
     dfa_attn_desc full = tl_desc(B, N, N, H, Hkv, D, t, k->causal, 0, 0);
+    full.q_doc = full.k_doc = ids;
+    if (k->window) {
+        full.flags |= DFA_FLAG_WINDOW;
+        full.window_left = k->left;
+        full.window_right = k->right;
+    }
     void *o1 = tl_alloc(t, NQ), *dq1 = tl_alloc(t, NQ), *dk1 = tl_alloc(t, NK), *dv1 = tl_alloc(t, NK);
     float *l1 = malloc(sizeof(float) * (size_t)NL);
     CHECK(dfa_attn_fwd(&full, q, kk, v, o1, l1) == DFA_OK, "single fwd: %s", dfa_last_error());
@@ -113,10 +141,22 @@ static void run_case(dfa_comm *c, const dcase *k) {
 
     dfa_dist_desc dd = {0};
     dd.attn = tl_desc(B, n, n, H, Hkv, D, t, k->causal, 12345, -7); /* offsets are ignored */
+    dd.attn.q_doc = dd.attn.k_doc = lids;
+    dd.attn.flags = full.flags;
+    dd.attn.window_left = full.window_left;
+    dd.attn.window_right = full.window_right;
     dd.schedule = k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
     dd.overlap = k->overlap;
+    dfa__dist_stats stats;
+    dfa__dist_set_stats(c, &stats);
     dfa_status st = dfa__dist_fwd(c, &dd, k->kind, lq, lk, lv, lo, ll);
+    dfa__dist_set_stats(c, NULL);
     CHECK(st == DFA_OK, "rank %d: dist fwd failed: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
+    /* a window shorter than a chunk: the diagonal, then neighbours only (each rank at most 2 of them
+       causal, 4 not; test_schedule checks that only neighbours pair) */
+    if (k->window && !k->docs && k->left >= 0 && k->left < n && (k->causal || (k->right >= 0 && k->right < n)))
+        CHECK(stats.steps <= (nranks == 1 ? 1 : k->causal ? 3 : 5), "rank %d: %d steps under window (%d,%d) < n for %s",
+              rank, stats.steps, k->left, k->right, cfg);
     st = dfa__dist_bwd(c, &dd, k->kind, lq, lk, lv, lo, ll, ldo, ldq, ldk, ldv);
     CHECK(st == DFA_OK, "rank %d: dist bwd failed: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
     CHECK(tl_count_nan(t, lo, nq) == 0 && tl_count_nan(t, ldq, nq) == 0 && tl_count_nan(t, ldk, nk) == 0 &&
@@ -165,6 +205,7 @@ static void run_case(dfa_comm *c, const dcase *k) {
     free(on); free(dqn); free(dkn); free(dvn);
     free(lq); free(lk); free(lv); free(ldo); free(lo); free(ldq); free(ldk); free(ldv); free(ll);
     free(so); free(sdq); free(sdk); free(sdv); free(s1o); free(s1q); free(s1k); free(s1v);
+    free(ids); free(lids);
 }
 
 /* A call split into groups of heads (as the device backends do when memory is short) gives
@@ -237,12 +278,21 @@ int main(int argc, char **argv) {
                     const int i = ncase++;
                     dcase k = {1 + (i % 3 == 1), rows[i % 6], heads[i % 4][0], heads[i % 4][1], i % 2 ? 16 : 32,
                                ti ? DFA_BF16 : DFA_F32, causal, overlap,
-                               ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED};
+                               ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 0, 0, 0, 0};
                     run_case(c, &k);
                 }
     /* the paper's published schedule (internal; dist-bench compares it) */
     for (int i = 0; i < 2; i++) {
-        dcase k = {2, 10 + i, 4, 2, 16, i ? DFA_BF16 : DFA_F32, 1, i, DFA__SCHED_PAPER};
+        dcase k = {2, 10 + i, 4, 2, 16, i ? DFA_BF16 : DFA_F32, 1, i, DFA__SCHED_PAPER, 0, 0, 0, 0};
+        run_case(c, &k);
+        ncase++;
+    }
+    /* documents and sliding windows: windows of 0, 1, a chunk and wider, one and two sided */
+    for (int i = 0; i < 12; i++) {
+        const int n = rows[i % 6] + 2, w[] = {0, 1, n, n / 2, 2 * n + 1, -1};
+        dcase k = {1 + (i % 4 == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 3 ? DFA_BF16 : DFA_F32,
+                   i % 5 != 4, i % 2, i % 3 == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i % 3 != 1, i % 3 != 0,
+                   w[i % 6], w[(i / 2 + 5) % 6]};
         run_case(c, &k);
         ncase++;
     }

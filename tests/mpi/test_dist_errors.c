@@ -183,6 +183,45 @@ static void test_one_rank_bad(dfa_comm *c, bufs *b) {
     }
 }
 
+/* Masks (documents, window): differing fields across ranks, bad ids on one rank, k_doc that
+   is not q_doc, a bad window everywhere; each fails every rank with the right status. */
+static void test_masks(dfa_comm *c, bufs *b) {
+    int32_t ids[B * N], bad_ids[B * N], copy[B * N];
+    for (int i = 0; i < B * N; i++) ids[i] = rank * 10 + i / 3, bad_ids[i] = copy[i] = ids[i];
+    bad_ids[5] = -100;
+    char who[64];
+    snprintf(who, sizeof who, "rank %d failed", nranks - 1);
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        dfa_dist_desc d = good_desc();
+        d.attn.flags = DFA_FLAG_WINDOW;
+        d.attn.window_left = rank == nranks - 1 && nranks > 1 ? 3 : 2;
+        if (nranks > 1)
+            expect_fail(c, "window differs", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.window_left is 2 on some ranks and 3");
+        d = good_desc();
+        d.attn.q_doc = d.attn.k_doc = rank == 0 && nranks > 1 ? NULL : ids;
+        if (nranks > 1) expect_fail(c, "documents on some ranks", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.q_doc");
+        d = good_desc();
+        d.attn.q_doc = d.attn.k_doc = rank == nranks - 1 ? bad_ids : ids;
+        expect_fail(c, "decreasing ids on one rank", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT,
+                    rank == nranks - 1 ? "d->q_doc decreases" : who);
+        d = good_desc();
+        d.attn.q_doc = ids;
+        d.attn.k_doc = copy; /* the same ids, another pointer */
+        expect_fail(c, "k_doc not q_doc", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.k_doc differs");
+        d = good_desc();
+        d.attn.flags = DFA_FLAG_WINDOW;
+        d.attn.window_right = -3;
+        expect_fail(c, "window_right -3", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "window_right");
+    }
+    /* and a valid masked call goes through on every rank */
+    dfa_dist_desc d = good_desc();
+    d.attn.q_doc = d.attn.k_doc = ids;
+    d.attn.flags = DFA_FLAG_WINDOW;
+    d.attn.window_left = 4;
+    CHECK(dfa_dist_attn_fwd(c, &d, b->q, b->k, b->v, b->o, b->lse) == DFA_OK, "rank %d: masked fwd: %s", rank,
+          dfa_last_error());
+}
+
 /* The same bad value everywhere. */
 static void test_bad_everywhere(dfa_comm *c, bufs *b) {
     for (int bwd = 0; bwd <= 1; bwd++) {
@@ -310,7 +349,7 @@ static void test_versioning(bufs *b) {
         d.reserved[0] = 1;
         expect_fail(self, "reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->reserved)");
         d = zero;
-        d.attn.reserved[7] = 1;
+        d.attn.reserved[4] = 1; /* the last reserved word (reserved[7] in version 1) */
         expect_fail(self, "attn.reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->attn.reserved)");
         bigger[250] = 1;
         expect_fail(self, "tail byte", bwd, (const dfa_dist_desc *)(void *)bigger, b, DFA_ERR_UNSUPPORTED,
@@ -422,6 +461,7 @@ int main(int argc, char **argv) {
     test_mismatch(c, &b);
     test_one_rank_bad(c, &b);
     test_bad_everywhere(c, &b);
+    test_masks(c, &b);
     test_versioning(&b);
     test_versioning_one_rank(c, &b);
     test_failure_midway(c, &b);

@@ -25,7 +25,7 @@ static void test_correctness(void) {
             for (int causal = 0; causal <= 1; causal++)
                 for (int ri = 0; ri < 4; ri++)
                     for (int bwd = 0; bwd <= 1; bwd++) {
-                        const dfa__sched s = {kinds[ki], P, causal, rows[ri]};
+                        const dfa__sched s = {kinds[ki], P, causal, rows[ri], NULL};
                         const int rc = dfa__sim_check(&s, bwd, err, sizeof err);
                         CHECK(rc == 0, "%s P=%d causal=%d n=%d bwd=%d: %s", dfa__sched_name(s.kind), P, causal,
                               rows[ri], bwd, err);
@@ -39,7 +39,7 @@ static void test_correctness(void) {
 static void test_checker_catches(void) {
     char err[256];
     for (int P = 4; P <= 6; P += 2) {
-        const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 7};
+        const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 7, NULL};
         dfa__placed_task base[64], t[65];
         int n = 0;
         for (int step = 0; step < dfa__sched_steps(&s); step++)
@@ -62,7 +62,7 @@ static void test_checker_catches(void) {
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"),
               "P=%d: a duplicate passed (%s)", P, err);
         memcpy(t, base, sizeof base[0] * (size_t)n);
-        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0}}; /* q0 x k1: entirely masked */
+        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0, 0}}; /* q0 x k1: entirely masked */
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0, "P=%d: a masked pair passed", P);
         memcpy(t, base, sizeof base[0] * (size_t)n);
         t[0].t.causal_mask = 0; /* the diagonal unmasked */
@@ -84,7 +84,7 @@ static void test_unit_model(void) {
         for (int causal = 0; causal <= 1; causal++) {
             dfa__sim_result r[3];
             for (int ki = 0; ki < 3; ki++) {
-                const dfa__sched s = {kinds[ki], P, causal, n};
+                const dfa__sched s = {kinds[ki], P, causal, n, NULL};
                 const dfa__sim_model m = {0, 1, 0.0, 0.0, 0.0, {1, 1, 1, 8, 2}, NULL, NULL, 0, 0, 0.0, 0.0};
                 CHECK(dfa__sim_run(&s, &m, &r[ki]) == 0, "sim failed");
             }
@@ -130,7 +130,7 @@ static void test_machine_model(void) {
             for (int overlap = 0; overlap <= 1; overlap++) {
                 double ms[3];
                 for (int ki = 0; ki < 3; ki++) {
-                    const dfa__sched s = {kinds[ki], P, 1, 4096};
+                    const dfa__sched s = {kinds[ki], P, 1, 4096, NULL};
                     const dfa__sim_model m = {bwd, overlap, 400e12, 300e9, 10e-6, {1, 32, 8, 128, 2}, NULL, NULL, 0, 0, 0.0, 0.0};
                     dfa__sim_result r;
                     CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
@@ -167,7 +167,7 @@ static void test_calibration(void) {
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         double t[2];
         for (int bwd = 0; bwd <= 1; bwd++) {
-            const dfa__sched s = {runs[i].kind, 2, 1, runs[i].S / 2};
+            const dfa__sched s = {runs[i].kind, 2, 1, runs[i].S / 2, NULL};
             const dfa__sim_model m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
             dfa__sim_result r;
             CHECK(dfa__sim_run(&s, &m, &r) == 0, "sim failed");
@@ -208,7 +208,7 @@ static void test_two_level_network(void) {
         for (int bwd = 0; bwd <= 1; bwd++) {
             double bal = 0.0, ring = 0.0;
             for (int ki = 0; ki < 3; ki++) {
-                const dfa__sched s = {kinds[ki], P, 1, 16384};
+                const dfa__sched s = {kinds[ki], P, 1, 16384, NULL};
                 dfa__sim_model m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
                 dfa__sim_result r0, r1, r2, r3;
                 m.gpus_per_node = 0;
@@ -248,7 +248,7 @@ static void test_heads_across_nodes(void) {
         dfa__sim_model m = dfa__sim_model_of(mc, &sh, bwd, 1, 0);
         double t;
         CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 1, 4096, 1, &m, &t) == 0, "one node failed");
-        const dfa__sched s = {DFA__SCHED_BALANCED, 8, 1, 4096};
+        const dfa__sched s = {DFA__SCHED_BALANCED, 8, 1, 4096, NULL};
         dfa__sim_result r;
         dfa__sim_model flat = m;
         flat.gpus_per_node = 0;
@@ -283,10 +283,150 @@ static void test_position(void) {
     dfa_comm_destroy(NULL); /* a no-op */
 }
 
+/* A random document layout over N positions: runs of 1, short, about a chunk and longer. */
+static void random_layout(int32_t *ids, int N, int n) {
+    int32_t id = tl_rand_int(-9, 9);
+    for (int i = 0; i < N;) {
+        const int kind = tl_rand_int(0, 3);
+        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 5) : kind == 2 ? tl_rand_int(n / 2 + 1, n + 1)
+                                                                                : tl_rand_int(n + 1, 3 * n + 2);
+        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
+        id += tl_rand_int(1, 2);
+    }
+}
+
+/* Masked plans (documents, windows) for P = 1..64: the pair work matrix equals a brute-force
+   count over global positions, and the simulator proves the plan computes every pair with a
+   visible key exactly once, nothing else, with matched messages (both passes). A window shorter
+   than a chunk (no documents) pairs only neighbours; the balanced plan's busiest rank carries no
+   more work than the ring's. */
+static void test_masked_plans(void) {
+    static const int rows[] = {1, 3, 16, 37};
+    char err[256];
+    int checked = 0;
+    for (int P = 1; P <= 64; P++)
+        for (int rep = 0; rep < 3; rep++) {
+            const int n = rows[tl_rand_int(0, 3)], B = tl_rand_int(1, 2), N = P * n;
+            dfa_attn_desc d = dfa_attn_desc_init(B, n, n, 1, 1, 8);
+            d.causal = tl_rand_int(0, 1);
+            const int docs = rep != 1, windowed = rep != 0 || tl_rand_int(0, 1);
+            if (windowed) {
+                const int choices[] = {-1, 0, 1, n - 1 > 0 ? n - 1 : 0, n + n / 2, N};
+                d.flags = DFA_FLAG_WINDOW;
+                d.window_left = choices[tl_rand_int(0, 5)];
+                d.window_right = choices[tl_rand_int(0, 5)];
+            }
+            int32_t *layout = malloc(sizeof(int32_t) * (size_t)B * N), *ids = NULL;
+            for (int b = 0; b < B; b++) random_layout(layout + (size_t)b * N, N, n);
+            if (docs) { /* [P][batch][n]: rank r's rows of every batch row */
+                ids = malloc(sizeof(int32_t) * (size_t)B * N);
+                for (int r = 0; r < P; r++)
+                    for (int b = 0; b < B; b++)
+                        memcpy(ids + ((size_t)r * B + b) * n, layout + (size_t)b * N + (size_t)r * n,
+                               sizeof(int32_t) * (size_t)n);
+            }
+            int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P);
+            dfa__mask_pair_work(&d, P, ids, work);
+            int bad = 0;
+            for (int q = 0; q < P && !bad; q++)
+                for (int k = 0; k < P && !bad; k++) {
+                    int64_t count = 0;
+                    for (int b = 0; b < B; b++)
+                        for (int i = q * n; i < (q + 1) * n; i++)
+                            for (int j = k * n; j < (k + 1) * n; j++) {
+                                if (d.causal && j > i) continue;
+                                if (docs && layout[(size_t)b * N + i] != layout[(size_t)b * N + j]) continue;
+                                if (windowed && d.window_left >= 0 && i - j > d.window_left) continue;
+                                if (windowed && d.window_right >= 0 && j - i > d.window_right) continue;
+                                count++;
+                            }
+                    bad = count != work[(size_t)q * P + k];
+                    CHECK(!bad, "P=%d n=%d B=%d causal=%d docs=%d window=(%d,%d): q%d x k%d has %lld visible pairs, "
+                          "the plan counts %lld", P, n, B, d.causal, docs, windowed ? d.window_left : -9,
+                          windowed ? d.window_right : -9, q, k, (long long)count, (long long)work[(size_t)q * P + k]);
+                }
+            int64_t most[2] = {0, 0};
+            for (int ki = 0; ki < 2; ki++) {
+                dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
+                dfa__sched_plan plan;
+                CHECK(dfa__sched_plan_build(&s, work, &plan) == 0, "plan build failed");
+                s.plan = &plan;
+                for (int bwd = 0; bwd <= 1; bwd++) {
+                    CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
+                          dfa__sched_name(s.kind), P, n, d.causal, docs, err);
+                    checked++;
+                }
+                int64_t *load = calloc((size_t)P, sizeof *load);
+                for (int t = 0; t < dfa__sched_steps(&s); t++)
+                    for (int r = 0; r < P; r++) {
+                        dfa__task tk;
+                        if (!dfa__sched_task(&s, r, t, &tk)) continue;
+                        load[r] += tk.work;
+                        if (windowed && !docs && d.window_left >= 0 && d.window_left < n && d.window_right >= 0 &&
+                            d.window_right < n)
+                            CHECK(abs(tk.q_chunk - tk.k_chunk) <= 1, "window (%d,%d) < n=%d but q%d x k%d computed",
+                                  d.window_left, d.window_right, n, tk.q_chunk, tk.k_chunk);
+                    }
+                for (int r = 0; r < P; r++)
+                    if (load[r] > most[ki]) most[ki] = load[r];
+                free(load);
+                dfa__sched_plan_free(&plan);
+            }
+            CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
+                  (long long)most[0], (long long)most[1]);
+            free(layout); free(ids); free(work);
+        }
+    printf("masked plans: %d checked\n", checked);
+}
+
+/* The masked checker is not vacuous: a plan with a task dropped, duplicated, or a pair without
+   visible keys added is refused. */
+static void test_masked_checker_catches(void) {
+    enum { P = 5 };
+    int64_t work[P * P] = {0};
+    for (int q = 0; q < P; q++) {
+        work[q * P + q] = 10;
+        if (q) work[q * P + q - 1] = 3 + q;
+    }
+    dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
+    dfa__sched_plan plan;
+    CHECK(dfa__sched_plan_build(&s, work, &plan) == 0, "plan build failed");
+    s.plan = &plan;
+    dfa__placed_task base[64], t[65];
+    int n = 0;
+    for (int step = 0; step < dfa__sched_steps(&s); step++)
+        for (int r = 0; r < P; r++)
+            if (dfa__sched_task(&s, r, step, &base[n].t)) base[n].step = step, base[n].rank = r, n++;
+    char err[256];
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n, err, sizeof err) == 0, "the plan itself failed: %s", err);
+    CHECK(n == 2 * P - 1, "the plan has %d tasks, want %d (the pairs with visible keys)", n, 2 * P - 1);
+    for (int drop = 0; drop < n; drop++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (i != drop) t[m++] = base[i];
+        CHECK(dfa__sim_check_masked_tasks(&s, t, m, err, sizeof err) != 0 && strstr(err, "nobody"),
+              "dropping task %d passed", drop);
+    }
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    t[n] = base[0];
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"), "a duplicate passed");
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    t[n] = (dfa__placed_task){1, 0, {4, 0, 8, 1, 1, 1}}; /* q4 x k1: no visible key */
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "no visible key"),
+          "a pair without visible keys passed");
+    memcpy(t, base, sizeof base[0] * (size_t)n);
+    t[0].t.row1 = 4; /* half a chunk */
+    CHECK(dfa__sim_check_masked_tasks(&s, t, n, err, sizeof err) != 0, "half a chunk passed");
+    dfa__sched_plan_free(&plan);
+}
+
 int main(void) {
     tl_init("test_schedule");
     test_correctness();
     test_checker_catches();
+    test_masked_plans();
+    test_masked_checker_catches();
     test_unit_model();
     test_machine_model();
     test_calibration();

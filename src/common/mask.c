@@ -1,0 +1,67 @@
+#include "mask.h"
+
+#include "error.h"
+
+/* First j in [0, n) with a[j] >= x (n if none); a non-decreasing. */
+static int lower_bound(const int32_t *a, int n, int32_t x) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (a[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void dfa__row_keys(const dfa_attn_desc *d, int b, int i, int *lo, int *hi) {
+    const int n = d->seqlen_k;
+    const int64_t rel = d->q_start + i - d->k_start; /* the query's position in key rows */
+    int64_t a = 0, z = n;
+    if (d->causal && rel + 1 < z) z = rel + 1;
+    if (d->flags & DFA_FLAG_WINDOW) {
+        if (d->window_left >= 0 && rel - d->window_left > a) a = rel - d->window_left;
+        if (d->window_right >= 0 && rel + d->window_right + 1 < z) z = rel + d->window_right + 1;
+    }
+    if (d->q_doc && a < z) {
+        const int32_t x = d->q_doc[(int64_t)b * d->seqlen_q + i], *kd = d->k_doc + (int64_t)b * n;
+        const int first = lower_bound(kd, n, x);
+        const int end = x == INT32_MAX ? n : lower_bound(kd, n, x + 1); /* == first when no key has x */
+        if (first > a) a = first;
+        if (end < z) z = end;
+    }
+    if (a < 0) a = 0;
+    if (a > n) a = n;
+    if (z < a) z = a;
+    *lo = (int)a;
+    *hi = (int)z;
+}
+
+static dfa_status check_rows(const int32_t *ids, int batch, int n, const char *name, const char *fn) {
+    for (int b = 0; b < batch; b++) {
+        const int32_t *r = ids + (int64_t)b * n;
+        for (int i = 1; i < n; i++)
+            if (r[i] < r[i - 1])
+                return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                                 "%s decreases in batch row %d at row %d (%d after %d); document ids must be "
+                                 "non-decreasing along the sequence (each document one contiguous run)",
+                                 name, b, i, (int)r[i], (int)r[i - 1]);
+    }
+    return DFA_OK;
+}
+
+dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn) {
+    if (!d->q_doc) return DFA_OK;
+    dfa_status st = check_rows(d->q_doc, d->batch, d->seqlen_q, "d->q_doc", fn);
+    return st ? st : check_rows(d->k_doc, d->batch, d->seqlen_k, "d->k_doc", fn);
+}
+
+int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
+    int64_t n = 0;
+    for (int b = 0; b < d->batch; b++)
+        for (int i = 0; i < d->seqlen_q; i++) {
+            int lo, hi;
+            dfa__row_keys(d, b, i, &lo, &hi);
+            n += hi - lo;
+        }
+    return n;
+}

@@ -1,0 +1,33 @@
+/* Internal: the document / sliding-window mask of a descriptor (the rule is in distflash.h,
+ * "Masks"), on the host. Under every mask the keys visible to one query row form one interval
+ * (causal, window and "same document" each give an interval, as document ids are
+ * non-decreasing), so the kernels work with per-row key intervals: a tile is skipped when no
+ * row's interval meets it, and masked element by element only where some interval ends
+ * inside it. src/cuda/mask.cuh is the device twin of these helpers. */
+#ifndef DFA_COMMON_MASK_H
+#define DFA_COMMON_MASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distflash.h"
+
+/* True when d masks beyond causal: documents or a window. */
+static inline bool dfa__has_mask(const dfa_attn_desc *d) {
+    return d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0;
+}
+
+/* Keys [*lo, *hi) of batch row b visible to query row i (empty when *hi <= *lo; then both
+   are clamped into [0, seqlen_k]). Causal, documents (binary search in k_doc) and window.
+   The descriptor must have passed dfa__check_desc. */
+void dfa__row_keys(const dfa_attn_desc *d, int b, int i, int *lo, int *hi);
+
+/* Checks that q_doc and k_doc (host memory) are non-decreasing along each batch row;
+   a no-op without documents. */
+dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn);
+
+/* The number of visible (query, key) pairs of one head, summed over the batch: the
+   work a mask leaves (benchmarks count FLOPs over these). */
+int64_t dfa__visible_pairs(const dfa_attn_desc *d);
+
+#endif

@@ -1,0 +1,153 @@
+/* Masked plans: which chunk pairs a document / window mask leaves, and who computes them.
+   See schedule.h ("Masked plans"). Pure functions of their arguments. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mask.h"
+#include "schedule.h"
+
+/* A pair to place: query chunk q, key chunk k, its visible pairs. */
+typedef struct {
+    int q, k;
+    int64_t work;
+} pair;
+
+static int by_work(const void *a, const void *b) { /* heaviest first; ties by (q, k): deterministic */
+    const pair *x = a, *y = b;
+    if (x->work != y->work) return x->work > y->work ? -1 : 1;
+    if (x->q != y->q) return x->q < y->q ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+static int by_distance(const void *a, const void *b) { /* nearest key chunk first, then (q, k) */
+    const pair *x = a, *y = b;
+    const int dx = abs(x->q - x->k), dy = abs(y->q - y->k);
+    if (dx != dy) return dx < dy ? -1 : 1;
+    if (x->q != y->q) return x->q < y->q ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+void dfa__sched_plan_free(dfa__sched_plan *p) {
+    if (!p) return;
+    free(p->tasks);
+    memset(p, 0, sizeof *p);
+}
+
+int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, dfa__sched_plan *out) {
+    const int P = s->nranks, n = s->rows;
+    memset(out, 0, sizeof *out);
+    pair *pairs = malloc(sizeof *pairs * (size_t)P * (size_t)P + 1);
+    int *owner = malloc(sizeof *owner * (size_t)P * (size_t)P + 1), *count = calloc((size_t)P, sizeof *count);
+    int64_t *load = calloc((size_t)P, sizeof *load);
+    int rc = -1;
+    if (!pairs || !owner || !count || !load) goto done;
+    int np = 0;
+    for (int q = 0; q < P; q++) {
+        load[q] = work[(size_t)q * P + q]; /* the diagonal: its own rank, step 0 */
+        for (int k = 0; k < P; k++)
+            if (k != q && work[(size_t)q * P + k] > 0) pairs[np++] = (pair){q, k, work[(size_t)q * P + k]};
+    }
+    qsort(pairs, (size_t)np, sizeof *pairs, by_work);
+    int64_t *base = malloc(sizeof *base * (size_t)P + 1);
+    if (!base) goto done;
+    memcpy(base, load, sizeof *base * (size_t)P);
+    for (int i = 0; i < np; i++) { /* greedy: the less loaded of the two ranks that hold half the inputs */
+        const int q = pairs[i].q, k = pairs[i].k;
+        const int r = s->kind == DFA__SCHED_RING || load[q] <= load[k] ? q : k;
+        owner[i] = r;
+        load[r] += pairs[i].work;
+    }
+    if (s->kind != DFA__SCHED_RING) {
+        /* The greedy can lose to the ring's "query owner computes" on unlucky layouts: start from
+           the better of the two, then move pairs off the busiest rank while that lowers it. */
+        int64_t g_max = 0, r_max = 0;
+        for (int r = 0; r < P; r++) g_max = load[r] > g_max ? load[r] : g_max;
+        for (int i = 0; i < np; i++) base[pairs[i].q] += pairs[i].work;
+        for (int r = 0; r < P; r++) r_max = base[r] > r_max ? base[r] : r_max;
+        if (r_max < g_max) {
+            memcpy(load, base, sizeof *load * (size_t)P);
+            for (int i = 0; i < np; i++) owner[i] = pairs[i].q;
+        }
+        for (int iter = 0; iter < 4 * np + 4; iter++) {
+            int top = 0;
+            for (int r = 1; r < P; r++) top = load[r] > load[top] ? r : top;
+            int moved = 0;
+            for (int i = 0; i < np && !moved; i++) {
+                if (owner[i] != top) continue;
+                const int other = pairs[i].q == top ? pairs[i].k : pairs[i].q;
+                if (load[other] + pairs[i].work < load[top]) {
+                    owner[i] = other;
+                    load[top] -= pairs[i].work;
+                    load[other] += pairs[i].work;
+                    moved = 1;
+                }
+            }
+            if (!moved) break;
+        }
+    }
+    free(base);
+    for (int i = 0; i < np; i++) count[owner[i]]++;
+    int steps = 1;
+    for (int r = 0; r < P; r++)
+        if (1 + count[r] > steps) steps = 1 + count[r];
+    out->tasks = malloc(sizeof *out->tasks * (size_t)steps * (size_t)P);
+    if (!out->tasks) goto done;
+    for (size_t i = 0; i < (size_t)steps * (size_t)P; i++) out->tasks[i] = (dfa__task){-1, 0, 0, -1, 0, 0};
+    for (int r = 0; r < P; r++)
+        if (work[(size_t)r * P + r] > 0) out->tasks[r] = (dfa__task){r, 0, n, r, s->causal, work[(size_t)r * P + r]};
+    /* each rank's pairs by key distance (neighbours first), from step 1 */
+    pair *mine = malloc(sizeof *mine * (size_t)np + 1);
+    if (!mine) {
+        dfa__sched_plan_free(out);
+        goto done;
+    }
+    for (int r = 0; r < P; r++) {
+        int m = 0;
+        for (int i = 0; i < np; i++)
+            if (owner[i] == r) mine[m++] = pairs[i];
+        qsort(mine, (size_t)m, sizeof *mine, by_distance);
+        for (int i = 0; i < m; i++)
+            out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, 0, n, mine[i].k, s->causal, mine[i].work};
+    }
+    free(mine);
+    out->nranks = P;
+    out->steps = steps;
+    out->work = work;
+    rc = 0;
+done:
+    free(pairs);
+    free(owner);
+    free(count);
+    free(load);
+    return rc;
+}
+
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work) {
+    const int n = d->seqlen_q, B = d->batch;
+    const int window = (d->flags & DFA_FLAG_WINDOW) != 0;
+    for (int q = 0; q < P; q++)
+        for (int k = 0; k < P; k++) {
+            int64_t *w = &work[(size_t)q * P + k];
+            *w = 0;
+            /* distances pi - pj over the pair: [(q - k) n - (n - 1), (q - k) n + (n - 1)] */
+            const int64_t dmin = (int64_t)(q - k) * n - (n - 1), dmax = (int64_t)(q - k) * n + (n - 1);
+            if (d->causal && dmax < 0) continue;
+            if (window && d->window_left >= 0 && dmin > d->window_left) continue;
+            if (window && d->window_right >= 0 && -dmax > d->window_right) continue;
+            if (ids) { /* some batch row must share a document between the chunks */
+                int share = 0;
+                for (int b = 0; b < B && !share; b++) {
+                    const int32_t *qi = ids + ((size_t)q * B + b) * n, *ki = ids + ((size_t)k * B + b) * n;
+                    share = qi[0] <= ki[n - 1] && ki[0] <= qi[n - 1];
+                }
+                if (!share) continue;
+            }
+            dfa_attn_desc x = *d;
+            x.seqlen_q = x.seqlen_k = n;
+            x.q_start = (int64_t)q * n;
+            x.k_start = (int64_t)k * n;
+            x.q_doc = ids ? ids + (size_t)q * B * n : NULL;
+            x.k_doc = ids ? ids + (size_t)k * B * n : NULL;
+            *w = dfa__visible_pairs(&x);
+        }
+}

@@ -259,7 +259,7 @@ static void test_heads_across_nodes(void) {
         CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 0, 4096, 1, &m, &t) == -1, "0 nodes accepted");
         double two, flat64;
         CHECK(dfa__sim_two_level(DFA__SCHED_BALANCED, 8, 16384, 1, &m, &two) == 0, "64 GPUs failed");
-        const dfa__sched s64 = {DFA__SCHED_BALANCED, 64, 1, 16384};
+        const dfa__sched s64 = {DFA__SCHED_BALANCED, 64, 1, 16384, NULL};
         CHECK(dfa__sim_run(&s64, &m, &r) == 0, "sim failed");
         flat64 = r.makespan;
         dfa__sim_free(&r);

@@ -1,0 +1,331 @@
+/* The GPU model's element-wise, normalisation, loss and optimiser kernels (kernels.h).
+ * Grid-stride loops over 64-bit indices (n x ffn passes 2^31 at long contexts). */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+unsigned blocks_for(long n) {
+    long b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+__device__ __forceinline__ float ld(const dft_bf16 *p, long i) {
+    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+__device__ __forceinline__ void st(dft_bf16 *p, long i, float x) { ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x); }
+
+/* Sum over the block in a fixed tree (the same bits for the same inputs). */
+template <typename T> __device__ T block_sum(T x, T *sh) {
+    sh[threadIdx.x] = x;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    T r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+#define GRID_LOOP(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
+
+__global__ void embed_fwd_k(dft_bf16 *x, const float *wte, const uint8_t *tokens, long n, int d) {
+    GRID_LOOP(i, n * d) {
+        long r = i / d;
+        st(x, i, wte[(long)tokens[r] * d + i % d]);
+    }
+}
+
+/* block (v, column slice): the rows of token v in ascending order, one column per thread */
+__global__ void embed_bwd_k(float *dwte, const float *dres, const int *rows, const int *offsets, int d) {
+    int v = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float acc = 0.0f;
+    int end = offsets[v + 1];
+#pragma unroll 4
+    for (int j = offsets[v]; j < end; j++) acc += dres[(long)rows[j] * d + c];
+    dwte[(long)v * d + c] += acc;
+}
+
+__global__ void rmsnorm_fwd_k(dft_bf16 *out, float *rstd, const dft_bf16 *x, const float *gain, int d, float eps) {
+    __shared__ float sh[THREADS];
+    long r = blockIdx.x;
+    const dft_bf16 *xr = x + r * d;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = ld(xr, i);
+        ss += v * v;
+    }
+    ss = block_sum(ss, sh);
+    float s = rsqrtf(ss / d + eps);
+    if (threadIdx.x == 0) rstd[r] = s;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) st(out + r * d, i, ld(xr, i) * s * gain[i]);
+}
+
+__global__ void rmsnorm_bwd_k(float *dx, dft_bf16 *dxb, float *partial, const float *dout, const dft_bf16 *x,
+                              const float *rstd, const float *gain, long n, int d, long per_block) {
+    extern __shared__ float dg[]; /* this block's dgain, d floats; thread t owns columns t + k*blockDim */
+    __shared__ float sh[THREADS];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) dg[i] = 0.0f;
+    long r0 = blockIdx.x * per_block, r1 = r0 + per_block < n ? r0 + per_block : n;
+    for (long r = r0; r < r1; r++) {
+        const float *dr = dout + r * d;
+        const dft_bf16 *xr = x + r * d;
+        float s = rstd[r], dot = 0.0f;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) dot += dr[i] * gain[i] * ld(xr, i);
+        dot = block_sum(dot, sh);
+        float c = dot * s * s * s / d;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float xi = ld(xr, i), di = dr[i];
+            float nx = dx[r * d + i] + (s * gain[i] * di - xi * c);
+            dx[r * d + i] = nx;
+            if (dxb) st(dxb + r * d, i, nx);
+            dg[i] += di * xi * s;
+        }
+    }
+    for (int i = threadIdx.x; i < d; i += blockDim.x) partial[(long)blockIdx.x * d + i] = dg[i];
+}
+
+__global__ void colsum_k(float *dgain, const float *partial, int blocks, int d) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float acc = 0.0f;
+    for (int b = 0; b < blocks; b++) acc += partial[(long)b * d + c];
+    dgain[c] += acc;
+}
+
+__global__ void rope_k(dft_bf16 *x, const float *cosv, const float *sinv, long n, int rows, int heads, int hd,
+                       float sign) {
+    int half = hd / 2;
+    GRID_LOOP(t, n * heads * half) {
+        int i = (int)(t % half);
+        long rh = t / half; /* (row, head) */
+        long r = (rh / heads) % rows;
+        long base = rh * hd;
+        float c = cosv[r * half + i], sn = sign * sinv[r * half + i];
+        float x1 = ld(x, base + i), x2 = ld(x, base + i + half);
+        st(x, base + i, x1 * c - x2 * sn);
+        st(x, base + i + half, x2 * c + x1 * sn);
+    }
+}
+
+__device__ __forceinline__ float sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+__global__ void swiglu_fwd_k(dft_bf16 *g, const dft_bf16 *a, const dft_bf16 *b, long n) {
+    GRID_LOOP(i, n) {
+        float av = ld(a, i);
+        st(g, i, av * sigmoid(av) * ld(b, i));
+    }
+}
+
+__global__ void swiglu_bwd_k(dft_bf16 *da, dft_bf16 *db, const dft_bf16 *dg, const dft_bf16 *a, const dft_bf16 *b,
+                             long n) {
+    GRID_LOOP(i, n) {
+        float av = ld(a, i), bv = ld(b, i), d = ld(dg, i);
+        float sg = sigmoid(av), silu = av * sg;
+        st(db, i, d * silu);
+        st(da, i, d * bv * (sg + silu * (1.0f - sg)));
+    }
+}
+
+/* one warp per row; lane j holds logits j, j+32, ..., j+224 */
+__global__ void cross_entropy_k(dft_bf16 *dl, double *wnll, uint8_t *argmax, const float *logits,
+                                const uint8_t *targets, const float *weights, float scale, long rows) {
+    long r = blockIdx.x * (long)(blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const float *l = logits + r * 256;
+    float v[8];
+    float best = -INFINITY;
+    int besti = 256;
+    for (int k = 0; k < 8; k++) {
+        v[k] = l[lane + 32 * k];
+        if (v[k] > best) best = v[k], besti = lane + 32 * k;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, besti, o);
+        if (ob > best || (ob == best && oi < besti)) best = ob, besti = oi;
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < 8; k++) sum += expf(v[k] - best);
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float lse = best + logf(sum);
+    int t = targets[r];
+    float w = weights[r], ws = w * scale;
+    float lt = __shfl_sync(0xffffffffu, v[t / 32], t % 32);
+    for (int k = 0; k < 8; k++) {
+        int i = lane + 32 * k;
+        float g = ws * expf(v[k] - lse) - (i == t ? ws : 0.0f);
+        st(dl + r * 256, i, g);
+    }
+    if (lane == 0) {
+        wnll[r] = (double)w * (double)(lse - lt);
+        if (argmax) argmax[r] = (uint8_t)besti;
+    }
+}
+
+template <typename T> __global__ void sum_partial_k(double *partial, const T *x, size_t n, int square) {
+    __shared__ double sh[THREADS];
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        double v = (double)x[i];
+        acc += square ? v * v : v;
+    }
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_final_k(double *out, const double *partial, int n) {
+    __shared__ double sh[DFTK_SUM_BLOCKS];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+__global__ void clip_factor_k(float *factor, const double *sumsq, float max_norm) {
+    double s = *sumsq;
+    float f = 1.0f;
+    if (max_norm > 0 && s != 0) {
+        if (isnan(s)) f = (float)s;
+        else {
+            double norm = sqrt(s);
+            if (norm > (double)max_norm) f = (float)((double)max_norm / norm);
+        }
+    }
+    *factor = f;
+}
+
+__global__ void adamw_k(float *p, dft_bf16 *pb, const float *g, float *m, float *v, size_t n, const float *factor,
+                        double b1, double b2, double eps, double wd, double rate, double c1, double c2) {
+    float f = *factor;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gf = g[i];
+        if (f != 1.0f) gf = __fmul_rn(gf, f);
+        double gi = gf;
+        double mi = b1 * (double)m[i] + (1.0 - b1) * gi;
+        double vi = b2 * (double)v[i] + (1.0 - b2) * gi * gi;
+        float mf = (float)mi, vf = (float)vi;
+        m[i] = mf, v[i] = vf;
+        double mhat = (double)mf / c1, vhat = (double)vf / c2;
+        double p_old = p[i];
+        float np = (float)(p_old - rate * (mhat / (sqrt(vhat) + eps) + wd * p_old));
+        p[i] = np;
+        st(pb, (long)i, np);
+    }
+}
+
+__global__ void to_bf16_k(dft_bf16 *out, const float *in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        st(out, (long)i, in[i]);
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t dftk_embed_fwd(dft_bf16 *x, const float *wte, const uint8_t *tokens, long n, int d, cudaStream_t s) {
+    embed_fwd_k<<<blocks_for(n * d), THREADS, 0, s>>>(x, wte, tokens, n, d);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_embed_bwd(float *dwte, const float *dres, const int *rows, const int *offsets, int d, cudaStream_t s) {
+    dim3 grid(256, (unsigned)((d + 127) / 128));
+    embed_bwd_k<<<grid, 128, 0, s>>>(dwte, dres, rows, offsets, d);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_rmsnorm_fwd(dft_bf16 *out, float *rstd, const dft_bf16 *x, const float *gain, long n, int d,
+                             float eps, cudaStream_t s) {
+    if (n < 1) return cudaSuccess;
+    rmsnorm_fwd_k<<<(unsigned)n, THREADS, 0, s>>>(out, rstd, x, gain, d, eps);
+    return cudaGetLastError();
+}
+
+int dftk_rmsnorm_bwd_blocks(long n) { return n < 1 ? 1 : n < 1024 ? (int)n : 1024; }
+
+cudaError_t dftk_rmsnorm_bwd(float *dx, dft_bf16 *dx_bf16, float *dgain, float *partial, const float *dout,
+                             const dft_bf16 *x, const float *rstd, const float *gain, long n, int d, cudaStream_t s) {
+    if (n < 1) return cudaSuccess;
+    int blocks = dftk_rmsnorm_bwd_blocks(n);
+    long per = (n + blocks - 1) / blocks;
+    size_t smem = sizeof(float) * (size_t)d;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(rmsnorm_bwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    rmsnorm_bwd_k<<<blocks, THREADS, smem, s>>>(dx, dx_bf16, partial, dout, x, rstd, gain, n, d, per);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    colsum_k<<<(d + THREADS - 1) / THREADS, THREADS, 0, s>>>(dgain, partial, blocks, d);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_rope(dft_bf16 *x, const float *cosv, const float *sinv, long n, int rows, int heads, int hd,
+                      int inverse, cudaStream_t s) {
+    rope_k<<<blocks_for(n * heads * (hd / 2)), THREADS, 0, s>>>(x, cosv, sinv, n, rows, heads, hd,
+                                                                inverse ? -1.0f : 1.0f);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_swiglu_fwd(dft_bf16 *g, const dft_bf16 *a, const dft_bf16 *b, long n, cudaStream_t s) {
+    swiglu_fwd_k<<<blocks_for(n), THREADS, 0, s>>>(g, a, b, n);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_swiglu_bwd(dft_bf16 *da, dft_bf16 *db, const dft_bf16 *dg, const dft_bf16 *a, const dft_bf16 *b,
+                            long n, cudaStream_t s) {
+    swiglu_bwd_k<<<blocks_for(n), THREADS, 0, s>>>(da, db, dg, a, b, n);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_cross_entropy(dft_bf16 *dlogits, double *wnll, uint8_t *argmax, const float *logits,
+                               const uint8_t *targets, const float *weights, float scale, long rows, cudaStream_t s) {
+    if (rows < 1) return cudaSuccess;
+    long blocks = (rows + 7) / 8; /* 8 warps per block */
+    cross_entropy_k<<<(unsigned)blocks, THREADS, 0, s>>>(dlogits, wnll, argmax, logits, targets, weights, scale, rows);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_sum_f32(double *out, const float *x, size_t n, int square, double *partial, cudaStream_t s) {
+    sum_partial_k<float><<<DFTK_SUM_BLOCKS, THREADS, 0, s>>>(partial, x, n, square);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    sum_final_k<<<1, DFTK_SUM_BLOCKS, 0, s>>>(out, partial, DFTK_SUM_BLOCKS);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_sum_f64(double *out, const double *x, size_t n, double *partial, cudaStream_t s) {
+    sum_partial_k<double><<<DFTK_SUM_BLOCKS, THREADS, 0, s>>>(partial, x, n, 0);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    sum_final_k<<<1, DFTK_SUM_BLOCKS, 0, s>>>(out, partial, DFTK_SUM_BLOCKS);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_clip_factor(float *factor, const double *sumsq, float max_norm, cudaStream_t s) {
+    clip_factor_k<<<1, 1, 0, s>>>(factor, sumsq, max_norm);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_adamw(float *p, dft_bf16 *pb, const float *g, float *m, float *v, size_t n, const float *factor,
+                       double b1, double b2, double eps, double wd, double lr, double c1, double c2, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    adamw_k<<<blocks_for((long)n), THREADS, 0, s>>>(p, pb, g, m, v, n, factor, b1, b2, eps, wd, lr, c1, c2);
+    return cudaGetLastError();
+}
+
+cudaError_t dftk_to_bf16(dft_bf16 *out, const float *in, size_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    to_bf16_k<<<blocks_for((long)n), THREADS, 0, s>>>(out, in, n);
+    return cudaGetLastError();
+}
+
+} // extern "C"

@@ -462,6 +462,7 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     rep->peak_device_mib = dft_group_max(g, dft_device_peak_mib(r.dev));
     dft_device_phase_seconds(r.dev, rep->phase_seconds_per_step);
     for (int i = 0; i < 5 && steps_here > 0; i++) rep->phase_seconds_per_step[i] /= steps_here;
+    if (r.dev && c->profile) rep->attn_seconds_per_step = rep->phase_seconds_per_step[1]; /* CUDA events */
     if (rc == 0 && c->plot_path && c->csv_path && g->rank == 0 && c->out) {
         char msg[512] = "";
         int p = dft_plot_png(c->csv_path, c->plot_path, "distflash train", msg, sizeof msg);

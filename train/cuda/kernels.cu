@@ -203,20 +203,24 @@ __global__ void clip_factor_k(float *factor, const double *sumsq, float max_norm
     *factor = f;
 }
 
+/* The arithmetic of dft_adamw_update written with explicitly rounded operations: no fused
+   multiply-adds, so a step gives the bits of the CPU optimiser (built without -mfma). */
 __global__ void adamw_k(float *p, dft_bf16 *pb, const float *g, float *m, float *v, size_t n, const float *factor,
                         double b1, double b2, double eps, double wd, double rate, double c1, double c2) {
     float f = *factor;
+    const double a1 = 1.0 - b1, a2 = 1.0 - b2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float gf = g[i];
         if (f != 1.0f) gf = __fmul_rn(gf, f);
         double gi = gf;
-        double mi = b1 * (double)m[i] + (1.0 - b1) * gi;
-        double vi = b2 * (double)v[i] + (1.0 - b2) * gi * gi;
+        double mi = __dadd_rn(__dmul_rn(b1, (double)m[i]), __dmul_rn(a1, gi));
+        double vi = __dadd_rn(__dmul_rn(b2, (double)v[i]), __dmul_rn(__dmul_rn(a2, gi), gi));
         float mf = (float)mi, vf = (float)vi;
         m[i] = mf, v[i] = vf;
-        double mhat = (double)mf / c1, vhat = (double)vf / c2;
+        double mhat = __ddiv_rn((double)mf, c1), vhat = __ddiv_rn((double)vf, c2);
         double p_old = p[i];
-        float np = (float)(p_old - rate * (mhat / (sqrt(vhat) + eps) + wd * p_old));
+        double upd = __dadd_rn(__ddiv_rn(mhat, __dadd_rn(__dsqrt_rn(vhat), eps)), __dmul_rn(wd, p_old));
+        float np = (float)__dsub_rn(p_old, __dmul_rn(rate, upd));
         p[i] = np;
         st(pb, (long)i, np);
     }

@@ -41,7 +41,7 @@ cudaError_t dftk_rope(dft_bf16 *x, const float *cosv, const float *sinv, long n,
 
 /* g = silu(a) * b. */
 cudaError_t dftk_swiglu_fwd(dft_bf16 *g, const dft_bf16 *a, const dft_bf16 *b, long n, cudaStream_t s);
-/* da = dg b silu'(a), db = dg silu(a); da may be dg. */
+/* da = dg b silu'(a), db = dg silu(a); da may be dg or a, db may be b (each element is read before it is written). */
 cudaError_t dftk_swiglu_bwd(dft_bf16 *da, dft_bf16 *db, const dft_bf16 *dg, const dft_bf16 *a, const dft_bf16 *b,
                             long n, cudaStream_t s);
 

@@ -189,7 +189,7 @@ struct dft_gpu_acts {
     int h_offsets[DFT_VOCAB + 1];
     float *cosv, *sinv;
     float *dres, *dn, *norm_partial;
-    dft_bf16 *dres_bf, *dg, *db, *dout, *dq, *dk, *dv;
+    dft_bf16 *dres_bf, *dout, *dq, *dk, *dv; /* (the MLP's gradients reuse a, b and g) */
     void **blocks;
     int nblocks, capblocks;
     size_t bytes;
@@ -271,7 +271,6 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
     a->dres = take(a, n * d * S, &failed), a->dn = take(a, n * d * S, &failed);
     a->norm_partial = take(a, (size_t)dftk_rmsnorm_bwd_blocks((long)n) * d * S, &failed);
     a->dres_bf = take(a, n * d * B, &failed);
-    a->dg = take(a, n * F * B, &failed), a->db = take(a, n * F * B, &failed);
     a->dout = take(a, n * qd * B, &failed);
     a->dq = take(a, n * qd * B, &failed), a->dk = take(a, n * kvd * B, &failed), a->dv = take(a, n * kvd * B, &failed);
     if (failed) {
@@ -288,8 +287,10 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
     cudaError_t e = cudaErrorMemoryAllocation;
     if (hc && hs) {
         dft_rope_tables(hc, hs, pos, rows, a->hd, c->rope_base);
-        e = cudaMemcpy(a->cosv, hc, S * tab, cudaMemcpyHostToDevice);
-        if (e == cudaSuccess) e = cudaMemcpy(a->sinv, hs, S * tab, cudaMemcpyHostToDevice);
+        /* on the model's stream, complete before the host buffers go */
+        e = cudaMemcpyAsync(a->cosv, hc, S * tab, cudaMemcpyHostToDevice, m->stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(a->sinv, hs, S * tab, cudaMemcpyHostToDevice, m->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m->stream);
     }
     free(hc), free(hs);
     if (e != cudaSuccess) {
@@ -509,15 +510,17 @@ int dft_gpu_backward(dft_gpu_model *m, dft_gpu_acts *a, dft_attention *at, char 
             if (a->policy == DFT_CKPT_LAYER) OK(attention_fwd(m, at, a, la, err, errlen));
             OK(attention_outputs(m, &w, a, la, NULL, err, errlen));
         }
-        /* MLP */
+        /* MLP. Its gradients overwrite the layer's a, b and g, which this backward reads last:
+           dg goes where g was (after dW2), da and db where a and b were (saves 2 n F bf16). */
         OK(mm_dw(m, w.w2, la->g, a->dres_bf, n, F, d, err, errlen));
-        OK(mm_dx(m, a->dg, DFT_OUT_BF16, a->dres_bf, w.w2, n, F, d, 0, err, errlen));
+        dft_bf16 *dg = la->g, *da = la->a, *db = la->b;
+        OK(mm_dx(m, dg, DFT_OUT_BF16, a->dres_bf, w.w2, n, F, d, 0, err, errlen));
         dft_prof_mark(m, DFT_PH_ELEM);
-        CK(dftk_swiglu_bwd(a->dg, a->db, a->dg, la->a, la->b, n * F, s)); /* dg now holds da */
-        OK(mm_dw(m, w.w1, la->n2, a->dg, n, d, F, err, errlen));
-        OK(mm_dw(m, w.w3, la->n2, a->db, n, d, F, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dg, w.w1, n, d, F, 0, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, a->db, w.w3, n, d, F, 1, err, errlen));
+        CK(dftk_swiglu_bwd(da, db, dg, la->a, la->b, n * F, s)); /* element by element: in place is safe */
+        OK(mm_dw(m, w.w1, la->n2, da, n, d, F, err, errlen));
+        OK(mm_dw(m, w.w3, la->n2, db, n, d, F, err, errlen));
+        OK(mm_dx(m, a->dn, DFT_OUT_F32, da, w.w1, n, d, F, 0, err, errlen));
+        OK(mm_dx(m, a->dn, DFT_OUT_F32, db, w.w3, n, d, F, 1, err, errlen));
         dft_prof_mark(m, DFT_PH_ELEM);
         CK(dftk_rmsnorm_bwd(a->dres, a->dres_bf, m->grads + w.mlp_norm, a->norm_partial, a->dn, la->xmid, la->rstd2,
                             m->params + w.mlp_norm, n, d, s));

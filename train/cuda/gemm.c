@@ -4,6 +4,7 @@
 #include "gemm.h"
 
 #include <cublasLt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 typedef struct {
     int M, N, K, ta, tb, out, beta_zero, used;
+    unsigned align; /* the operands' smallest address alignment the algorithm was chosen for */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -62,8 +64,19 @@ void dft_blas_destroy(dft_blas *b) {
     free(b);
 }
 
-static int make_plan(dft_blas *b, plan *p, int M, int N, int K, int ta, int tb, int out, int beta_zero, char *err,
-                     size_t errlen) {
+/* The largest power of two (at most 256) dividing every address: cuBLASLt's heuristic assumes
+   256-byte aligned operands unless told otherwise, and a weight inside the flat parameter array
+   is only 16-byte aligned. */
+static unsigned alignment_of(const void *const *ptrs, int n) {
+    unsigned a = 256;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i])
+            while (a > 1 && ((uintptr_t)ptrs[i] & (a - 1))) a /= 2;
+    return a;
+}
+
+static int make_plan(dft_blas *b, plan *p, int M, int N, int K, int ta, int tb, int out, int beta_zero,
+                     unsigned align, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(st, "cublasLtMatmulDescCreate", err, errlen);
@@ -83,6 +96,11 @@ static int make_plan(dft_blas *b, plan *p, int M, int N, int K, int ta, int tb, 
     if (st != CUBLAS_STATUS_SUCCESS) return plan_free(p), lt_fail(st, "cublasLtMatmulPreferenceCreate", err, errlen);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &b->ws_bytes,
                                          sizeof b->ws_bytes);
+    uint32_t al = align;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     st = cublasLtMatmulAlgoGetHeuristic(b->h, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
@@ -95,7 +113,7 @@ static int make_plan(dft_blas *b, plan *p, int M, int N, int K, int ta, int tb, 
         return -1;
     }
     p->algo = res.algo;
-    p->M = M, p->N = N, p->K = K, p->ta = ta, p->tb = tb, p->out = out, p->beta_zero = beta_zero;
+    p->M = M, p->N = N, p->K = K, p->ta = ta, p->tb = tb, p->out = out, p->beta_zero = beta_zero, p->align = align;
     return 0;
 }
 
@@ -106,18 +124,20 @@ int dft_blas_gemm(dft_blas *b, int M, int N, int K, const void *A, int trans_a, 
         return -1;
     }
     int bz = beta == 0.0f;
+    const void *ptrs[4] = {A, B, C, bz ? NULL : Cin};
+    unsigned align = alignment_of(ptrs, 4);
     plan *p = NULL;
     for (int i = 0; i < CACHE && !p; i++) {
         plan *q = &b->plans[i];
         if (q->used && q->M == M && q->N == N && q->K == K && q->ta == trans_a && q->tb == trans_b && q->out == (int)out &&
-            q->beta_zero == bz)
+            q->beta_zero == bz && q->align == align)
             p = q;
     }
     if (!p) {
         p = &b->plans[b->next];
         b->next = (b->next + 1) % CACHE;
         plan_free(p);
-        if (make_plan(b, p, M, N, K, trans_a, trans_b, out, bz, err, errlen)) return -1;
+        if (make_plan(b, p, M, N, K, trans_a, trans_b, out, bz, align, err, errlen)) return -1;
     }
     const float alpha = 1.0f;
     cublasStatus_t st = cublasLtMatmul(b->h, p->op, &alpha, B, p->la, A, p->lb, &beta, Cin ? Cin : C, p->lc, C, p->lc,

@@ -16,6 +16,11 @@
 
 #define EPS 1e-5f
 #define LOGIT_CHUNK 32768 /* rows of float32 logits at a time: 32 MiB */
+/* The MLP runs over chunks of this many rows (it is token-local): with the policies that
+   recompute it, its n2, a, b, g (3 ffn + d values a row) exist for one chunk only, which at
+   long contexts is most of the activation memory. Every policy uses the same chunks, so all
+   three compute the same sums in the same order. */
+#define MLP_CHUNK 65536
 
 static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
     snprintf(err, errlen, "%s failed: %s", what, cudaGetErrorString(e));
@@ -238,9 +243,10 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
         shared.v = take(a, n * kvd * B, &failed);
         if (policy == DFT_CKPT_LAYER) shared.o = take(a, n * qd * B, &failed), shared.lse = take(a, nlse * S, &failed);
         shared.xmid = take(a, n * d * B, &failed);
-        shared.n2 = take(a, n * d * B, &failed), shared.rstd2 = take(a, n * S, &failed);
-        shared.a = take(a, n * F * B, &failed), shared.b = take(a, n * F * B, &failed);
-        shared.g = take(a, n * F * B, &failed);
+        size_t ch = n < MLP_CHUNK ? n : MLP_CHUNK;
+        shared.n2 = take(a, ch * d * B, &failed), shared.rstd2 = take(a, ch * S, &failed);
+        shared.a = take(a, ch * F * B, &failed), shared.b = take(a, ch * F * B, &failed);
+        shared.g = take(a, ch * F * B, &failed);
     }
     for (int l = 0; !failed && l < c->n_layers; l++) {
         gpu_layer *la = &a->layer[l];
@@ -417,17 +423,58 @@ static int attention_inputs(dft_gpu_model *m, const layer_offsets *w, dft_gpu_ac
     return 0;
 }
 
-/* output projection, residual, MLP; x_next (may be NULL) = xmid + g W2 */
+/* The MLP's buffers at row r0 of a chunk: the layer's own (policy none: all n rows) or the
+   chunk-sized shared ones. */
+static dft_bf16 *mlp_rows(const dft_gpu_acts *a, dft_bf16 *base, long r0, int width) {
+    return a->policy == DFT_CKPT_NONE ? base + r0 * width : base;
+}
+static float *mlp_rstd(const dft_gpu_acts *a, float *base, long r0) { return a->policy == DFT_CKPT_NONE ? base + r0 : base; }
+
+/* The MLP forward of rows [r0, r0 + rows); x_next (may be NULL) = xmid + g W2 there. */
+static int mlp_forward(dft_gpu_model *m, const layer_offsets *w, dft_gpu_acts *a, gpu_layer *la, long r0, long rows,
+                       dft_bf16 *x_next, char *err, size_t errlen) {
+    int d = a->d, F = a->F;
+    dft_bf16 *n2 = mlp_rows(a, la->n2, r0, d), *ga = mlp_rows(a, la->a, r0, F), *gb = mlp_rows(a, la->b, r0, F);
+    dft_bf16 *gg = mlp_rows(a, la->g, r0, F), *xmid = la->xmid + r0 * d;
+    dft_prof_mark(m, DFT_PH_ELEM);
+    CK(dftk_rmsnorm_fwd(n2, mlp_rstd(a, la->rstd2, r0), xmid, m->params + w->mlp_norm, rows, d, EPS, m->stream));
+    OK(mm(m, ga, n2, w->w1, rows, d, F, NULL, err, errlen));
+    OK(mm(m, gb, n2, w->w3, rows, d, F, NULL, err, errlen));
+    dft_prof_mark(m, DFT_PH_ELEM);
+    CK(dftk_swiglu_fwd(gg, ga, gb, rows * F, m->stream));
+    if (x_next) OK(mm(m, x_next + r0 * d, gg, w->w2, rows, F, d, xmid, err, errlen));
+    return 0;
+}
+
+/* output projection and residual (all rows), then the MLP chunk by chunk into x_next */
 static int attention_outputs(dft_gpu_model *m, const layer_offsets *w, dft_gpu_acts *a, gpu_layer *la,
                              dft_bf16 *x_next, char *err, size_t errlen) {
     OK(mm(m, la->xmid, la->o, w->wo, a->n, a->qd, a->d, la->x, err, errlen));
+    for (long r0 = 0; r0 < a->n; r0 += MLP_CHUNK)
+        OK(mlp_forward(m, w, a, la, r0, a->n - r0 < MLP_CHUNK ? a->n - r0 : MLP_CHUNK, x_next, err, errlen));
+    return 0;
+}
+
+/* The MLP backward of rows [r0, r0 + rows): weight gradients, and dres += the gradient through
+   the MLP norm. Its gradients overwrite the chunk's a, b and g, which it reads last: dg goes
+   where g was (after dW2), da and db where a and b were. */
+static int mlp_backward(dft_gpu_model *m, const layer_offsets *w, dft_gpu_acts *a, gpu_layer *la, long r0, long rows,
+                        char *err, size_t errlen) {
+    int d = a->d, F = a->F;
+    dft_bf16 *n2 = mlp_rows(a, la->n2, r0, d), *da = mlp_rows(a, la->a, r0, F), *db = mlp_rows(a, la->b, r0, F);
+    dft_bf16 *dg = mlp_rows(a, la->g, r0, F), *dres_bf = a->dres_bf + r0 * d;
+    float *dn = a->dn + r0 * d;
+    OK(mm_dw(m, w->w2, dg, dres_bf, rows, F, d, err, errlen)); /* g, before dg takes its place */
+    OK(mm_dx(m, dg, DFT_OUT_BF16, dres_bf, w->w2, rows, F, d, 0, err, errlen));
     dft_prof_mark(m, DFT_PH_ELEM);
-    CK(dftk_rmsnorm_fwd(la->n2, la->rstd2, la->xmid, m->params + w->mlp_norm, a->n, a->d, EPS, m->stream));
-    OK(mm(m, la->a, la->n2, w->w1, a->n, a->d, a->F, NULL, err, errlen));
-    OK(mm(m, la->b, la->n2, w->w3, a->n, a->d, a->F, NULL, err, errlen));
+    CK(dftk_swiglu_bwd(da, db, dg, da, db, rows * F, m->stream)); /* element by element: in place is safe */
+    OK(mm_dw(m, w->w1, n2, da, rows, d, F, err, errlen));
+    OK(mm_dw(m, w->w3, n2, db, rows, d, F, err, errlen));
+    OK(mm_dx(m, dn, DFT_OUT_F32, da, w->w1, rows, d, F, 0, err, errlen));
+    OK(mm_dx(m, dn, DFT_OUT_F32, db, w->w3, rows, d, F, 1, err, errlen));
     dft_prof_mark(m, DFT_PH_ELEM);
-    CK(dftk_swiglu_fwd(la->g, la->a, la->b, a->n * a->F, m->stream));
-    if (x_next) OK(mm(m, x_next, la->g, w->w2, a->n, a->F, a->d, la->xmid, err, errlen));
+    CK(dftk_rmsnorm_bwd(a->dres + r0 * d, dres_bf, m->grads + w->mlp_norm, a->norm_partial, dn, la->xmid + r0 * d,
+                        mlp_rstd(a, la->rstd2, r0), m->params + w->mlp_norm, rows, d, m->stream));
     return 0;
 }
 
@@ -492,7 +539,7 @@ int dft_gpu_backward(dft_gpu_model *m, dft_gpu_acts *a, dft_attention *at, char 
     const dft_param_layout *p = &m->lay;
     cudaStream_t s = m->stream;
     long n = a->n;
-    int d = a->d, F = a->F, qd = a->qd, kvd = a->kvd;
+    int d = a->d, qd = a->qd, kvd = a->kvd;
 
     /* head and final norm; dlogits from the forward */
     OK(mm_dw(m, p->wout, a->nf, a->dlogits, n, d, DFT_VOCAB, err, errlen));
@@ -505,25 +552,17 @@ int dft_gpu_backward(dft_gpu_model *m, dft_gpu_acts *a, dft_attention *at, char 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         layer_offsets w = offsets_of(m, l);
         gpu_layer *la = &a->layer[l];
-        if (a->policy != DFT_CKPT_NONE) { /* rematerialise; only `layer` re-runs the attention forward */
+        int recompute = a->policy != DFT_CKPT_NONE;
+        if (recompute) { /* rematerialise; only `layer` re-runs the attention forward */
             OK(attention_inputs(m, &w, a, la, err, errlen));
             if (a->policy == DFT_CKPT_LAYER) OK(attention_fwd(m, at, a, la, err, errlen));
-            OK(attention_outputs(m, &w, a, la, NULL, err, errlen));
+            OK(mm(m, la->xmid, la->o, w.wo, n, qd, d, la->x, err, errlen));
         }
-        /* MLP. Its gradients overwrite the layer's a, b and g, which this backward reads last:
-           dg goes where g was (after dW2), da and db where a and b were (saves 2 n F bf16). */
-        OK(mm_dw(m, w.w2, la->g, a->dres_bf, n, F, d, err, errlen));
-        dft_bf16 *dg = la->g, *da = la->a, *db = la->b;
-        OK(mm_dx(m, dg, DFT_OUT_BF16, a->dres_bf, w.w2, n, F, d, 0, err, errlen));
-        dft_prof_mark(m, DFT_PH_ELEM);
-        CK(dftk_swiglu_bwd(da, db, dg, la->a, la->b, n * F, s)); /* element by element: in place is safe */
-        OK(mm_dw(m, w.w1, la->n2, da, n, d, F, err, errlen));
-        OK(mm_dw(m, w.w3, la->n2, db, n, d, F, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, da, w.w1, n, d, F, 0, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, db, w.w3, n, d, F, 1, err, errlen));
-        dft_prof_mark(m, DFT_PH_ELEM);
-        CK(dftk_rmsnorm_bwd(a->dres, a->dres_bf, m->grads + w.mlp_norm, a->norm_partial, a->dn, la->xmid, la->rstd2,
-                            m->params + w.mlp_norm, n, d, s));
+        for (long r0 = 0; r0 < n; r0 += MLP_CHUNK) { /* the MLP chunk by chunk (recomputed first if not kept) */
+            long rows = n - r0 < MLP_CHUNK ? n - r0 : MLP_CHUNK;
+            if (recompute) OK(mlp_forward(m, &w, a, la, r0, rows, NULL, err, errlen));
+            OK(mlp_backward(m, &w, a, la, r0, rows, err, errlen));
+        }
         /* attention: xmid = x + o Wo */
         OK(mm_dw(m, w.wo, la->o, a->dres_bf, n, qd, d, err, errlen));
         OK(mm_dx(m, a->dout, DFT_OUT_BF16, a->dres_bf, w.wo, n, qd, d, 0, err, errlen));

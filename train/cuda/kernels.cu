@@ -33,6 +33,9 @@ template <typename T> __device__ T block_sum(T x, T *sh) {
     return r;
 }
 
+/* Each wrapper below clears the runtime's last error before its launch and returns the launch's
+   own: libraries (NCCL's kernel probes) may leave a harmless error behind, which would otherwise
+   be reported as this launch's. A sticky error (a device fault) survives the clearing. */
 #define GRID_LOOP(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
 
 __global__ void embed_fwd_k(dft_bf16 *x, const float *wte, const uint8_t *tokens, long n, int d) {
@@ -236,11 +239,13 @@ __global__ void to_bf16_k(dft_bf16 *out, const float *in, size_t n) {
 extern "C" {
 
 cudaError_t dftk_embed_fwd(dft_bf16 *x, const float *wte, const uint8_t *tokens, long n, int d, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     embed_fwd_k<<<blocks_for(n * d), THREADS, 0, s>>>(x, wte, tokens, n, d);
     return cudaGetLastError();
 }
 
 cudaError_t dftk_embed_bwd(float *dwte, const float *dres, const int *rows, const int *offsets, int d, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     dim3 grid(256, (unsigned)((d + 127) / 128));
     embed_bwd_k<<<grid, 128, 0, s>>>(dwte, dres, rows, offsets, d);
     return cudaGetLastError();
@@ -248,6 +253,7 @@ cudaError_t dftk_embed_bwd(float *dwte, const float *dres, const int *rows, cons
 
 cudaError_t dftk_rmsnorm_fwd(dft_bf16 *out, float *rstd, const dft_bf16 *x, const float *gain, long n, int d,
                              float eps, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     if (n < 1) return cudaSuccess;
     rmsnorm_fwd_k<<<(unsigned)n, THREADS, 0, s>>>(out, rstd, x, gain, d, eps);
     return cudaGetLastError();
@@ -257,6 +263,7 @@ int dftk_rmsnorm_bwd_blocks(long n) { return n < 1 ? 1 : n < 1024 ? (int)n : 102
 
 cudaError_t dftk_rmsnorm_bwd(float *dx, dft_bf16 *dx_bf16, float *dgain, float *partial, const float *dout,
                              const dft_bf16 *x, const float *rstd, const float *gain, long n, int d, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     if (n < 1) return cudaSuccess;
     int blocks = dftk_rmsnorm_bwd_blocks(n);
     long per = (n + blocks - 1) / blocks;
@@ -274,24 +281,28 @@ cudaError_t dftk_rmsnorm_bwd(float *dx, dft_bf16 *dx_bf16, float *dgain, float *
 
 cudaError_t dftk_rope(dft_bf16 *x, const float *cosv, const float *sinv, long n, int rows, int heads, int hd,
                       int inverse, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     rope_k<<<blocks_for(n * heads * (hd / 2)), THREADS, 0, s>>>(x, cosv, sinv, n, rows, heads, hd,
                                                                 inverse ? -1.0f : 1.0f);
     return cudaGetLastError();
 }
 
 cudaError_t dftk_swiglu_fwd(dft_bf16 *g, const dft_bf16 *a, const dft_bf16 *b, long n, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     swiglu_fwd_k<<<blocks_for(n), THREADS, 0, s>>>(g, a, b, n);
     return cudaGetLastError();
 }
 
 cudaError_t dftk_swiglu_bwd(dft_bf16 *da, dft_bf16 *db, const dft_bf16 *dg, const dft_bf16 *a, const dft_bf16 *b,
                             long n, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     swiglu_bwd_k<<<blocks_for(n), THREADS, 0, s>>>(da, db, dg, a, b, n);
     return cudaGetLastError();
 }
 
 cudaError_t dftk_cross_entropy(dft_bf16 *dlogits, double *wnll, uint8_t *argmax, const float *logits,
                                const uint8_t *targets, const float *weights, float scale, long rows, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     if (rows < 1) return cudaSuccess;
     long blocks = (rows + 7) / 8; /* 8 warps per block */
     cross_entropy_k<<<(unsigned)blocks, THREADS, 0, s>>>(dlogits, wnll, argmax, logits, targets, weights, scale, rows);
@@ -299,6 +310,7 @@ cudaError_t dftk_cross_entropy(dft_bf16 *dlogits, double *wnll, uint8_t *argmax,
 }
 
 cudaError_t dftk_sum_f32(double *out, const float *x, size_t n, int square, double *partial, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     sum_partial_k<float><<<DFTK_SUM_BLOCKS, THREADS, 0, s>>>(partial, x, n, square);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -307,6 +319,7 @@ cudaError_t dftk_sum_f32(double *out, const float *x, size_t n, int square, doub
 }
 
 cudaError_t dftk_sum_f64(double *out, const double *x, size_t n, double *partial, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     sum_partial_k<double><<<DFTK_SUM_BLOCKS, THREADS, 0, s>>>(partial, x, n, 0);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -315,18 +328,21 @@ cudaError_t dftk_sum_f64(double *out, const double *x, size_t n, double *partial
 }
 
 cudaError_t dftk_clip_factor(float *factor, const double *sumsq, float max_norm, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     clip_factor_k<<<1, 1, 0, s>>>(factor, sumsq, max_norm);
     return cudaGetLastError();
 }
 
 cudaError_t dftk_adamw(float *p, dft_bf16 *pb, const float *g, float *m, float *v, size_t n, const float *factor,
                        double b1, double b2, double eps, double wd, double lr, double c1, double c2, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     if (n == 0) return cudaSuccess;
     adamw_k<<<blocks_for((long)n), THREADS, 0, s>>>(p, pb, g, m, v, n, factor, b1, b2, eps, wd, lr, c1, c2);
     return cudaGetLastError();
 }
 
 cudaError_t dftk_to_bf16(dft_bf16 *out, const float *in, size_t n, cudaStream_t s) {
+    cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     if (n == 0) return cudaSuccess;
     to_bf16_k<<<blocks_for((long)n), THREADS, 0, s>>>(out, in, n);
     return cudaGetLastError();

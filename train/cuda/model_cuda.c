@@ -46,7 +46,10 @@ void dft_prof_mark(dft_gpu_model *m, dft_phase p) {
     if (!pr || !pr->on) return;
     if (pr->count > 0 && pr->phase[pr->count - 1] == (int)p) return;
     if (pr->count == DFT_PROF_MARKS) return; /* full: the rest counts to the last phase */
-    if (cudaEventRecord(pr->ev[pr->count], m->stream) != cudaSuccess) return;
+    if (cudaEventRecord(pr->ev[pr->count], m->stream) != cudaSuccess) {
+        cudaGetLastError(); /* the breakdown is best effort; the launches' checks must not see this */
+        return;
+    }
     pr->phase[pr->count++] = (int)p;
 }
 
@@ -93,6 +96,7 @@ int dft_gpu_model_init(dft_gpu_model *m, const dft_model_config *c, int determin
     if (e == cudaSuccess) e = cudaMalloc((void **)&m->partial, sizeof(double) * (DFTK_SUM_BLOCKS + 1));
     if (e == cudaSuccess) e = cudaMalloc((void **)&m->factor, sizeof(float));
     if (e != cudaSuccess) {
+        cudaGetLastError(); /* a failed allocation must not surface at the next launch's check */
         dft_gpu_model_free(m);
         snprintf(err, errlen, "out of device memory for %zu parameters and their gradients and AdamW moments (%s)", t,
                  cudaGetErrorString(e));
@@ -106,6 +110,7 @@ int dft_gpu_model_init(dft_gpu_model *m, const dft_model_config *c, int determin
         uint64_t keep = UINT64_MAX;
         cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     }
+    cudaGetLastError(); /* best effort: a failure above only costs speed, and must not be reported later */
     if (dft_blas_create(&m->blas, m->stream, (size_t)64 << 20, err, errlen)) return dft_gpu_model_free(m), -1;
     if (profile) {
         m->prof = calloc(1, sizeof *m->prof);

@@ -96,7 +96,7 @@ static void test_rmsnorm(int n, int d) {
     hcopy(hout, dout_b, 2 * nd);
     hcopy(hrstd, drstd, sizeof(float) * n);
     double e1 = bf_err(hout, out, nd, 1e-3), e2 = f_err(hrstd, rstd, n, 0);
-    CHECK(e1 < BF16_TOL && e2 < 1e-5, "rmsnorm forward n %d d %d: out error %.3g, rstd error %.3g", n, d, e1, e2);
+    CHECK(e1 < BF16_TOL && e2 < 1e-4, "rmsnorm forward n %d d %d: out error %.3g, rstd error %.3g", n, d, e1, e2);
 
     /* backward with the GPU's rstd (the CPU's differs in the last bits) */
     float *refdx = malloc(sizeof(float) * nd), *refdg = randn(d, 1.0), *dg0 = malloc(sizeof(float) * d);

@@ -69,9 +69,13 @@ int main(int argc, char **argv) {
     CHECK(dft_train(&on_cpu, &g, &rep2, &cpu_end, err, sizeof err) == 0 && rep2.first_step == 3,
           "a GPU checkpoint on the CPU: %s", err);
     if (cpu_end && full) {
-        /* the same training from the same state: close (bf16 against float32), not equal */
+        /* the same training from the same state: close, not equal. AdamW moves a parameter by about
+           lr whatever its gradient's size, so the ~1% of parameters whose gradient is within the bf16
+           noise of zero may move either way: about 0.015 relative here. A checkpoint not loaded (the
+           initial weights) would be ~0.5 away. */
         double e = rel_l2(cpu_end, full, total);
-        CHECK(e < 1e-2, "continued on the CPU, the parameters are %.3g away (relative) from the GPU's", e);
+        if (getenv("DFA_TRAIN_STATS")) printf("  GPU checkpoint continued on the CPU: %.3g relative from the GPU run\n", e);
+        CHECK(e < 5e-2, "continued on the CPU, the parameters are %.3g away (relative) from the GPU's", e);
     }
     dft_train_config cpu_save = small();
     cpu_save.device = DFT_DEVICE_CPU, cpu_save.deterministic = 0, cpu_save.stop_after = 2, cpu_save.save_path = ck_cpu;

@@ -1,8 +1,10 @@
 /* Training with --device cuda under mpirun -np 2 (one GPU per rank) against one GPU on whole
  * sequences: the same configuration for a few steps gives the same losses and parameters within
  * the bf16 rounding of the two runs (the distributed attention merges partial results in another
- * order). Rule: the losses agree to 1e-2 relative, and the parameters differ by less than a tenth
- * of how far training moved them. Every rank ends with the same bits (NCCL's sum). Needs 2 GPUs:
+ * order). Rule: the losses agree to 1e-2 relative, and the parameters differ by less than a quarter
+ * of how far training moved them (AdamW moves every parameter by about lr, so those whose gradient
+ * is within bf16 noise of zero may go either way; a rank missing the others' gradients, or the
+ * wrong positions, lands about as far away as training moved). Every rank ends with the same bits (NCCL's sum). Needs 2 GPUs:
  * with fewer it says so and exits 77 (skipped). */
 #include <math.h>
 #include <mpi.h>
@@ -72,7 +74,7 @@ int main(int argc, char **argv) {
                            rep.loss, ref_rep.loss, ratio);
                 CHECK(le < 1e-2, "%s: loss %.6g on %d GPUs, %.6g on one", sched ? "ring" : "balanced", rep.loss, g.size,
                       ref_rep.loss);
-                CHECK(ratio < 0.1, "%s: the parameters differ from one GPU's by %.3g of the distance training moved them",
+                CHECK(ratio < 0.25, "%s: the parameters differ from one GPU's by %.3g of the distance training moved them",
                       sched ? "ring" : "balanced", ratio);
                 free(init);
             }

@@ -148,8 +148,10 @@ static void test_rope(void) {
     cudaFree(dc), cudaFree(ds), free(c), free(s);
 }
 
-static void test_swiglu(void) {
-    long n = 100003;
+/* n % 8 != 0: the scalar kernels, da over dg; n % 8 == 0: the 16-byte kernels, da and db over a and b
+   (as the model calls them) */
+static void test_swiglu(long n) {
+    int vec = n % 8 == 0;
     float *a = randn(n, 2.0), *b = randn(n, 1.0), *dg = randn(n, 1.0);
     round_all(a, n), round_all(b, n), round_all(dg, n);
     float *g = malloc(sizeof(float) * n), *da = malloc(sizeof(float) * n), *db = malloc(sizeof(float) * n);
@@ -161,13 +163,14 @@ static void test_swiglu(void) {
     CUDA_OK(dftk_swiglu_fwd(d_g, d_a, d_b, n, 0));
     hcopy(h, d_g, 2 * n);
     double e = bf_err(h, g, n, 1e-2);
-    CHECK(e < BF16_TOL, "swiglu forward: error %.3g", e);
-    CUDA_OK(dftk_swiglu_bwd(d_dg, d_db, d_dg, d_a, d_b, n, 0)); /* da over dg, as the model calls it */
-    hcopy(h, d_dg, 2 * n);
+    CHECK(e < BF16_TOL, "swiglu forward (n %ld): error %.3g", n, e);
+    if (vec) CUDA_OK(dftk_swiglu_bwd(d_a, d_b, d_dg, d_a, d_b, n, 0));
+    else CUDA_OK(dftk_swiglu_bwd(d_dg, d_db, d_dg, d_a, d_b, n, 0));
+    hcopy(h, vec ? d_a : d_dg, 2 * n);
     double e1 = bf_err(h, da, n, 1e-2);
-    hcopy(h, d_db, 2 * n);
+    hcopy(h, vec ? d_b : d_db, 2 * n);
     double e2 = bf_err(h, db, n, 1e-2);
-    CHECK(e1 < BF16_TOL && e2 < BF16_TOL, "swiglu backward: da error %.3g, db error %.3g", e1, e2);
+    CHECK(e1 < BF16_TOL && e2 < BF16_TOL, "swiglu backward (n %ld): da error %.3g, db error %.3g", n, e1, e2);
     cudaFree(d_a), cudaFree(d_b), cudaFree(d_dg), cudaFree(d_g), cudaFree(d_db);
     free(a), free(b), free(dg), free(g), free(da), free(db), free(ab), free(bb), free(gb), free(h);
 }
@@ -312,7 +315,8 @@ int main(void) {
     test_rmsnorm(5, 2048);
     test_rmsnorm(3, 16384); /* more than 48 KiB of shared memory for the column partials */
     test_rope();
-    test_swiglu();
+    test_swiglu(100003);
+    test_swiglu(100000);
     test_cross_entropy();
     test_sums_and_adamw();
     test_gemm();

@@ -10,6 +10,10 @@
 #   PROFILE=1  the per-phase GPU time breakdown (matmul, attention, communication, element-wise,
 #              optimizer) in each bench log
 #   FIT="1048576"  contexts to try with one step each (the longest trainable context)
+# A device call is limited to 10 minutes, and build-gpu/ stays between calls: run the stages in
+# separate calls, e.g. STAGES="build test", then STAGES="smoke bench" CONTEXTS=65536, then
+# STAGES="bench peer" CONTEXTS=262144 POLICIES="attn-output layer" STEPS=2 (a 756M step at 256k
+# tokens per GPU is about a minute).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}; mkdir -p "$OUT"

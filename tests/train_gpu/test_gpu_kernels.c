@@ -260,9 +260,12 @@ static void test_gemm(void) {
     char err[512];
     CHECK(dft_blas_create(&b, 0, 32 << 20, err, sizeof err) == 0, "dft_blas_create: %s", err);
     if (!b) return;
-    const struct { int M, N, K, ta, tb, out; float beta; } cases[] = {
-        {300, 136, 64, 0, 0, DFT_OUT_BF16, 0}, {300, 64, 136, 0, 1, DFT_OUT_F32, 0}, {64, 136, 300, 1, 0, DFT_OUT_F32, 1},
-        {300, 64, 136, 0, 1, DFT_OUT_F32, 1},  {256, 128, 512, 0, 0, DFT_OUT_BF16, 1}};
+    /* shift: operands 16 bytes past a 256-byte boundary, as a weight inside the flat parameter array */
+    const struct { int M, N, K, ta, tb, out; float beta; int shift; } cases[] = {
+        {300, 136, 64, 0, 0, DFT_OUT_BF16, 0, 0}, {300, 64, 136, 0, 1, DFT_OUT_F32, 0, 0},
+        {64, 136, 300, 1, 0, DFT_OUT_F32, 1, 0},  {300, 64, 136, 0, 1, DFT_OUT_F32, 1, 0},
+        {256, 128, 512, 0, 0, DFT_OUT_BF16, 1, 0}, {256, 136, 512, 0, 0, DFT_OUT_BF16, 0, 1},
+        {136, 256, 300, 1, 0, DFT_OUT_F32, 1, 1}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int M = cases[k].M, N = cases[k].N, K = cases[k].K, ta = cases[k].ta, tb = cases[k].tb, f32 = cases[k].out;
         float beta = cases[k].beta;
@@ -280,7 +283,11 @@ static void test_gemm(void) {
                 ref[(size_t)i * N + j] = (float)s;
             }
         uint16_t *Ab = to_bf(A, (size_t)M * K), *Bb = to_bf(B, (size_t)K * N), *Cb = to_bf(C0, (size_t)M * N);
-        void *dA = dcopy(Ab, 2 * (size_t)M * K), *dB = dcopy(Bb, 2 * (size_t)K * N);
+        size_t sh = cases[k].shift ? 16 : 0;
+        char *baseA = dmalloc(2 * (size_t)M * K + sh), *baseB = dmalloc(2 * (size_t)K * N + sh);
+        void *dA = baseA + sh, *dB = baseB + sh;
+        CUDA_OK(cudaMemcpy(dA, Ab, 2 * (size_t)M * K, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dB, Bb, 2 * (size_t)K * N, cudaMemcpyHostToDevice));
         void *dC = f32 ? dcopy(C0, 4 * (size_t)M * N) : dcopy(Cb, 2 * (size_t)M * N);
         int rc = dft_blas_gemm(b, M, N, K, dA, ta, dB, tb, dC, NULL, (dft_out_type)f32, beta, err, sizeof err);
         CHECK(rc == 0, "gemm %zu: %s", k, err);
@@ -296,9 +303,9 @@ static void test_gemm(void) {
             e = bf_err(h, ref, (size_t)M * N, sqrt((double)K) * 1e-2);
             free(h);
         }
-        CHECK(e < (f32 ? 1e-4 : BF16_TOL), "gemm %d x %d x %d (trans %d %d, %s, beta %g): error %.3g", M, N, K, ta, tb,
-              f32 ? "f32" : "bf16", beta, e);
-        cudaFree(dA), cudaFree(dB), cudaFree(dC);
+        CHECK(e < (f32 ? 1e-4 : BF16_TOL), "gemm %d x %d x %d (trans %d %d, %s, beta %g, shift %zu): error %.3g", M, N,
+              K, ta, tb, f32 ? "f32" : "bf16", beta, sh, e);
+        cudaFree(baseA), cudaFree(baseB), cudaFree(dC);
         free(A), free(B), free(C0), free(ref), free(Ab), free(Bb), free(Cb);
     }
     CHECK(dft_blas_gemm(b, 0, 4, 4, NULL, 0, NULL, 0, NULL, NULL, DFT_OUT_F32, 0, err, sizeof err) != 0 &&

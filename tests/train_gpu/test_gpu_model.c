@@ -45,7 +45,7 @@ static void free_batch(batch_data *b) { free(b->tok), free(b->tgt), free(b->w), 
 
 /* GPU loss and gradients of one forward/backward under a policy; 0 on success */
 static int gpu_grads(const dft_model_config *c, const float *params, dft_ckpt_policy policy, const batch_data *b,
-                     float scale, double *loss, float *grads, long calls[2]) {
+                     float scale, double *loss, float *grads, long calls[2], int groups) {
     char err[512] = "";
     dft_gpu_model m;
     if (dft_gpu_model_init(&m, c, 1, 0, err, sizeof err)) {
@@ -54,9 +54,14 @@ static int gpu_grads(const dft_model_config *c, const float *params, dft_ckpt_po
     }
     int rc = -1;
     dft_gpu_acts *a = NULL;
+    m.attn_groups = groups;
     dft_attention at = {.comm = NULL, .schedule = DFA_SCHEDULE_BALANCED, .overlap = 1};
     if (dft_gpu_model_upload(&m, params, NULL, NULL, err, sizeof err)) goto done;
     if (!(a = dft_gpu_acts_create(&m, policy, b->batch, b->rows, b->pos, err, sizeof err))) goto done;
+    if (groups && dft_gpu_acts_groups(a) != groups) {
+        snprintf(err, sizeof err, "%d head groups asked, %d taken", groups, dft_gpu_acts_groups(a));
+        goto done;
+    }
     *loss = dft_gpu_forward(&m, a, &at, b->tok, b->tgt, b->w, scale, NULL, err, sizeof err);
     if (isnan(*loss) || dft_gpu_backward(&m, a, &at, err, sizeof err) || dft_gpu_grads_download(&m, grads, err, sizeof err))
         goto done;
@@ -102,7 +107,7 @@ static void compare_with_cpu(const dft_model_config *c, int batch) {
     for (int p = 0; p < 3; p++) {
         g[p] = malloc(sizeof(float) * total);
         tl_poison(g[p], sizeof(float) * total);
-        ok &= gpu_grads(c, params, (dft_ckpt_policy)p, &b, scale, &loss[p], g[p], calls[p]) == 0;
+        ok &= gpu_grads(c, params, (dft_ckpt_policy)p, &b, scale, &loss[p], g[p], calls[p], 0) == 0;
     }
     int hd = c->d_model / c->n_heads;
     if (ok) {
@@ -123,6 +128,16 @@ static void compare_with_cpu(const dft_model_config *c, int batch) {
             CHECK(loss[p] == loss[0] && e < 1e-3, "hd %d: policy %s: loss %.9g (none %.9g), gradients differ by %.3g", hd,
                   dft_ckpt_policy_name((dft_ckpt_policy)p), loss[p], loss[0], e);
         }
+        /* attention head group by head group (what long contexts take to bound the distributed
+           workspace): every head is independent, so the same bits */
+        int G = c->n_kv_heads;
+        float *gg = malloc(sizeof(float) * total);
+        double lg = 0;
+        long cg[2];
+        if (G > 1 && gpu_grads(c, params, DFT_CKPT_ATTN_OUTPUT, &b, scale, &lg, gg, cg, G) == 0)
+            CHECK(lg == loss[2] && memcmp(gg, g[2], sizeof(float) * total) == 0 && cg[0] == calls[2][0],
+                  "hd %d: attention in %d head groups differs from one call (loss %.9g vs %.9g)", hd, G, lg, loss[2]);
+        free(gg);
         /* attention calls per step, as the CPU model counts them */
         int L = c->n_layers;
         CHECK(calls[0][0] == L && calls[0][1] == L, "none: %ld/%ld attention calls, expected %d/%d", calls[0][0], calls[0][1], L, L);

@@ -94,6 +94,7 @@ int dft_device_open(dft_device **out, const dft_model_config *c, dft_group *g, i
         dft_device_close(dv);
         return -1;
     }
+    dv->m.ranks = g->size;
     *out = dv;
     return 0;
 }

@@ -85,6 +85,7 @@ int dft_gpu_model_init(dft_gpu_model *m, const dft_model_config *c, int determin
     memset(m, 0, sizeof *m);
     OK(dft_gpu_config_check(c, err, errlen));
     m->cfg = *c, m->lay = dft_param_layout_of(c), m->total = m->lay.total, m->deterministic = deterministic;
+    m->ranks = 1;
     CK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     size_t t = m->total;
     cudaError_t e = cudaSuccess;
@@ -200,6 +201,9 @@ struct dft_gpu_acts {
     float *cosv, *sinv;
     float *dres, *dn, *norm_partial;
     dft_bf16 *dres_bf, *dout, *dq, *dk, *dv; /* (the MLP's gradients reuse a, b and g) */
+    int groups;                              /* attention calls per layer and pass: head groups */
+    dft_bf16 *gq, *gk, *gv, *go, *gdo, *gdq, *gdk, *gdv; /* one head group's tensors (groups > 1) */
+    float *glse;
     void **blocks;
     int nblocks, capblocks;
     size_t bytes;
@@ -221,6 +225,27 @@ static void *take(dft_gpu_acts *a, size_t bytes, int *failed) {
     a->blocks[a->nblocks++] = p;
     a->bytes += bytes;
     return p;
+}
+
+/* Head groups per attention call: m->attn_groups when set, else the fewest (a divisor of the kv
+   heads) that keep one call's device workspace (the distributed call's, plus the backward's
+   scratch) within 1/16 of the device's memory. The same on every rank (a function of the shapes). */
+static int attention_groups(const dft_gpu_model *m, const dft_gpu_acts *a) {
+    const int KV = m->cfg.n_kv_heads, H = m->cfg.n_heads;
+    if (m->attn_groups > 0) return m->attn_groups;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return cudaGetLastError(), 1;
+    for (int g = 1; g <= KV; g++) {
+        if (KV % g) continue;
+        dfa_dist_desc d = dfa_dist_desc_init(a->batch, a->rows, H / g, KV / g, a->hd);
+        d.attn.causal = 1, d.attn.dtype = DFA_BF16;
+        size_t need = dfa_attn_bwd_cuda_scratch_bytes(&d.attn);
+#ifdef DFA_HAVE_NCCL
+        if (m->ranks > 1) need += dfa_dist_attn_cuda_workspace_bytes(m->ranks, &d);
+#endif
+        if (need <= total_b / 16) return g;
+    }
+    return KV;
 }
 
 dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int batch, int rows, const int64_t *pos,
@@ -284,6 +309,15 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
     a->dres_bf = take(a, n * d * B, &failed);
     a->dout = take(a, n * qd * B, &failed);
     a->dq = take(a, n * qd * B, &failed), a->dk = take(a, n * kvd * B, &failed), a->dv = take(a, n * kvd * B, &failed);
+    a->groups = attention_groups(m, a);
+    if (a->groups > 1) {
+        size_t gqd = qd / (size_t)a->groups, gkvd = kvd / (size_t)a->groups;
+        a->gq = take(a, n * gqd * B, &failed), a->go = take(a, n * gqd * B, &failed);
+        a->gdo = take(a, n * gqd * B, &failed), a->gdq = take(a, n * gqd * B, &failed);
+        a->gk = take(a, n * gkvd * B, &failed), a->gv = take(a, n * gkvd * B, &failed);
+        a->gdk = take(a, n * gkvd * B, &failed), a->gdv = take(a, n * gkvd * B, &failed);
+        a->glse = take(a, nlse / (size_t)a->groups * S, &failed);
+    }
     if (failed) {
         snprintf(err, errlen,
                  "out of device memory for the activations (%d sequences x %d positions, policy %s: %.2f GiB taken "
@@ -359,9 +393,10 @@ static int mm_dw(dft_gpu_model *m, size_t w, const dft_bf16 *x, const dft_bf16 *
     return dft_blas_gemm(m->blas, in, out, (int)n, x, 1, dy, 0, m->grads + w, NULL, DFT_OUT_F32, 1.0f, err, errlen);
 }
 
-static dfa_dist_desc describe(const dft_gpu_model *m, const dft_attention *at, const dft_gpu_acts *a) {
-    const dft_model_config *c = &m->cfg;
-    dfa_dist_desc d = dfa_dist_desc_init(a->batch, a->rows, c->n_heads, c->n_kv_heads, a->hd);
+/* A descriptor for `heads` query heads and `kv_heads` kv heads (all, or one head group's). */
+static dfa_dist_desc describe(const dft_gpu_model *m, const dft_attention *at, const dft_gpu_acts *a, int heads,
+                              int kv_heads) {
+    dfa_dist_desc d = dfa_dist_desc_init(a->batch, a->rows, heads, kv_heads, a->hd);
     d.attn.causal = 1;
     d.attn.dtype = DFA_BF16;
     if (m->deterministic) d.attn.flags |= DFA_FLAG_DETERMINISTIC;
@@ -376,41 +411,96 @@ static int attn_report(dfa_status st, const char *what, char *err, size_t errlen
     return -1;
 }
 
-static int attention_fwd(dft_gpu_model *m, dft_attention *at, dft_gpu_acts *a, gpu_layer *la, char *err,
-                         size_t errlen) {
-    dfa_dist_desc d = describe(m, at, a);
-    dft_prof_mark(m, DFT_PH_ATTN);
-    dfa_status st;
-    at->fwd_calls++;
+static int call_fwd(dft_gpu_model *m, dft_attention *at, const dfa_dist_desc *d, const void *q, const void *k,
+                    const void *v, void *o, float *lse, char *err, size_t errlen) {
     if (at->comm) {
 #ifdef DFA_HAVE_NCCL
-        st = dfa_dist_attn_fwd_cuda(at->comm, &d, la->q, la->k, la->v, la->o, la->lse, m->stream);
-        return attn_report(st, "dfa_dist_attn_fwd_cuda", err, errlen);
+        return attn_report(dfa_dist_attn_fwd_cuda(at->comm, d, q, k, v, o, lse, m->stream), "dfa_dist_attn_fwd_cuda",
+                           err, errlen);
 #else
         return snprintf(err, errlen, "several GPU ranks need a distflash built with NCCL"), -1;
 #endif
     }
-    st = dfa_attn_fwd_cuda(&d.attn, la->q, la->k, la->v, la->o, la->lse, m->stream);
-    return attn_report(st, "dfa_attn_fwd_cuda", err, errlen);
+    return attn_report(dfa_attn_fwd_cuda(&d->attn, q, k, v, o, lse, m->stream), "dfa_attn_fwd_cuda", err, errlen);
+}
+
+static int call_bwd(dft_gpu_model *m, dft_attention *at, const dfa_dist_desc *d, const void *q, const void *k,
+                    const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
+                    char *err, size_t errlen) {
+    if (at->comm) {
+#ifdef DFA_HAVE_NCCL
+        return attn_report(dfa_dist_attn_bwd_cuda(at->comm, d, q, k, v, o, lse, dout, dq, dk, dv, m->stream),
+                           "dfa_dist_attn_bwd_cuda", err, errlen);
+#else
+        return snprintf(err, errlen, "several GPU ranks need a distflash built with NCCL"), -1;
+#endif
+    }
+    return attn_report(dfa_attn_bwd_cuda(&d->attn, q, k, v, o, lse, dout, dq, dk, dv, m->stream), "dfa_attn_bwd_cuda",
+                       err, errlen);
+}
+
+/* Head group g of a [n, heads, hd] tensor to or from a contiguous [n, heads / G, hd] one
+   (to_group: full -> group), and the same for the lse [batch, heads, rows]. */
+static int group_copy(dft_gpu_model *m, dft_gpu_acts *a, void *full, void *group, int heads, int g, int to_group,
+                      char *err, size_t errlen) {
+    size_t wg = (size_t)(heads / a->groups) * a->hd * sizeof(dft_bf16), wf = (size_t)heads * a->hd * sizeof(dft_bf16);
+    char *f = (char *)full + (size_t)g * wg;
+    if (to_group) CK(cudaMemcpy2DAsync(group, wg, f, wf, wg, (size_t)a->n, cudaMemcpyDeviceToDevice, m->stream));
+    else CK(cudaMemcpy2DAsync(f, wf, group, wg, wg, (size_t)a->n, cudaMemcpyDeviceToDevice, m->stream));
+    return 0;
+}
+static int group_lse(dft_gpu_model *m, dft_gpu_acts *a, float *full, float *group, int g, int to_group, char *err,
+                     size_t errlen) {
+    size_t wg = (size_t)(m->cfg.n_heads / a->groups) * a->rows * sizeof(float);
+    size_t wf = (size_t)m->cfg.n_heads * a->rows * sizeof(float);
+    char *f = (char *)full + (size_t)g * wg;
+    if (to_group) CK(cudaMemcpy2DAsync(group, wg, f, wf, wg, (size_t)a->batch, cudaMemcpyDeviceToDevice, m->stream));
+    else CK(cudaMemcpy2DAsync(f, wf, group, wg, wg, (size_t)a->batch, cudaMemcpyDeviceToDevice, m->stream));
+    return 0;
+}
+
+/* Attention over all heads at once, or head group by head group (a->groups > 1: the distributed
+   workspace scales with the heads of one call; every head is independent, so the results are the
+   same bits). */
+static int attention_fwd(dft_gpu_model *m, dft_attention *at, dft_gpu_acts *a, gpu_layer *la, char *err,
+                         size_t errlen) {
+    const int H = m->cfg.n_heads, KV = m->cfg.n_kv_heads, G = a->groups;
+    dft_prof_mark(m, DFT_PH_ATTN);
+    at->fwd_calls++;
+    dfa_dist_desc d = describe(m, at, a, H / G, KV / G);
+    if (G == 1) return call_fwd(m, at, &d, la->q, la->k, la->v, la->o, la->lse, err, errlen);
+    for (int g = 0; g < G; g++) {
+        OK(group_copy(m, a, la->q, a->gq, H, g, 1, err, errlen));
+        OK(group_copy(m, a, la->k, a->gk, KV, g, 1, err, errlen));
+        OK(group_copy(m, a, la->v, a->gv, KV, g, 1, err, errlen));
+        OK(call_fwd(m, at, &d, a->gq, a->gk, a->gv, a->go, a->glse, err, errlen));
+        OK(group_copy(m, a, la->o, a->go, H, g, 0, err, errlen));
+        OK(group_lse(m, a, la->lse, a->glse, g, 0, err, errlen));
+    }
+    return 0;
 }
 
 static int attention_bwd(dft_gpu_model *m, dft_attention *at, dft_gpu_acts *a, gpu_layer *la, char *err,
                          size_t errlen) {
-    dfa_dist_desc d = describe(m, at, a);
+    const int H = m->cfg.n_heads, KV = m->cfg.n_kv_heads, G = a->groups;
     dft_prof_mark(m, DFT_PH_ATTN);
-    dfa_status st;
     at->bwd_calls++;
-    if (at->comm) {
-#ifdef DFA_HAVE_NCCL
-        st = dfa_dist_attn_bwd_cuda(at->comm, &d, la->q, la->k, la->v, la->o, la->lse, a->dout, a->dq, a->dk, a->dv,
-                                    m->stream);
-        return attn_report(st, "dfa_dist_attn_bwd_cuda", err, errlen);
-#else
-        return snprintf(err, errlen, "several GPU ranks need a distflash built with NCCL"), -1;
-#endif
+    dfa_dist_desc d = describe(m, at, a, H / G, KV / G);
+    if (G == 1)
+        return call_bwd(m, at, &d, la->q, la->k, la->v, la->o, la->lse, a->dout, a->dq, a->dk, a->dv, err, errlen);
+    for (int g = 0; g < G; g++) {
+        OK(group_copy(m, a, la->q, a->gq, H, g, 1, err, errlen));
+        OK(group_copy(m, a, la->k, a->gk, KV, g, 1, err, errlen));
+        OK(group_copy(m, a, la->v, a->gv, KV, g, 1, err, errlen));
+        OK(group_copy(m, a, la->o, a->go, H, g, 1, err, errlen));
+        OK(group_copy(m, a, a->dout, a->gdo, H, g, 1, err, errlen));
+        OK(group_lse(m, a, la->lse, a->glse, g, 1, err, errlen));
+        OK(call_bwd(m, at, &d, a->gq, a->gk, a->gv, a->go, a->glse, a->gdo, a->gdq, a->gdk, a->gdv, err, errlen));
+        OK(group_copy(m, a, a->dq, a->gdq, H, g, 0, err, errlen));
+        OK(group_copy(m, a, a->dk, a->gdk, KV, g, 0, err, errlen));
+        OK(group_copy(m, a, a->dv, a->gdv, KV, g, 0, err, errlen));
     }
-    st = dfa_attn_bwd_cuda(&d.attn, la->q, la->k, la->v, la->o, la->lse, a->dout, a->dq, a->dk, a->dv, m->stream);
-    return attn_report(st, "dfa_attn_bwd_cuda", err, errlen);
+    return 0;
 }
 
 /* norm, projections, RoPE */
@@ -606,3 +696,5 @@ int dft_gpu_update(dft_gpu_model *m, float max_norm, float lr, const dft_adamw *
     }
     return 0;
 }
+
+int dft_gpu_acts_groups(const dft_gpu_acts *a) { return a ? a->groups : 0; }

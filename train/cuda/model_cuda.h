@@ -42,6 +42,10 @@ typedef struct {
     double *partial, *sum;     /* DFTK_SUM_BLOCKS + 1 doubles */
     float *factor;             /* the clip factor of the last update */
     dft_prof *prof;            /* NULL: no breakdown */
+    int ranks;                 /* ranks of the attention communicator (1 after init; set it before
+                                  creating activations for several) */
+    int attn_groups;           /* 0 (after init): choose the head groups per attention call from the
+                                  workspace they need; else this many (a divisor of the kv heads) */
 } dft_gpu_model;
 
 /* On the current device. 0, or -1 with a message (e.g. "ffn = 100: the GPU model needs a multiple of 8"). */
@@ -64,6 +68,8 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
                                   char *err, size_t errlen);
 void dft_gpu_acts_free(dft_gpu_acts *a);
 size_t dft_gpu_acts_bytes(const dft_gpu_acts *a);
+/* Head groups the attention calls of these activations are split into (1: one call per layer). */
+int dft_gpu_acts_groups(const dft_gpu_acts *a);
 
 /* As dft_model_forward, with host tokens/targets/weights/argmax (copied in and out). Returns
    sum(weight * nll) of this rank's rows, or NaN with err. */

@@ -34,6 +34,8 @@ void dft_device_close(dft_device *dv);
 int dft_device_set_span(dft_device *dv, dft_ckpt_policy policy, int batch, int rows, const int64_t *pos, char *err,
                         size_t errlen);
 size_t dft_device_acts_bytes(const dft_device *dv);
+/* Head groups each attention call is split into (1: one call per layer and pass; 0: no activations). */
+int dft_device_attn_groups(const dft_device *dv);
 
 int dft_device_upload(dft_device *dv, const float *params, const float *m, const float *v, char *err, size_t errlen);
 int dft_device_download(dft_device *dv, float *params, float *m, float *v, char *err, size_t errlen);

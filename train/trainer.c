@@ -357,6 +357,9 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
                 r.total, c->model.n_layers, c->model.d_model, c->model.n_heads, c->model.n_kv_heads,
                 c->model.context, g->size, g->size > 1 ? "s" : "", r.rows, c->batch, dft_ckpt_policy_name(c->policy),
                 c->data_path ? c->data_path : "passkey", r.dev ? ", on GPUs (bf16, one per rank)" : "");
+    if (c->out && g->rank == 0 && dft_device_attn_groups(r.dev) > 1)
+        fprintf(c->out, "attention in %d head groups per call (bounds the distributed workspace)\n",
+                dft_device_attn_groups(r.dev));
 
     int steps_here = end - (int)first;
     double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));

@@ -118,6 +118,7 @@ int dft_device_set_span(dft_device *dv, dft_ckpt_policy policy, int batch, int r
 }
 
 size_t dft_device_acts_bytes(const dft_device *dv) { return dv ? dft_gpu_acts_bytes(dv->acts) : 0; }
+int dft_device_attn_groups(const dft_device *dv) { return dv ? dft_gpu_acts_groups(dv->acts) : 0; }
 
 int dft_device_upload(dft_device *dv, const float *params, const float *m, const float *v, char *err, size_t errlen) {
     return dft_gpu_model_upload(&dv->m, params, m, v, err, errlen);

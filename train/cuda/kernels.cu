@@ -36,6 +36,12 @@ template <typename T> __device__ T block_sum(T x, T *sh) {
 /* Each wrapper below clears the runtime's last error before its launch and returns the launch's
    own: libraries (NCCL's kernel probes) may leave a harmless error behind, which would otherwise
    be reported as this launch's. A sticky error (a device fault) survives the clearing. */
+/* 8 bf16 values: one 16-byte access */
+union bf8 {
+    uint4 v;
+    __nv_bfloat16 h[8];
+};
+
 #define GRID_LOOP(i, n) for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
 
 __global__ void embed_fwd_k(dft_bf16 *x, const float *wte, const uint8_t *tokens, long n, int d) {
@@ -95,6 +101,87 @@ __global__ void rmsnorm_bwd_k(float *dx, dft_bf16 *dxb, float *partial, const fl
     for (int i = threadIdx.x; i < d; i += blockDim.x) partial[(long)blockIdx.x * d + i] = dg[i];
 }
 
+/* The same two with 16-byte accesses (d % 8 == 0 and aligned rows: every row of the model). */
+__global__ void rmsnorm_fwd8_k(dft_bf16 *out, float *rstd, const dft_bf16 *x, const float *gain, int d, float eps) {
+    __shared__ float sh[THREADS];
+    long r = blockIdx.x;
+    int d8 = d / 8;
+    const uint4 *xr = (const uint4 *)(x + r * d);
+    const float4 *g4 = (const float4 *)gain;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d8; i += blockDim.x) {
+        bf8 v;
+        v.v = xr[i];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float f = __bfloat162float(v.h[k]);
+            ss += f * f;
+        }
+    }
+    ss = block_sum(ss, sh);
+    float s = rsqrtf(ss / d + eps);
+    if (threadIdx.x == 0) rstd[r] = s;
+    uint4 *orow = (uint4 *)(out + r * d);
+    for (int i = threadIdx.x; i < d8; i += blockDim.x) {
+        bf8 v, o;
+        v.v = xr[i];
+        float4 ga = g4[2 * i], gb = g4[2 * i + 1];
+        float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+        for (int k = 0; k < 8; k++) o.h[k] = __float2bfloat16_rn(__bfloat162float(v.h[k]) * s * g[k]);
+        orow[i] = o.v;
+    }
+}
+
+__global__ void rmsnorm_bwd8_k(float *dx, dft_bf16 *dxb, float *partial, const float *dout, const dft_bf16 *x,
+                               const float *rstd, const float *gain, long n, int d, long per_block) {
+    extern __shared__ float dg[];
+    __shared__ float sh[THREADS];
+    int d8 = d / 8;
+    const float4 *g4 = (const float4 *)gain;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) dg[i] = 0.0f;
+    __syncthreads();
+    long r0 = blockIdx.x * per_block, r1 = r0 + per_block < n ? r0 + per_block : n;
+    for (long r = r0; r < r1; r++) {
+        const float4 *dr = (const float4 *)(dout + r * d);
+        const uint4 *xr = (const uint4 *)(x + r * d);
+        float4 *dxr = (float4 *)(dx + r * d);
+        float s = rstd[r], dot = 0.0f;
+        for (int i = threadIdx.x; i < d8; i += blockDim.x) {
+            bf8 v;
+            v.v = xr[i];
+            float4 da = dr[2 * i], db = dr[2 * i + 1], ga = g4[2 * i], gb = g4[2 * i + 1];
+            float dd[8] = {da.x, da.y, da.z, da.w, db.x, db.y, db.z, db.w};
+            float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+            for (int k = 0; k < 8; k++) dot += dd[k] * g[k] * __bfloat162float(v.h[k]);
+        }
+        dot = block_sum(dot, sh);
+        float c = dot * s * s * s / d;
+        for (int i = threadIdx.x; i < d8; i += blockDim.x) {
+            bf8 v, o;
+            v.v = xr[i];
+            float4 da = dr[2 * i], db = dr[2 * i + 1], ga = g4[2 * i], gb = g4[2 * i + 1];
+            float4 xa = dxr[2 * i], xb = dxr[2 * i + 1];
+            float dd[8] = {da.x, da.y, da.z, da.w, db.x, db.y, db.z, db.w};
+            float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+            float acc[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float xi = __bfloat162float(v.h[k]);
+                acc[k] += s * g[k] * dd[k] - xi * c;
+                o.h[k] = __float2bfloat16_rn(acc[k]);
+                dg[8 * i + k] += dd[k] * xi * s;
+            }
+            dxr[2 * i] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            dxr[2 * i + 1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            if (dxb) ((uint4 *)(dxb + r * d))[i] = o.v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < d; i += blockDim.x) partial[(long)blockIdx.x * d + i] = dg[i];
+}
+
 __global__ void colsum_k(float *dgain, const float *partial, int blocks, int d) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d) return;
@@ -139,10 +226,6 @@ __global__ void swiglu_bwd_k(dft_bf16 *da, dft_bf16 *db, const dft_bf16 *dg, con
 
 /* The same two, 8 values (16 bytes) per access: the MLP's tensors are the largest element-wise
    traffic (n x ffn). Each thread reads all its inputs before it writes, so in place is safe. */
-union bf8 {
-    uint4 v;
-    __nv_bfloat16 h[8];
-};
 
 __global__ void swiglu_fwd8_k(uint4 *g, const uint4 *a, const uint4 *b, long n8) {
     GRID_LOOP(i, n8) {
@@ -297,7 +380,9 @@ cudaError_t dftk_rmsnorm_fwd(dft_bf16 *out, float *rstd, const dft_bf16 *x, cons
                              float eps, cudaStream_t s) {
     cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
     if (n < 1) return cudaSuccess;
-    rmsnorm_fwd_k<<<(unsigned)n, THREADS, 0, s>>>(out, rstd, x, gain, d, eps);
+    if (d % 8 == 0 && !(((uintptr_t)out | (uintptr_t)x | (uintptr_t)gain) & 15u))
+        rmsnorm_fwd8_k<<<(unsigned)n, THREADS, 0, s>>>(out, rstd, x, gain, d, eps);
+    else rmsnorm_fwd_k<<<(unsigned)n, THREADS, 0, s>>>(out, rstd, x, gain, d, eps);
     return cudaGetLastError();
 }
 
@@ -310,11 +395,14 @@ cudaError_t dftk_rmsnorm_bwd(float *dx, dft_bf16 *dx_bf16, float *dgain, float *
     int blocks = dftk_rmsnorm_bwd_blocks(n);
     long per = (n + blocks - 1) / blocks;
     size_t smem = sizeof(float) * (size_t)d;
+    int vec = d % 8 == 0 && !(((uintptr_t)dx | (uintptr_t)dx_bf16 | (uintptr_t)dout | (uintptr_t)x | (uintptr_t)gain) & 15u);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(rmsnorm_bwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(vec ? rmsnorm_bwd8_k : rmsnorm_bwd_k,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    rmsnorm_bwd_k<<<blocks, THREADS, smem, s>>>(dx, dx_bf16, partial, dout, x, rstd, gain, n, d, per);
+    if (vec) rmsnorm_bwd8_k<<<blocks, THREADS, smem, s>>>(dx, dx_bf16, partial, dout, x, rstd, gain, n, d, per);
+    else rmsnorm_bwd_k<<<blocks, THREADS, smem, s>>>(dx, dx_bf16, partial, dout, x, rstd, gain, n, d, per);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     colsum_k<<<(d + THREADS - 1) / THREADS, THREADS, 0, s>>>(dgain, partial, blocks, d);

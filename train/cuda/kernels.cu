@@ -51,15 +51,27 @@ __global__ void embed_fwd_k(dft_bf16 *x, const float *wte, const uint8_t *tokens
     }
 }
 
-/* block (v, column slice): the rows of token v in ascending order, one column per thread */
+/* block (v, 32 columns), 8 warps: warp w sums the rows j = w, w + 8, ... of token v's list (ascending
+   rows) over its lane's column, then warp 0 adds the 8 sums in order: a fixed order whatever the
+   timing, and 8 rows in flight per column for a byte that fills much of the sequence (spaces). */
+#define EMBED_WARPS 8
 __global__ void embed_bwd_k(float *dwte, const float *dres, const int *rows, const int *offsets, int d) {
-    int v = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= d) return;
+    __shared__ float part[EMBED_WARPS][32];
+    int v = blockIdx.x, lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.y * 32 + lane;
+    int begin = offsets[v], end = offsets[v + 1];
+    if (begin == end) return; /* the whole block: a byte that does not occur */
     float acc = 0.0f;
-    int end = offsets[v + 1];
+    if (c < d) {
 #pragma unroll 4
-    for (int j = offsets[v]; j < end; j++) acc += dres[(long)rows[j] * d + c];
-    dwte[(long)v * d + c] += acc;
+        for (int j = begin + w; j < end; j += EMBED_WARPS) acc += dres[(long)rows[j] * d + c];
+    }
+    part[w][lane] = acc;
+    __syncthreads();
+    if (w == 0 && c < d) {
+        float sum = 0.0f;
+        for (int k = 0; k < EMBED_WARPS; k++) sum += part[k][lane];
+        dwte[(long)v * d + c] += sum;
+    }
 }
 
 __global__ void rmsnorm_fwd_k(dft_bf16 *out, float *rstd, const dft_bf16 *x, const float *gain, int d, float eps) {
@@ -371,8 +383,8 @@ cudaError_t dftk_embed_fwd(dft_bf16 *x, const float *wte, const uint8_t *tokens,
 
 cudaError_t dftk_embed_bwd(float *dwte, const float *dres, const int *rows, const int *offsets, int d, cudaStream_t s) {
     cudaGetLastError(); /* a stale error of an earlier, already checked call is not this launch\'s */
-    dim3 grid(256, (unsigned)((d + 127) / 128));
-    embed_bwd_k<<<grid, 128, 0, s>>>(dwte, dres, rows, offsets, d);
+    dim3 grid(256, (unsigned)((d + 31) / 32));
+    embed_bwd_k<<<grid, 32 * EMBED_WARPS, 0, s>>>(dwte, dres, rows, offsets, d);
     return cudaGetLastError();
 }
 

@@ -69,7 +69,8 @@ t = open(log, errors="replace").read()
 m = re.search(r"median step ([0-9.]+) s", t); p = re.search(r"train: (\d+) parameters", t)
 mem = re.search(r"gpu memory: peak ([0-9.]+) MiB", t)
 if rc != 0 or not m:
-    why = "OOM" if "out of device memory" in t or "out of memory" in t.lower() else f"failed rc={rc}"
+    low = t.lower()
+    why = "OOM" if any(w in low for w in ("out of device memory", "out of memory", "out_of_memory")) else f"failed rc={rc}"
     print(f"distflash  {pol:12s} {ctx:>8d}  {why}"); sys.exit(0)
 step, n = float(m.group(1)), int(p.group(1))
 L, H, hd = 16, 16, 128

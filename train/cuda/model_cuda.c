@@ -310,6 +310,11 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
     a->dout = take(a, n * qd * B, &failed);
     a->dq = take(a, n * qd * B, &failed), a->dk = take(a, n * kvd * B, &failed), a->dv = take(a, n * kvd * B, &failed);
     a->groups = attention_groups(m, a);
+    if (a->groups < 1 || c->n_kv_heads % a->groups) {
+        snprintf(err, errlen, "attention head groups = %d; it must divide kv-heads = %d", a->groups, c->n_kv_heads);
+        dft_gpu_acts_free(a);
+        return NULL;
+    }
     if (a->groups > 1) {
         size_t gqd = qd / (size_t)a->groups, gkvd = kvd / (size_t)a->groups;
         a->gq = take(a, n * gqd * B, &failed), a->go = take(a, n * gqd * B, &failed);

@@ -33,9 +33,6 @@ template <typename T> __device__ T block_sum(T x, T *sh) {
     return r;
 }
 
-/* Each wrapper below clears the runtime's last error before its launch and returns the launch's
-   own: libraries (NCCL's kernel probes) may leave a harmless error behind, which would otherwise
-   be reported as this launch's. A sticky error (a device fault) survives the clearing. */
 /* 8 bf16 values: one 16-byte access */
 union bf8 {
     uint4 v;
@@ -373,6 +370,9 @@ __global__ void to_bf16_k(dft_bf16 *out, const float *in, size_t n) {
 
 } // namespace
 
+/* Each wrapper below clears the runtime's last error before its launch and returns the launch's
+   own: libraries (NCCL's kernel probes) may leave a harmless error behind, which would otherwise
+   be reported as this launch's. A sticky error (a device fault) survives the clearing. */
 extern "C" {
 
 cudaError_t dftk_embed_fwd(dft_bf16 *x, const float *wte, const uint8_t *tokens, long n, int d, cudaStream_t s) {

@@ -2,7 +2,7 @@
 # The GPU trainer on the lent H200 machine (1 GPU now, 2 later: np = the GPUs visible):
 # build, the GPU tests, `distflash train --device cuda` on the 756M configuration against the
 # PyTorch peer (bench/train/peer/train_peer.py). Logs under $OUT (or out/); a summary table last.
-#   STAGES="build test smoke bench peer"   (default: build test smoke)
+#   STAGES="build test memcheck smoke bench fit peer"   (default: build test smoke)
 #   CONTEXTS   contexts of the bench and peer stages (default "65536 131072"; the bars need 262144
 #              and 524288, about a minute a step per 256k tokens per GPU: budget accordingly)
 #   POLICIES   checkpoint policies of the bench stage (default "attn-output layer")
@@ -43,9 +43,15 @@ if has build; then
 fi
 if has test; then
   stamp test
-  (cd $B && DFA_TRAIN_STATS=1 timeout 560 ctest -R "^test_gpu_(kernels|model|train)" --output-on-failure -V) > "$OUT/test.log" 2>&1
+  (cd $B && DFA_TRAIN_STATS=1 timeout 560 ctest -R "^test_gpu_(kernels|model|train)" -E memcheck --output-on-failure -V) > "$OUT/test.log" 2>&1
   rc=$?; summary+=("ctest test_gpu_{kernels,model,train*} rc=$rc: $(grep -E 'tests passed' "$OUT/test.log")")
   grep -E "checks,|relative L2|bitwise|apart|Passed|Failed|\*\*\*|FAIL|skipped" "$OUT/test.log" | cut -c1-200 | head -60
+fi
+if has memcheck; then # the kernels and the model's passes under compute-sanitizer (slow)
+  stamp memcheck
+  (cd $B && timeout 560 ctest -R "^test_gpu_.*_memcheck" --output-on-failure) > "$OUT/memcheck.log" 2>&1
+  rc=$?; summary+=("memcheck rc=$rc: $(grep -E 'tests passed' "$OUT/memcheck.log")")
+  grep -E "ERROR SUMMARY|Invalid|Failed" "$OUT/memcheck.log" | head -20
 fi
 if has smoke; then # the small passkey model on the GPU(s): the loss must fall; a checkpoint round trip
   stamp smoke

@@ -228,13 +228,20 @@ static void *take(dft_gpu_acts *a, size_t bytes, int *failed) {
 }
 
 /* Head groups per attention call: m->attn_groups when set, else the fewest (a divisor of the kv
-   heads) that keep one call's device workspace (the distributed call's, plus the backward's
-   scratch) within 1/16 of the device's memory. The same on every rank (a function of the shapes). */
+   heads) with which the whole run fits the device: parameters, optimiser state, activations, one
+   call's workspace (the distributed call's and the backward's scratch, both proportional to the
+   heads of the call), the group buffers, and a margin for the CUDA context, NCCL and cuBLASLt.
+   Every term is a function of the shapes and the device's total memory, so all ranks (identical
+   GPUs) choose the same; one group is fastest, so more are used only where memory needs them
+   (e.g. 1M positions on 2 H200: 4 groups). */
+#define GROUPS_MARGIN ((size_t)6 << 30)
 static int attention_groups(const dft_gpu_model *m, const dft_gpu_acts *a) {
     const int KV = m->cfg.n_kv_heads, H = m->cfg.n_heads;
     if (m->attn_groups > 0) return m->attn_groups;
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return cudaGetLastError(), 1;
+    size_t fixed = m->total * (4 * sizeof(float) + sizeof(dft_bf16)) + a->bytes + GROUPS_MARGIN;
+    size_t n = (size_t)a->n, nlse = (size_t)a->batch * H * a->rows;
     for (int g = 1; g <= KV; g++) {
         if (KV % g) continue;
         dfa_dist_desc d = dfa_dist_desc_init(a->batch, a->rows, H / g, KV / g, a->hd);
@@ -243,9 +250,10 @@ static int attention_groups(const dft_gpu_model *m, const dft_gpu_acts *a) {
 #ifdef DFA_HAVE_NCCL
         if (m->ranks > 1) need += dfa_dist_attn_cuda_workspace_bytes(m->ranks, &d);
 #endif
-        if (need <= total_b / 16) return g;
+        if (g > 1) need += n * (4 * (size_t)a->qd + 4 * (size_t)a->kvd) / g * sizeof(dft_bf16) + nlse / g * sizeof(float);
+        if (fixed + need <= total_b) return g;
     }
-    return KV;
+    return KV; /* does not fit even so: the allocations will say where */
 }
 
 dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int batch, int rows, const int64_t *pos,

@@ -44,8 +44,8 @@ typedef struct {
     dft_prof *prof;            /* NULL: no breakdown */
     int ranks;                 /* ranks of the attention communicator (1 after init; set it before
                                   creating activations for several) */
-    int attn_groups;           /* 0 (after init): choose the head groups per attention call from the
-                                  workspace they need; else this many (a divisor of the kv heads) */
+    int attn_groups;           /* 0 (after init): the fewest head groups per attention call with which
+                                  the run fits the device; else this many (a divisor of the kv heads) */
 } dft_gpu_model;
 
 /* On the current device. 0, or -1 with a message (e.g. "ffn = 100: the GPU model needs a multiple of 8"). */

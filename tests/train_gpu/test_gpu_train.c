@@ -106,6 +106,21 @@ int main(int argc, char **argv) {
                        memcmp(pol[p], pol[0], sizeof(float) * total) ? "close, not bitwise" : "bitwise equal");
         }
 
+    /* a byte file instead of the passkey task, with the per-step CSV */
+    char data[256], csv[256];
+    snprintf(data, sizeof data, "%s/bytes.txt", dir), snprintf(csv, sizeof csv, "%s/log.csv", dir);
+    FILE *f = fopen(data, "wb");
+    for (int i = 0; f && i < 20000; i++) fprintf(f, "line %d: the quick brown fox jumps over the lazy dog\n", i % 97);
+    if (f) fclose(f);
+    dft_train_config fd = small();
+    fd.data_path = data, fd.csv_path = csv, fd.steps = 4;
+    CHECK(dft_train(&fd, &g, &rep2, NULL, err, sizeof err) == 0 && isfinite(rep2.eval_acc), "--data on the GPU: %s", err);
+    int lines = 0, ch;
+    FILE *lf = fopen(csv, "r");
+    while (lf && (ch = fgetc(lf)) != EOF) lines += ch == '\n';
+    if (lf) fclose(lf);
+    CHECK(lines == fd.steps + 1, "the CSV log has %d lines, expected a header and %d steps", lines, fd.steps);
+
     /* refusals, with the reason */
     dft_train_config bad = small();
     bad.model.ffn = 100;
@@ -117,7 +132,7 @@ int main(int argc, char **argv) {
 
     for (int p = 0; p < 3; p++) free(pol[p]);
     free(full), free(resumed), free(cpu_end);
-    unlink(ck), unlink(ck_cpu), rmdir(dir);
+    unlink(ck), unlink(ck_cpu), unlink(data), unlink(csv), rmdir(dir);
     dft_group_close(&g);
     return tl_finish("test_gpu_train");
 }

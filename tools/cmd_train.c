@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "  --sp balanced|ring     sequence-parallel attention schedule   [balanced]\n"
             "  --overlap 0|1          overlap communication with compute     [%d]\n"
             "  --threads N            OpenMP threads per rank                [cores / ranks]\n"
+            "  --device cpu|cuda      where the model runs (cuda: one GPU per rank, bf16) [cpu]\n"
+            "  --deterministic 0|1    cuda: bitwise reproducible steps (slower attention backward) [0]\n"
+            "  --profile 0|1          cuda: per-phase GPU time breakdown at the end [0]\n"
             "data and evaluation:\n"
             "  --data FILE            train on a byte file (default: built-in passkey retrieval)\n"
             "  --answer-weight W      passkey: loss weight of the key's digits [%g]\n"
@@ -103,6 +106,13 @@ int cmd_train(int argc, char **argv) {
                rep.attn_seconds_per_step);
         printf("memory: activations %.1f MiB per rank, peak resident %.1f MiB (largest rank)\n", rep.acts_mib,
                rep.peak_rss_mib);
+        if (c.device == DFT_DEVICE_CUDA) printf("gpu memory: peak %.1f MiB in use (largest rank)\n", rep.peak_device_mib);
+        if (c.profile) {
+            printf("gpu time per step (rank 0):");
+            for (int i = 0; i < DFT_DEVICE_PHASES; i++)
+                printf(" %s %.4f s%s", dft_device_phase_name(i), rep.phase_seconds_per_step[i],
+                       i + 1 < DFT_DEVICE_PHASES ? "," : "\n");
+        }
     }
     dft_group_close(&g);
     return rc ? 1 : 0;

@@ -61,7 +61,8 @@ int train_args_parse(int argc, char *const *argv, train_args *out, char *err, si
             {"--kv-heads", &c->model.n_kv_heads}, {"--ffn", &c->model.ffn}, {"--context", &c->model.context},
             {"--steps", &c->steps}, {"--batch", &c->batch}, {"--warmup", &c->warmup}, {"--overlap", &c->overlap},
             {"--threads", &r.threads}, {"--eval-every", &c->eval_every}, {"--eval-seqs", &c->eval_seqs},
-            {"--save-every", &c->save_every}, {"--stop-after", &c->stop_after}};
+            {"--save-every", &c->save_every}, {"--stop-after", &c->stop_after},
+            {"--deterministic", &c->deterministic}, {"--profile", &c->profile}};
         struct { const char *flag; float *p; } floats[] = {
             {"--rope-base", &c->model.rope_base}, {"--init-std", &c->model.init_std}, {"--lr", &c->lr},
             {"--lr-min", &c->lr_min}, {"--weight-decay", &c->weight_decay}, {"--clip", &c->clip},
@@ -99,6 +100,11 @@ int train_args_parse(int argc, char *const *argv, train_args *out, char *err, si
             if (p < 0) return bad(err, errlen, "--checkpoint takes none, layer or attn-output");
             c->policy = (dft_ckpt_policy)p;
             found = 1;
+        } else if (!strcmp(a, "--device")) {
+            int d = dft_device_parse(v);
+            if (d < 0) return bad(err, errlen, "--device takes cpu or cuda");
+            c->device = d;
+            found = 1;
         } else if (!strcmp(a, "--sp")) {
             if (v && !strcmp(v, "balanced")) c->schedule = DFA_SCHEDULE_BALANCED;
             else if (v && !strcmp(v, "ring")) c->schedule = DFA_SCHEDULE_RING;
@@ -110,6 +116,10 @@ int train_args_parse(int argc, char *const *argv, train_args *out, char *err, si
     }
     if (threads_given && r.threads < 0) return bad(err, errlen, "--threads must be >= 0");
     if (c->plot_path && !c->csv_path) return bad(err, errlen, "--plot needs --log FILE.csv");
+    if ((c->deterministic != 0 && c->deterministic != 1) || (c->profile != 0 && c->profile != 1))
+        return bad(err, errlen, "--deterministic and --profile take 0 or 1");
+    if (c->device != DFT_DEVICE_CUDA && (c->deterministic || c->profile))
+        return bad(err, errlen, "--deterministic and --profile apply to --device cuda (the CPU is always deterministic)");
     *out = r;
     return 0;
 }

@@ -45,6 +45,7 @@ static int check_config(const dft_train_config *c, int ranks, char *err, size_t 
         BAD("length-warmup = %g; it must be a fraction of the steps in [0, 1)", c->length_warmup);
     if (c->save_every && !c->save_path) BAD("save-every needs a checkpoint path (--save FILE)");
     if ((long)c->batch * (c->model.context / ranks) > (1l << 30)) BAD("batch x context is too large");
+    if (c->device != DFT_DEVICE_CPU && c->device != DFT_DEVICE_CUDA) BAD("unknown device %d", c->device);
     return 0;
 #undef BAD
 }
@@ -56,6 +57,7 @@ typedef struct {
     dft_data data;
     dft_attention attn;
     dft_acts *acts;          /* for `batch` sequences of `span` positions */
+    dft_device *dev;         /* --device cuda: the model, its state and activations on this rank's GPU */
     int span;                 /* positions per sequence now (the context, or less in the length warm-up) */
     int rows;                 /* local positions per sequence: span / ranks */
     size_t total;             /* parameters */
@@ -91,12 +93,24 @@ static int span_at(const dft_train_config *c, int ranks, int step) {
 
 /* Makes the activation buffers fit sequences of `span` positions (a no-op if they do). */
 static int use_span(run *r, int span) {
-    if (r->acts && r->span == span) return 0;
+    if (r->span == span && (r->acts || dft_device_acts_bytes(r->dev))) return 0;
     dft_acts_free(r->acts);
+    r->acts = NULL;
     r->span = span, r->rows = span / r->g->size;
     for (int i = 0; i < r->rows; i++) r->pos[i] = dfa_dist_position(r->cfg->schedule, r->g->rank, r->g->size, r->rows, i);
+    if (r->dev) return dft_device_set_span(r->dev, r->cfg->policy, r->cfg->batch, r->rows, r->pos, r->err, r->errlen);
     r->acts = dft_acts_create(&r->cfg->model, r->cfg->policy, r->cfg->batch, r->rows, r->pos, r->err, r->errlen);
     return r->acts ? 0 : -1;
+}
+
+/* The forward on the run's device. */
+static double forward(run *r, float grad_scale, uint8_t *argmax) {
+    const dft_train_config *c = r->cfg;
+    if (r->dev)
+        return dft_device_forward(r->dev, &r->attn, r->tokens, r->targets, r->weights, grad_scale, argmax, r->err,
+                                  r->errlen);
+    return dft_model_forward(&c->model, r->params, r->acts, &r->attn, r->tokens, r->targets, r->weights, grad_scale,
+                             argmax, r->err, r->errlen);
 }
 
 /* This rank's rows of `batch` sequences of a split, at the current span; returns the global
@@ -132,8 +146,7 @@ static int evaluate(run *r, double *loss_out, double *acc_out, double *digit_out
     if (!wrong) return (snprintf(r->err, r->errlen, "out of memory"), -1);
     for (int e = 0; e < batches; e++) {
         double wsum = fill_batch(r, DFT_SPLIT_EVAL, (uint64_t)e * c->batch);
-        double nll = dft_model_forward(&c->model, r->params, r->acts, &r->attn, r->tokens, r->targets, r->weights,
-                                        0.0f, r->argmax, r->err, r->errlen);
+        double nll = forward(r, 0.0f, r->argmax);
         if (isnan(nll)) return free(wrong), -1;
         stats[0] += nll, stats[1] += wsum;
         for (int b = 0; b < c->batch; b++) {
@@ -210,6 +223,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static void free_run(run *r) {
     dft_acts_free(r->acts);
+    dft_device_close(r->dev);
     dft_data_close(&r->data);
     free(r->params), free(r->grads), free(r->m), free(r->v);
     free(r->seq), free(r->tokens), free(r->targets), free(r->argmax);
@@ -217,8 +231,13 @@ static void free_run(run *r) {
 }
 
 /* One optimiser step from the summed gradients. */
-static void update(run *r, int step) {
+static int update(run *r, int step) {
     const dft_train_config *c = r->cfg;
+    if (r->dev) {
+        dft_lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
+        dft_adamw h = {c->beta1, c->beta2, 1e-8f, c->weight_decay};
+        return dft_device_update(r->dev, c->clip, dft_lr_at(&sched, step), &h, (long)step + 1, r->err, r->errlen);
+    }
     float factor = dft_clip_factor(dft_sum_squares(r->grads, r->total), c->clip);
     if (factor != 1.0f) dft_scale(r->grads, r->total, factor);
     dft_lr_schedule sched = {c->lr, c->lr_min, c->warmup, c->steps};
@@ -229,6 +248,27 @@ static void update(run *r, int step) {
     for (int i = 0; i < nt; i++)
         dft_adamw_update(r->params + t[i].offset, r->grads + t[i].offset, r->m + t[i].offset, r->v + t[i].offset,
                           t[i].count, &h, lr, (long)step + 1, t[i].is_matrix);
+    return 0;
+}
+
+/* One training step's gradients and this rank's loss (NaN on failure): on the CPU into r->grads
+   summed over the ranks, on a GPU in device memory summed with NCCL. */
+static double step_grads(run *r, double wsum) {
+    const dft_train_config *c = r->cfg;
+    if (r->dev) {
+        if (dft_device_zero_grads(r->dev, r->err, r->errlen)) return NAN;
+        double loss = forward(r, (float)(1.0 / wsum), NULL);
+        if (isnan(loss) || dft_device_backward(r->dev, &r->attn, r->err, r->errlen) ||
+            dft_device_sum_grads(r->dev, r->err, r->errlen))
+            return NAN;
+        return loss;
+    }
+    memset(r->grads, 0, sizeof(float) * r->total);
+    double loss = forward(r, (float)(1.0 / wsum), NULL);
+    if (isnan(loss) || dft_model_backward(&c->model, r->params, r->grads, r->acts, &r->attn, r->tokens, r->err, r->errlen) ||
+        dft_group_sum_f32(r->g, r->grads, r->total, r->err, r->errlen))
+        return NAN;
+    return loss;
 }
 
 int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, float **final_params, char *err,
@@ -247,6 +287,13 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     if (dft_group_any(g, bad)) {
         if (!bad) snprintf(err, errlen, "another rank could not open the data");
         return free_run(&r), -1;
+    }
+    if (c->device == DFT_DEVICE_CUDA) {
+        bad = dft_device_open(&r.dev, &c->model, g, c->deterministic, c->profile, &r.attn, err, errlen) != 0;
+        if (dft_group_any(g, bad)) {
+            if (!bad) snprintf(err, errlen, "another rank could not open its GPU");
+            return free_run(&r), -1;
+        }
     }
     r.total = dft_param_layout_of(&c->model).total;
     size_t n = (size_t)c->batch * r.rows;
@@ -281,10 +328,17 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
             return free_run(&r), -1;
         }
     }
+    if (r.dev) {
+        bad = dft_device_upload(r.dev, r.params, r.m, r.v, err, errlen) != 0;
+        if (dft_group_any(g, bad)) {
+            if (!bad) snprintf(err, errlen, "another rank could not copy the parameters to its GPU");
+            return free_run(&r), -1;
+        }
+    }
     int end = c->stop_after ? c->stop_after : c->steps;
     if (end < first) end = (int)first;
     rep->first_step = (int)first, rep->params = r.total;
-    rep->acts_mib = dft_acts_bytes(r.acts) / 1048576.0;
+    rep->acts_mib = (r.dev ? dft_device_acts_bytes(r.dev) : dft_acts_bytes(r.acts)) / 1048576.0;
 
     dft_csv *csv = NULL;
     if (g->rank == 0 && c->csv_path) {
@@ -299,10 +353,13 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     }
     if (c->out && g->rank == 0)
         fprintf(c->out, "distflash train: %zu parameters, %d layers, d_model %d, heads %d/%d, context %d on %d rank%s "
-                        "(%d positions each), batch %d, checkpoint policy %s, %s data\n",
+                        "(%d positions each), batch %d, checkpoint policy %s, %s data%s\n",
                 r.total, c->model.n_layers, c->model.d_model, c->model.n_heads, c->model.n_kv_heads,
                 c->model.context, g->size, g->size > 1 ? "s" : "", r.rows, c->batch, dft_ckpt_policy_name(c->policy),
-                c->data_path ? c->data_path : "passkey");
+                c->data_path ? c->data_path : "passkey", r.dev ? ", on GPUs (bf16, one per rank)" : "");
+    if (c->out && g->rank == 0 && dft_device_attn_groups(r.dev) > 1)
+        fprintf(c->out, "attention in %d head groups per call (bounds the distributed workspace)\n",
+                dft_device_attn_groups(r.dev));
 
     int steps_here = end - (int)first;
     double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));
@@ -323,11 +380,11 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
         }
         int span = r.span; /* (an evaluation below switches to the whole context) */
         double wsum = fill_batch(&r, DFT_SPLIT_TRAIN, (uint64_t)step * c->batch);
-        memset(r.grads, 0, sizeof(float) * r.total);
-        double loss = dft_model_forward(&c->model, r.params, r.acts, &r.attn, r.tokens, r.targets, r.weights,
-                                         (float)(1.0 / wsum), NULL, err, errlen);
-        if (isnan(loss) || dft_model_backward(&c->model, r.params, r.grads, r.acts, &r.attn, r.tokens, err, errlen) ||
-            dft_group_sum_f32(g, r.grads, r.total, err, errlen) || dft_group_sum_f64(g, &loss, 1, err, errlen)) {
+        if (errlen) err[0] = '\0';
+        double loss = step_grads(&r, wsum);
+        if (dft_group_any(g, isnan(loss)) || dft_group_sum_f64(g, &loss, 1, err, errlen)) {
+            if (!isnan(loss)) snprintf(err, errlen, "another rank failed in the step");
+            else if (!err[0]) snprintf(err, errlen, "the loss is nan at step %d (diverged: lower --lr)", step);
             rc = -1;
             break;
         }
@@ -339,7 +396,10 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
         }
         fwd_calls += r.attn.fwd_calls - fwd0, bwd_calls += r.attn.bwd_calls - bwd0;
         attn_seconds += r.attn.fwd_seconds + r.attn.bwd_seconds - attn0;
-        update(&r, step);
+        if (update(&r, step) || (r.dev && dft_device_end_step(r.dev, err, errlen))) {
+            rc = -1;
+            break;
+        }
         step_times[step - first] = dft_now_seconds() - t0;
         rep->loss = loss;
 
@@ -376,7 +436,8 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
             fflush(c->out);
         }
         if (c->save_path && ((c->save_every && done % c->save_every == 0) || done == end)) {
-            bad = g->rank == 0 && dft_ckpt_save(c->save_path, fields, nfields, done, sections, 3, r.total, err, errlen);
+            bad = r.dev && dft_device_download(r.dev, r.params, r.m, r.v, err, errlen); /* the file is the CPU's */
+            bad = bad || (g->rank == 0 && dft_ckpt_save(c->save_path, fields, nfields, done, sections, 3, r.total, err, errlen));
             if (dft_group_any(g, bad)) {
                 if (!bad) snprintf(err, errlen, "rank 0 could not save the checkpoint %s", c->save_path);
                 rc = -1;
@@ -401,12 +462,17 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     }
     free(step_times);
     rep->peak_rss_mib = dft_group_max(g, peak_rss_mib());
+    rep->peak_device_mib = dft_group_max(g, dft_device_peak_mib(r.dev));
+    dft_device_phase_seconds(r.dev, rep->phase_seconds_per_step);
+    for (int i = 0; i < 5 && steps_here > 0; i++) rep->phase_seconds_per_step[i] /= steps_here;
+    if (r.dev && c->profile) rep->attn_seconds_per_step = rep->phase_seconds_per_step[1]; /* CUDA events */
     if (rc == 0 && c->plot_path && c->csv_path && g->rank == 0 && c->out) {
         char msg[512] = "";
         int p = dft_plot_png(c->csv_path, c->plot_path, "distflash train", msg, sizeof msg);
         if (p == 0) fprintf(c->out, "plot: %s\n", c->plot_path);
         else fprintf(c->out, "plot: not drawn: %s\n", msg);
     }
+    if (rc == 0 && final_params && r.dev) rc = dft_device_download(r.dev, r.params, NULL, NULL, err, errlen);
     if (rc == 0 && final_params) {
         *final_params = malloc(sizeof(float) * r.total);
         if (*final_params) memcpy(*final_params, r.params, sizeof(float) * r.total);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "train/model/model.h"
+#include "train/device.h"
 #include "train/group.h"
 
 typedef struct {
@@ -32,6 +33,9 @@ typedef struct {
     int save_every;
     const char *resume_path;
     int progress;                /* rank 0 prints a live progress line */
+    int device;                  /* dft_device_kind (train/device.h): DFT_DEVICE_CPU or DFT_DEVICE_CUDA */
+    int deterministic;           /* cuda: bitwise reproducible steps (attention dq without atomics) */
+    int profile;                 /* cuda: per-phase time breakdown in the report (CUDA events) */
     FILE *out;                   /* rank 0's report stream (NULL: silent) */
 } dft_train_config;
 
@@ -48,6 +52,9 @@ typedef struct {
     double attn_seconds_per_step;     /* forward + backward attention time, rank 0 */
     double acts_mib;                  /* activation buffers of one rank */
     double peak_rss_mib;              /* largest peak resident set over the ranks */
+    double peak_device_mib;           /* cuda: largest device memory in use at a step's end, over the ranks */
+    double phase_seconds_per_step[5]; /* cuda with profile: matmul, attention, communication, element-wise,
+                                         optimizer (rank 0; dft_device_phase_name) */
     size_t params;
 } dft_train_report;
 

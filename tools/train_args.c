@@ -1,5 +1,6 @@
 /* `distflash train`'s options (the usage text in cmd_train.c lists them). */
 #include "train_args.h"
+#include "train/model/preset.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -98,6 +99,22 @@ int train_args_parse(int argc, char *const *argv, train_args *out, char *err, si
             int p = dft_ckpt_policy_parse(v);
             if (p < 0) return bad(err, errlen, "--checkpoint takes none, layer or attn-output");
             c->policy = (dft_ckpt_policy)p;
+            found = 1;
+        } else if (!strcmp(a, "--preset")) {
+            /* the model options at this point of the line: later ones override them */
+            const dft_model_preset *p = dft_model_preset_find(v);
+            if (!p) return bad(err, errlen, "--preset takes tiny, small, bench756m or 1b (see distflash train --help)");
+            c->model = p->model;
+            r.preset = p->name;
+            found = 1;
+        } else if (!strcmp(a, "--export")) {
+            if (!v) return bad(err, errlen, "--export needs a value");
+            r.export_path = v;
+            found = 1;
+        } else if (!strcmp(a, "--export-dtype")) {
+            if (v && !strcmp(v, "f32")) r.export_bf16 = 0;
+            else if (v && !strcmp(v, "bf16")) r.export_bf16 = 1;
+            else return bad(err, errlen, "--export-dtype takes f32 or bf16");
             found = 1;
         } else if (!strcmp(a, "--sp")) {
             if (v && !strcmp(v, "balanced")) c->schedule = DFA_SCHEDULE_BALANCED;

@@ -9,7 +9,19 @@ dfa_need_packages() {
   command -v make >/dev/null 2>&1 || missing+=(make)
   command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
   command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+  # OpenBLAS: the trainer's CPU matmuls (CMake DFA_WITH_CBLAS=AUTO uses it when found)
+  dfa_have_openblas || missing+=(libopenblas-dev)
   dfa_install_packages "${missing[@]}"
+}
+
+# OpenBLAS's development files: the unversioned library and an openblas_config.h beside a cblas.h.
+dfa_have_openblas() {
+  local f lib=0 inc=0
+  ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so ' && lib=1
+  for f in /usr/lib/*/libopenblas.so /usr/lib/libopenblas.so /usr/local/lib/libopenblas.so; do [ -e "$f" ] && lib=1; done
+  for f in /usr/include/openblas_config.h /usr/include/*/openblas_config.h /usr/include/*/openblas*/openblas_config.h \
+           /usr/include/openblas/openblas_config.h /usr/local/include/openblas_config.h; do [ -e "$f" ] && inc=1; done
+  [ $lib = 1 ] && [ $inc = 1 ]
 }
 
 # The fuzz targets (fuzz/run.sh): clang with libFuzzer and the sanitizer runtimes. Debian 12

@@ -66,7 +66,10 @@ static void usage(FILE *f) {
             "  --export FILE.safetensors        the final weights as safetensors (Hugging Face LLaMA names;\n"
             "                                   also: distflash export CKPT OUT.safetensors)\n"
             "  --export-dtype f32|bf16          the exported weights' type                  [f32]\n"
-            "  --quiet                          no progress (a live line on a terminal, else periodic lines)\n"
+            "  --progress auto|lines|live       a live line on a terminal, else plain periodic lines (auto);\n"
+            "                                   under mpirun the ranks see a terminal even when mpirun's output\n"
+            "                                   goes to a file: say lines                    [auto]\n"
+            "  --quiet                          no progress\n"
             "matmuls: %s\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
@@ -109,7 +112,7 @@ int cmd_train(int argc, char **argv) {
         return 1;
     }
     c.out = g.rank == 0 ? stdout : NULL;
-    c.progress = !a.quiet;
+    c.progress = a.quiet ? DFT_PROGRESS_NONE : a.progress;
     dft_train_report rep;
     float *final = NULL;
     int rc = dft_train(&c, &g, &rep, a.export_path ? &final : NULL, err, sizeof err);

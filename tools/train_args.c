@@ -43,7 +43,7 @@ static int parse_float(const char *flag, const char *v, float *out, char *err, s
 
 int train_args_parse(int argc, char *const *argv, train_args *out, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
-    train_args r = {.cfg = dft_train_defaults(), .threads = -1};
+    train_args r = {.cfg = dft_train_defaults(), .threads = -1, .progress = DFT_PROGRESS_AUTO};
     dft_train_config *c = &r.cfg;
     int threads_given = 0;
     for (int i = 1; i < argc; i++) {
@@ -106,6 +106,12 @@ int train_args_parse(int argc, char *const *argv, train_args *out, char *err, si
             if (!p) return bad(err, errlen, "--preset takes tiny, small, bench756m or 1b (see distflash train --help)");
             c->model = p->model;
             r.preset = p->name;
+            found = 1;
+        } else if (!strcmp(a, "--progress")) {
+            if (v && !strcmp(v, "auto")) r.progress = DFT_PROGRESS_AUTO;
+            else if (v && !strcmp(v, "lines")) r.progress = DFT_PROGRESS_LINES;
+            else if (v && !strcmp(v, "live")) r.progress = DFT_PROGRESS_LIVE;
+            else return bad(err, errlen, "--progress takes auto, lines or live");
             found = 1;
         } else if (!strcmp(a, "--export")) {
             if (!v) return bad(err, errlen, "--export needs a value");

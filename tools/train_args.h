@@ -13,6 +13,7 @@ typedef struct {
     dft_train_config cfg; /* dft_train_defaults() and the options; paths point into argv */
     int threads;          /* --threads N (>= 0), or -1 when not given */
     int quiet;            /* --quiet */
+    int progress;         /* --progress auto|lines|live: DFT_PROGRESS_* (default auto) */
     int help;             /* --help or -h: print the usage; what follows it was not read */
     const char *preset;   /* --preset NAME (the last one given), or NULL */
     const char *export_path; /* --export FILE.safetensors: the weights at the end, or NULL */

@@ -310,7 +310,8 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));
     double t_start = dft_now_seconds(), tokens_done = 0, tokens_left = 0;
     for (int step = (int)first; step < end; step++) tokens_left += (double)c->batch * span_at(c, g->size, step);
-    int live = c->progress && c->out && g->rank == 0 && isatty(fileno(c->out));
+    int live = c->out && g->rank == 0 &&
+               (c->progress == DFT_PROGRESS_LIVE || (c->progress == DFT_PROGRESS_AUTO && isatty(fileno(c->out))));
     int rc = step_times ? 0 : -1;
     if (!step_times) snprintf(err, errlen, "out of memory");
     double attn_seconds = 0, last_line = t_start;

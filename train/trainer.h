@@ -31,9 +31,14 @@ typedef struct {
     const char *save_path;       /* checkpoint written at the end (and every save_every steps) */
     int save_every;
     const char *resume_path;
-    int progress;                /* rank 0 prints a live progress line */
+    int progress;                /* rank 0's progress: 0 none; DFT_PROGRESS_AUTO (1) a live line when `out` is
+                                    a terminal, else plain lines; DFT_PROGRESS_LINES (2) plain lines always
+                                    (under mpirun the ranks' stdout is a pseudo-terminal even when mpirun's
+                                    own is a file); DFT_PROGRESS_LIVE (3) the live line always */
     FILE *out;                   /* rank 0's report stream (NULL: silent) */
 } dft_train_config;
+
+enum { DFT_PROGRESS_NONE = 0, DFT_PROGRESS_AUTO = 1, DFT_PROGRESS_LINES = 2, DFT_PROGRESS_LIVE = 3 };
 
 /* Defaults of the CLI: a tiny model on passkey retrieval. */
 dft_train_config dft_train_defaults(void);

@@ -115,7 +115,7 @@ int cmd_train(int argc, char **argv) {
     c.progress = a.quiet ? DFT_PROGRESS_NONE : a.progress;
     dft_train_report rep;
     float *final = NULL;
-    int rc = dft_train(&c, &g, &rep, a.export_path ? &final : NULL, err, sizeof err);
+    int rc = dft_train(&c, &g, &rep, a.export_path && g.rank == 0 ? &final : NULL, err, sizeof err); /* rank 0 writes */
     if (rc == 0 && a.export_path && g.rank == 0) {
         char step[32];
         snprintf(step, sizeof step, "%d", rep.steps_done);

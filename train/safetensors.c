@@ -94,12 +94,32 @@ static void put(sbuf *b, const char *fmt, ...) {
     }
 }
 
-/* s as a JSON string: quotes, backslashes and control bytes escaped (other bytes as they are). */
+/* 1 if s is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). */
+static int valid_utf8(const unsigned char *s) {
+    while (*s) {
+        unsigned c = *s, n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : 9;
+        if (n == 9) return 0;
+        unsigned long cp = n == 0 ? c : n == 1 ? c & 0x1f : n == 2 ? c & 0x0f : c & 0x07;
+        for (unsigned i = 1; i <= n; i++) {
+            if ((s[i] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (s[i] & 0x3f);
+        }
+        static const unsigned long least[4] = {0, 0x80, 0x800, 0x10000};
+        if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        s += n + 1;
+    }
+    return 1;
+}
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped. The header must be UTF-8:
+   a string that is not (a file name in another encoding) has its bytes >= 0x80 written as
+   \u00XX, which keeps the file valid and every byte visible. */
 static void put_json_string(sbuf *b, const char *s) {
+    int utf8 = valid_utf8((const unsigned char *)s);
     put(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\') put(b, "\\%c", *p);
-        else if (*p < 0x20) put(b, "\\u%04x", *p);
+        else if (*p < 0x20 || (*p >= 0x80 && !utf8)) put(b, "\\u%04x", *p);
         else put(b, "%c", *p);
     }
     put(b, "\"");

@@ -137,15 +137,18 @@ static void test_export(void) {
     CHECK(fd >= 0, "mkstemp");
     close(fd);
     char err[512];
-    dft_export_meta meta[] = {{"distflash.step", "17"}, {"odd \"key\"\n", "a\\b\tc"}};
+    dft_export_meta meta[] = {{"distflash.step", "17"}, {"odd \"key\"\n", "a\\b\tc"}, {"utf8", "caf\xc3\xa9"},
+                              {"latin1", "caf\xe9"}};
     for (int bf16 = 0; bf16 < 2; bf16++) {
-        CHECK(dft_export_safetensors(path, &c, p, bf16, meta, 2, err, sizeof err) == 0, "export: %s", err);
+        CHECK(dft_export_safetensors(path, &c, p, bf16, meta, 4, err, sizeof err) == 0, "export: %s", err);
         check_file(path, &c, p, bf16);
     }
     size_t n;
     uint8_t *b = slurp(path, &n);
     CHECK(b && strstr((char *)b + 8, "\"odd \\\"key\\\"\\u000a\":\"a\\\\b\\u0009c\"") != NULL,
           "metadata strings are not escaped as JSON");
+    CHECK(b && strstr((char *)b + 8, "\"utf8\":\"caf\xc3\xa9\"") && strstr((char *)b + 8, "\"latin1\":\"caf\\u00e9\""),
+          "UTF-8 metadata must stay as it is and other bytes >= 0x80 become \\u00XX (the header is UTF-8)");
     free(b);
 
     /* bad arguments: refused, named, nothing written */

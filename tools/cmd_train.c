@@ -70,7 +70,7 @@ static void usage(FILE *f) {
             "                                   under mpirun the ranks see a terminal even when mpirun's output\n"
             "                                   goes to a file: say lines                    [auto]\n"
             "  --quiet                          no progress\n"
-            "matmuls: %s\n",
+            "matmuls: %s (DFA_MM_BACKEND=own|blas picks the backend at run time)\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
             (unsigned long long)d.seed, dft_ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,

@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const dft_train_config *c = &r.cfg;
             if (!is_arg(c->data_path, argc, argv) || !is_arg(c->csv_path, argc, argv) ||
                 !is_arg(c->plot_path, argc, argv) || !is_arg(c->save_path, argc, argv) ||
-                !is_arg(c->resume_path, argc, argv))
+                !is_arg(c->resume_path, argc, argv) || !is_arg(r.export_path, argc, argv))
                 fail("paths point into argv", NULL);
             if (c->plot_path && !c->csv_path) fail("--plot comes with --log", NULL);
             if (r.threads < -1) fail("--threads is -1 (not given) or >= 0", NULL);

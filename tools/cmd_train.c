@@ -9,7 +9,26 @@
 
 #include "commands.h"
 #include "train_args.h"
+#include "train/model/matmul.h"
+#include "train/model/preset.h"
+#include "train/safetensors.h"
 #include "train/trainer.h"
+
+/* The presets with their parameter counts (from the layout, so they cannot drift). */
+static void list_presets(FILE *f) {
+    int n;
+    const dft_model_preset *p = dft_model_presets(&n);
+    for (int i = 0; i < n; i++) {
+        const dft_model_config *m = &p[i].model;
+        double params = (double)dft_param_layout_of(m).total;
+        char count[32];
+        if (params >= 1e9) snprintf(count, sizeof count, "%.2fB", params / 1e9);
+        else if (params >= 1e6) snprintf(count, sizeof count, "%.1fM", params / 1e6);
+        else snprintf(count, sizeof count, "%.0fK", params / 1e3);
+        fprintf(f, "    %-10s %7s params: %d layers, d %d, heads %d/%d, ffn %d, context %d\n%15s%s\n", p[i].name, count,
+                m->n_layers, m->d_model, m->n_heads, m->n_kv_heads, m->ffn, m->context, "", p[i].what);
+    }
+}
 
 static void usage(FILE *f) {
     dft_train_config d = dft_train_defaults();
@@ -18,6 +37,9 @@ static void usage(FILE *f) {
             "Trains a byte-level LLaMA-style model (RMSNorm, RoPE at global positions, GQA attention through\n"
             "distflash, SwiGLU) with AdamW. Under mpirun every rank holds context/P positions of each sequence.\n\n"
             "model:\n"
+            "  --preset NAME          a named model shape (options after it override it); the presets:\n");
+    list_presets(f);
+    fprintf(f,
             "  --layers N --d-model D --heads H --kv-heads K --ffn F        [%d, %d, %d, %d, %d]\n"
             "  --context T            positions per sequence, all ranks      [%d]\n"
             "  --rope-base B --init-std S                                    [%g, %g]\n"
@@ -44,11 +66,18 @@ static void usage(FILE *f) {
             "  --save FILE [--save-every N]     checkpoint file (at the end, and every N steps)\n"
             "  --resume FILE                    continue from a checkpoint (bitwise as if never stopped)\n"
             "  --stop-after N                   stop after step N of the schedule (then --resume)\n"
-            "  --quiet                          no progress line\n",
+            "  --export FILE.safetensors        the final weights as safetensors (Hugging Face LLaMA names;\n"
+            "                                   also: distflash export CKPT OUT.safetensors)\n"
+            "  --export-dtype f32|bf16          the exported weights' type                  [f32]\n"
+            "  --progress auto|lines|live       a live line on a terminal, else plain periodic lines (auto);\n"
+            "                                   under mpirun the ranks see a terminal even when mpirun's output\n"
+            "                                   goes to a file: say lines                    [auto]\n"
+            "  --quiet                          no progress\n"
+            "matmuls: %s (DFA_MM_BACKEND=own|blas picks the backend at run time)\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
             (unsigned long long)d.seed, dft_ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,
-            d.eval_seqs);
+            d.eval_seqs, dft_gemm_describe());
 }
 
 /* Threads per rank: an explicit --threads, else OMP_NUM_THREADS, else the cores shared
@@ -86,9 +115,18 @@ int cmd_train(int argc, char **argv) {
         return 1;
     }
     c.out = g.rank == 0 ? stdout : NULL;
-    c.progress = !a.quiet;
+    c.progress = a.quiet ? DFT_PROGRESS_NONE : a.progress;
     dft_train_report rep;
-    int rc = dft_train(&c, &g, &rep, NULL, err, sizeof err);
+    float *final = NULL;
+    int rc = dft_train(&c, &g, &rep, a.export_path && g.rank == 0 ? &final : NULL, err, sizeof err); /* rank 0 writes */
+    if (rc == 0 && a.export_path && g.rank == 0) {
+        char step[32];
+        snprintf(step, sizeof step, "%d", rep.steps_done);
+        dft_export_meta meta[] = {{"distflash.step", step}, {"distflash.data", c.data_path ? c.data_path : "passkey"}};
+        if (dft_export_safetensors(a.export_path, &c.model, final, a.export_bf16, meta, 2, err, sizeof err)) rc = -1;
+        else printf("export: %s (%s)\n", a.export_path, a.export_bf16 ? "bf16" : "f32");
+    }
+    free(final);
     if (rc) {
         if (g.rank == 0) fprintf(stderr, "distflash train: %s\n", err);
     } else if (g.rank == 0) {
@@ -113,6 +151,7 @@ int cmd_train(int argc, char **argv) {
                 printf(" %s %.4f s%s", dft_device_phase_name(i), rep.phase_seconds_per_step[i],
                        i + 1 < DFT_DEVICE_PHASES ? "," : "\n");
         }
+        printf("matmuls: %s\n", dft_gemm_describe());
     }
     dft_group_close(&g);
     return rc ? 1 : 0;

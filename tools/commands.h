@@ -4,6 +4,7 @@
 #ifndef DFA_TOOLS_COMMANDS_H
 #define DFA_TOOLS_COMMANDS_H
 
-int cmd_train(int argc, char **argv); /* the LLaMA-style trainer with sequence parallelism */
+int cmd_train(int argc, char **argv);  /* the LLaMA-style trainer with sequence parallelism */
+int cmd_export(int argc, char **argv); /* a training checkpoint's weights as safetensors */
 
 #endif

@@ -19,6 +19,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"train", cmd_train, "train a LLaMA-style model (sequence parallel under mpirun)"},
+    {"export", cmd_export, "a training checkpoint's weights as safetensors (Hugging Face LLaMA names)"},
     {"bench", NULL, "forward/backward speed and memory vs the naive path (--device cpu|cuda) [dev]"},
     {"demo", NULL, "the attention demo: a long sequence, checked against the naive path [dev]"},
     {"simulate", NULL, "print a distributed schedule and predicted makespans (--ranks P) [dev]"},

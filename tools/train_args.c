@@ -1,5 +1,6 @@
 /* `distflash train`'s options (the usage text in cmd_train.c lists them). */
 #include "train_args.h"
+#include "train/model/preset.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -42,7 +43,7 @@ static int parse_float(const char *flag, const char *v, float *out, char *err, s
 
 int train_args_parse(int argc, char *const *argv, train_args *out, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
-    train_args r = {.cfg = dft_train_defaults(), .threads = -1};
+    train_args r = {.cfg = dft_train_defaults(), .threads = -1, .progress = DFT_PROGRESS_AUTO};
     dft_train_config *c = &r.cfg;
     int threads_given = 0;
     for (int i = 1; i < argc; i++) {
@@ -104,6 +105,28 @@ int train_args_parse(int argc, char *const *argv, train_args *out, char *err, si
             int d = dft_device_parse(v);
             if (d < 0) return bad(err, errlen, "--device takes cpu or cuda");
             c->device = d;
+            found = 1;
+        } else if (!strcmp(a, "--preset")) {
+            /* the model options at this point of the line: later ones override them */
+            const dft_model_preset *p = dft_model_preset_find(v);
+            if (!p) return bad(err, errlen, "--preset takes tiny, small, bench756m or 1b (see distflash train --help)");
+            c->model = p->model;
+            r.preset = p->name;
+            found = 1;
+        } else if (!strcmp(a, "--progress")) {
+            if (v && !strcmp(v, "auto")) r.progress = DFT_PROGRESS_AUTO;
+            else if (v && !strcmp(v, "lines")) r.progress = DFT_PROGRESS_LINES;
+            else if (v && !strcmp(v, "live")) r.progress = DFT_PROGRESS_LIVE;
+            else return bad(err, errlen, "--progress takes auto, lines or live");
+            found = 1;
+        } else if (!strcmp(a, "--export")) {
+            if (!v) return bad(err, errlen, "--export needs a value");
+            r.export_path = v;
+            found = 1;
+        } else if (!strcmp(a, "--export-dtype")) {
+            if (v && !strcmp(v, "f32")) r.export_bf16 = 0;
+            else if (v && !strcmp(v, "bf16")) r.export_bf16 = 1;
+            else return bad(err, errlen, "--export-dtype takes f32 or bf16");
             found = 1;
         } else if (!strcmp(a, "--sp")) {
             if (v && !strcmp(v, "balanced")) c->schedule = DFA_SCHEDULE_BALANCED;

@@ -420,3 +420,53 @@ done:
     free(buf);
     return rc;
 }
+
+int dft_ckpt_read_any(const char *path, dft_ckpt_named *fields, int max_fields, int *nfields, int64_t *step,
+                      size_t *nfloats, float **section0, char *err, size_t errlen) {
+    if (!path || !nfields || !step || !nfloats || !section0 || max_fields < 0 || (max_fields > 0 && !fields)) {
+        dft_train_msg(err, errlen, "checkpoint %s: invalid arguments", path ? path : "(null)");
+        return -1;
+    }
+    size_t len = 0;
+    uint8_t *buf = slurp(path, &len, err, errlen);
+    if (!buf) return -1;
+    int rc = -1;
+    layout lo;
+    if (parse_layout(path, buf, len, &lo, err, errlen)) goto done;
+    if (dft_ckpt_checksum(buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
+        dft_train_msg(err, errlen, "checkpoint %s: checksum mismatch (file corrupt)", path);
+        goto done;
+    }
+    if (lo.nsections < 1 || lo.nfloats == 0 || lo.nfloats > SIZE_MAX / 4) {
+        dft_train_msg(err, errlen, "checkpoint %s: holds no parameters (%u sections of %llu floats)", path, lo.nsections,
+                       (unsigned long long)lo.nfloats);
+        goto done;
+    }
+    float *p = malloc(sizeof(float) * (size_t)lo.nfloats);
+    if (!p) {
+        dft_train_msg(err, errlen, "checkpoint %s: out of memory for %llu floats", path, (unsigned long long)lo.nfloats);
+        goto done;
+    }
+    size_t pos = lo.fields_at;
+    for (uint32_t i = 0; i < lo.nfields; i++) {
+        size_t nlen = buf[pos];
+        if ((int64_t)i < max_fields) {
+            memcpy(fields[i].name, buf + pos + 1, nlen);
+            fields[i].name[nlen] = '\0';
+            fields[i].value = bits_f64(get_u64(buf + pos + 1 + nlen));
+        }
+        pos += FIELD_FIXED + nlen;
+    }
+    for (size_t i = 0; i < lo.nfloats; i++) {
+        uint32_t u = get_u32(buf + lo.data_at + 4 * i);
+        memcpy(&p[i], &u, 4);
+    }
+    *nfields = (int)(lo.nfields > INT32_MAX ? INT32_MAX : lo.nfields);
+    *step = lo.step;
+    *nfloats = (size_t)lo.nfloats;
+    *section0 = p;
+    rc = 0;
+done:
+    free(buf);
+    return rc;
+}

@@ -34,6 +34,19 @@ int dft_ckpt_save(const char *path, const dft_ckpt_field *fields, int nfields, i
 int dft_ckpt_load(const char *path, const dft_ckpt_field *fields, int nfields, int64_t *step,
                    float *const *sections, int nsections, size_t nfloats, char *err, size_t errlen);
 
+/* A configuration field as read from a file. */
+typedef struct {
+    char name[256];
+    double value;
+} dft_ckpt_named;
+
+/* Reads a checkpoint without knowing its configuration (for `distflash export`): checks the
+   magic, the version, the layout and the checksum, returns up to max_fields fields in file
+   order (*nfields gets how many the file has), the step, the floats per section and a malloc'd
+   copy of section 0 (the parameters; the caller frees it). -1 with a message on any failure. */
+int dft_ckpt_read_any(const char *path, dft_ckpt_named *fields, int max_fields, int *nfields, int64_t *step,
+                      size_t *nfloats, float **section0, char *err, size_t errlen);
+
 /* The checksum of a file's first n bytes, as the last 8 bytes of a file hold it (little-endian):
    FNV-1a 64. For tools and tests that build or repair files byte by byte. */
 uint64_t dft_ckpt_checksum(const void *bytes, size_t n);

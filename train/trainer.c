@@ -26,6 +26,8 @@ dft_train_config dft_train_defaults(void) {
     return c;
 }
 
+enum { PROGRESS_SECONDS = 30 }; /* the longest silence of the plain progress lines */
+
 static int check_config(const dft_train_config *c, int ranks, char *err, size_t errlen) {
 #define BAD(...) return (snprintf(err, errlen, __VA_ARGS__), -1)
     if (dft_model_config_check(&c->model, ranks, err, errlen)) return -1;
@@ -365,10 +367,11 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
     double *step_times = calloc((size_t)(steps_here > 0 ? steps_here : 1), sizeof(double));
     double t_start = dft_now_seconds(), tokens_done = 0, tokens_left = 0;
     for (int step = (int)first; step < end; step++) tokens_left += (double)c->batch * span_at(c, g->size, step);
-    int live = c->progress && c->out && g->rank == 0 && isatty(fileno(c->out));
+    int live = c->out && g->rank == 0 &&
+               (c->progress == DFT_PROGRESS_LIVE || (c->progress == DFT_PROGRESS_AUTO && isatty(fileno(c->out))));
     int rc = step_times ? 0 : -1;
     if (!step_times) snprintf(err, errlen, "out of memory");
-    double attn_seconds = 0;
+    double attn_seconds = 0, last_line = t_start;
     long fwd_calls = 0, bwd_calls = 0;
     for (int step = (int)first; rc == 0 && step < end; step++) {
         double t0 = dft_now_seconds();
@@ -426,13 +429,21 @@ int dft_train(const dft_train_config *cfg, dft_group *g, dft_train_report *rep, 
             if (!isnan(rep->eval_digit_acc))
                 snprintf(acc, sizeof acc, "  eval acc %.3f (digits %.3f)", rep->eval_acc, rep->eval_digit_acc);
             else if (!isnan(rep->eval_acc)) snprintf(acc, sizeof acc, "  eval acc %.3f", rep->eval_acc);
+            /* Not a terminal (a log file, a pipe, mpirun's forwarding): plain lines, at the first
+               step (the run started, and its pace), every 5% of the steps, at evaluations, at the
+               end, and at least every PROGRESS_SECONDS so slow steps still show a pulse. */
             int every = end / 20 > 0 ? end / 20 : 1;
+            double now = dft_now_seconds();
+            int due = done == (int)first + 1 || done % every == 0 || done == end || !isnan(eval_acc) ||
+                      now - last_line >= PROGRESS_SECONDS;
             if (live)
                 fprintf(c->out, "\rstep %d/%d  context %d  loss %.4f  %.0f tok/s  ETA %s%s\033[K", done, end, span, loss,
                         tps, eta, acc);
-            else if (done % every == 0 || done == end || !isnan(eval_acc))
+            else if (due) {
                 fprintf(c->out, "step %d/%d  context %d  loss %.4f  %.0f tok/s  ETA %s%s\n", done, end, span, loss, tps,
                         eta, acc);
+                last_line = now;
+            }
             fflush(c->out);
         }
         if (c->save_path && ((c->save_every && done % c->save_every == 0) || done == end)) {

@@ -32,12 +32,17 @@ typedef struct {
     const char *save_path;       /* checkpoint written at the end (and every save_every steps) */
     int save_every;
     const char *resume_path;
-    int progress;                /* rank 0 prints a live progress line */
+    int progress;                /* rank 0's progress: 0 none; DFT_PROGRESS_AUTO (1) a live line when `out` is
+                                    a terminal, else plain lines; DFT_PROGRESS_LINES (2) plain lines always
+                                    (under mpirun the ranks' stdout is a pseudo-terminal even when mpirun's
+                                    own is a file); DFT_PROGRESS_LIVE (3) the live line always */
     int device;                  /* dft_device_kind (train/device.h): DFT_DEVICE_CPU or DFT_DEVICE_CUDA */
     int deterministic;           /* cuda: bitwise reproducible steps (attention dq without atomics) */
     int profile;                 /* cuda: per-phase time breakdown in the report (CUDA events) */
     FILE *out;                   /* rank 0's report stream (NULL: silent) */
 } dft_train_config;
+
+enum { DFT_PROGRESS_NONE = 0, DFT_PROGRESS_AUTO = 1, DFT_PROGRESS_LINES = 2, DFT_PROGRESS_LIVE = 3 };
 
 /* Defaults of the CLI: a tiny model on passkey retrieval. */
 dft_train_config dft_train_defaults(void);

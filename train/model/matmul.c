@@ -1,5 +1,6 @@
-/* The three products behind a linear layer, over a register-blocked micro-kernel
- * (matmul_block.h) built twice: for AVX2+FMA and portable; the processor picks. */
+/* The three products behind a linear layer, over our register-blocked micro-kernel
+ * (matmul_block.h) built twice: for AVX2+FMA and portable; the processor picks.
+ * dft_gemm_* (matmul.h) send them here or to OpenBLAS (matmul_cblas.c): see matmul_backend.c. */
 #include "train/model/matmul.h"
 
 #include <stdlib.h>
@@ -22,6 +23,8 @@ static const dft_mm_kernel *pick(void) {
 #endif
     return chosen = f;
 }
+
+const char *dft_mm_own_isa(void) { return pick() == &dft_mm_kernel_portable ? "portable" : "AVX2+FMA"; }
 
 /* All blocks of C[M,N] (+)= A B, where A(r, k) = A[r*ars + k*aks] and B is [K,N] row-major;
    one block per task. B is first packed into panels of the block width (K x bc, contiguous):
@@ -58,11 +61,11 @@ static void blocked_product(float *C, const float *A, long ars, long aks, const 
     free(panels);
 }
 
-void dft_gemm_nn(float *C, const float *A, const float *B, int M, int K, int N, int accumulate) {
+void dft_mm_own_nn(float *C, const float *A, const float *B, int M, int K, int N, int accumulate) {
     blocked_product(C, A, K, 1, B, M, K, N, accumulate);
 }
 
-void dft_gemm_tn_acc(float *C, const float *A, const float *B, int M, int K, int N) {
+void dft_mm_own_tn_acc(float *C, const float *A, const float *B, int M, int K, int N) {
     /* C[K,N] += sum_m A[m,k] B[m,n], over slabs of SLAB rows m: each slab's A is packed
        transposed (K x SLAB, contiguous) so that a block of C streams short rows from L1/L2
        instead of sweeping all M rows of A and B for every block. Slabs are summed in order. */
@@ -81,7 +84,7 @@ void dft_gemm_tn_acc(float *C, const float *A, const float *B, int M, int K, int
     free(at);
 }
 
-void dft_gemm_nt(float *C, const float *A, const float *B, int M, int N, int K, int accumulate) {
+void dft_mm_own_nt(float *C, const float *A, const float *B, int M, int N, int K, int accumulate) {
     /* C = A B^T: transpose B[K,N] once (weights are small), then a plain product. */
     float *bt = malloc(sizeof(float) * (size_t)K * N);
     if (!bt) { /* fall back to the strided form, slower but allocation-free */

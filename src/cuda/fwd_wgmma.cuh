@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
         dfa__mbar_arrive(K_EMPTY(0));
-        dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, 0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset,
-                                 p.scale_log2, lane, alpha);
+        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
+        dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
+                                 p.sh.offset, p.scale_log2, lane, alpha);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
         for (int it = 1; it < nblocks; it++) {
@@ -206,7 +207,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
             dfa__mbar_arrive(K_EMPTY(s));
-            dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, it * BN, m0, p.sh.seqlen_k, p.sh.causal,
+            const int n0 = n_begin + it * BN;
+            if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
+            dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
                                      p.sh.offset, p.scale_log2, lane, alpha);
             dfa__wgmma_wait<0>();
 #pragma unroll

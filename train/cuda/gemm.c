@@ -101,6 +101,11 @@ static int make_plan(dft_blas *b, plan *p, int M, int N, int K, int ta, int tb, 
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    /* split-K partial sums reduced in float32 or not at all, never in the bf16 output type (a
+       bf16 reduction of partials cost the residual adds a few percent of accuracy) */
+    uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                         sizeof reductions);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     st = cublasLtMatmulAlgoGetHeuristic(b->h, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);

@@ -73,7 +73,7 @@ static void usage(FILE *f) {
             "                                   under mpirun the ranks see a terminal even when mpirun's output\n"
             "                                   goes to a file: say lines                    [auto]\n"
             "  --quiet                          no progress\n"
-            "matmuls: %s (DFA_MM_BACKEND=own|blas picks the backend at run time)\n",
+            "CPU matmuls: %s (DFA_MM_BACKEND=own|blas picks the backend at run time); GPU: cuBLASLt\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
             (unsigned long long)d.seed, dft_ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,
@@ -151,7 +151,7 @@ int cmd_train(int argc, char **argv) {
                 printf(" %s %.4f s%s", dft_device_phase_name(i), rep.phase_seconds_per_step[i],
                        i + 1 < DFT_DEVICE_PHASES ? "," : "\n");
         }
-        printf("matmuls: %s\n", dft_gemm_describe());
+        printf("matmuls: %s\n", c.device == DFT_DEVICE_CUDA ? "cuBLASLt (bf16 in, float32 accumulate)" : dft_gemm_describe());
     }
     dft_group_close(&g);
     return rc ? 1 : 0;

@@ -85,8 +85,10 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
 }
 
 /* DQ_MODE: 0 no dQ here (the deterministic dq pass follows), 1 dQ tiles added as they come,
-   2 dQ tiles added in key-block order (deterministic). */
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32>
+   2 dQ tiles added in key-block order (deterministic). MASKED: documents or a window (mask.cuh);
+   the unmasked kernel keeps the plain causal rule, whose code was measured faster (the mask
+   helpers' interval tests cost the unmasked blocks too: BENCHMARKS.md, issue 11). */
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -119,8 +121,13 @@ __global__ void __launch_bounds__(384, 1)
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
-    int mb_begin, mb_end; /* the query blocks that see this key block (mask.cuh) */
-    dfa__mask_query_blocks<BM>(p.sh, b, n0, BN, &mb_begin, &mb_end);
+    int mb_begin = 0, mb_end = (p.sh.seqlen_q + BM - 1) / BM; /* the query blocks that see this key block */
+    if (MASKED) {
+        dfa__mask_query_blocks<BM>(p.sh, b, n0, BN, &mb_begin, &mb_end);
+    } else if (p.sh.causal) {
+        const long long first = (long long)n0 - p.sh.offset;
+        mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? mb_end : (int)(first / BM));
+    }
     const int nmb = mb_end - mb_begin, total = nmb * group;
 
     if (tid == 0) {
@@ -214,9 +221,19 @@ __global__ void __launch_bounds__(384, 1)
     dfa__setmaxnreg_inc<240>();
     const int c = tid / 128 - 1, wt = tid & 127, warp = wt >> 5, lane = wt & 31, g = lane >> 2, t = lane & 3;
     const int key0 = c * 64 + warp * 16 + g; /* this lane's keys: key0 and key0 + 8 (within the block) */
-    int qmin[2], qmax[2]; /* the query rows [qmin, qmax) that see this lane's two keys (mask.cuh) */
+    int qmin[2], qmax[2]; /* the query rows [qmin, qmax) that see this lane's two keys (qmax: MASKED only) */
 #pragma unroll
-    for (int r = 0; r < 2; r++) dfa__mask_key_interval(p.sh, b, n0 + key0 + 8 * r, &qmin[r], &qmax[r]);
+    for (int r = 0; r < 2; r++) {
+        if (MASKED) {
+            dfa__mask_key_interval(p.sh, b, n0 + key0 + 8 * r, &qmin[r], &qmax[r]);
+        } else {
+            const int key = n0 + key0 + 8 * r;
+            long long qm = p.sh.causal ? (long long)key - p.sh.offset : 0;
+            qm = qm < 0 ? 0 : qm;
+            qmin[r] = key >= p.sh.seqlen_k || qm > p.sh.seqlen_q ? 0x7fffffff : (int)qm;
+            qmax[r] = 0x7fffffff;
+        }
+    }
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
 
@@ -247,7 +264,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc(sV + koff, 16), dfa__wgmma_desc(o_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
-        const bool need_mask = n0 + BN > p.sh.seqlen_k || p.sh.masked ||
+        const bool need_mask = n0 + BN > p.sh.seqlen_k || MASKED ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
         /* P^T while dP^T is still being computed */
         dfa__wgmma_wait<1>();
@@ -259,7 +276,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float pv = exp2f(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
-                if (need_mask && !dfa__mask_query_visible(m0 + 8 * j + 2 * t + (e & 1), qmin[e >> 1], qmax[e >> 1]))
+                const int q = m0 + 8 * j + 2 * t + (e & 1);
+                if (MASKED ? !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1]) : need_mask && q < qmin[e >> 1])
                     pv = 0.0f;
                 st[4 * j + e] = pv;
             }

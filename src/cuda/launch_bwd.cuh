@@ -43,7 +43,10 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, 
         !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
         (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
-    return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
+    if (DQ_MODE != 2 && p.sh.masked) /* the in-order dq is never masked (attn_bwd.cu) */
+        return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2>, ctas, C::NT, C::SMEM, st, fn,
+                           "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, p);
+    return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, 0>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
                        "backward key-block kernel launch", tq, tk, tv, tdo, tdq, p);
 }
 

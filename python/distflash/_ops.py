@@ -249,7 +249,7 @@ _CONTIGUOUS = torch.contiguous_format
 
 
 def _empty(shape, like, dtype=None):
-    return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+    return like.new_empty(shape, dtype=dtype or like.dtype)
 
 
 def _empty_like(t):
@@ -279,9 +279,10 @@ def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc
              window_right=NO_WINDOW):
     """o, lse of one forward, on checked inputs (the body of both paths below)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    B, Sq, H, _ = q.shape  # each .shape makes a torch.Size: read it once
     o = _empty_like(q)
-    lse = _empty(_lse_shape(q), q, torch.float32)
-    if _degenerate(q, k):  # no keys: o = 0, lse = -inf, as for a fully masked row
+    lse = q.new_empty((B, H, Sq), dtype=torch.float32)  # new_empty: half torch.empty(..., device=)'s cost
+    if B == 0 or Sq == 0 or k.shape[1] == 0:  # _degenerate: no keys: o = 0, lse = -inf (fully masked rows)
         o.zero_()
         lse.fill_(-math.inf)
         return o, lse
@@ -373,25 +374,34 @@ class AttnEager(torch.autograd.Function):
     """The same forward and backward as the ops above, for eager mode: the public function
     takes this path unless torch.compile is tracing (then the ops, which the compiler sees).
     The custom-op machinery (dispatch, schema checks, aliasing checks) costs tens to hundreds
-    of microseconds per call on the host; a plain autograd.Function costs a few."""
+    of microseconds per call on the host; a plain autograd.Function costs a few.
+    apply(q, k, v, args): the non-tensor arguments and the document ids travel in one tuple,
+    args = (causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right):
+    apply and the engine handle every argument (and backward's None for each) one by one."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right):
+    def forward(ctx, q, k, v, args):
+        causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right = args
         o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right)
-        ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
-        ctx.args = (causal, softmax_scale, q_start, k_start)
-        ctx.window = (window_left, window_right)
+        if q_doc is None:
+            ctx.save_for_backward(q, k, v, o, lse)
+        else:  # check_mask gives both or neither
+            ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
+        ctx.args = args
         ctx.set_materialize_grads(False)
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse):
-        q, k, v, o, lse, q_doc, k_doc = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        q, k, v, o, lse = saved[:5]
+        q_doc, k_doc = saved[5:] if len(saved) == 7 else (None, None)
+        causal, softmax_scale, q_start, k_start, _, _, window_left, window_right = ctx.args
         if grad_o is None:
             grad_o = torch.zeros_like(o)
-        dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, *ctx.args,
-                              torch.are_deterministic_algorithms_enabled(), q_doc, k_doc, *ctx.window)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start,
+                              torch.are_deterministic_algorithms_enabled(), q_doc, k_doc, window_left, window_right)
+        return dq, dk, dv, None
 
 
 def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None,
@@ -401,5 +411,5 @@ def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, 
     if torch.compiler.is_compiling():
         return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return AttnEager.apply(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
+        return AttnEager.apply(q, k, v, (causal, softmax_scale, q_start, k_start) + mask)
     return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, *mask)

@@ -23,9 +23,6 @@ _OFFSET_MAX = 2**62
 
 # --- argument checks (plain Python on shapes/devices/dtypes, so torch.compile traces them) ---
 
-_DEVICE_TYPES = ("cpu", "cuda")
-
-
 def qkv_ok(q, k, v, contiguous=True):
     """Whether q, k, v pass every check of check_qkv: the usual case, decided in a few attribute
     reads and comparisons (about a microsecond; check_qkv's loops and messages cost several).
@@ -35,7 +32,7 @@ def qkv_ok(q, k, v, contiguous=True):
     qs, ks = q.shape, k.shape
     dt, dev = q.dtype, q.device
     if not (len(qs) == 4 and len(ks) == 4 and v.shape == ks and k.dtype == dt and v.dtype == dt and dt in DTYPES
-            and k.device == dev and v.device == dev and dev.type in _DEVICE_TYPES
+            and k.device == dev and v.device == dev and (q.is_cuda or q.is_cpu)  # dev.type: 0.7 us
             and qs[0] == ks[0] and qs[3] == ks[3] and qs[2] >= 1 and ks[2] >= 1 and qs[3] >= 1
             and qs[0] <= _INT_MAX and qs[1] <= _INT_MAX and ks[1] <= _INT_MAX and qs[2] <= _INT_MAX
             and ks[2] <= _INT_MAX):

@@ -4,7 +4,10 @@
    and pointers made once) against distflash.torch.attention (no grad), the custom op called
    directly, and the autograd path (forward + backward) against the C forward + backward.
    Host time per call (the loop's wall time / calls, synchronised once at the end), so on CUDA it
-   is the enqueue cost the binding adds; the small kernels run in the shadow of it.
+   is the enqueue cost the binding adds; the small kernels run in the shadow of it. "torch floor":
+   an autograd.Function with the same inputs, outputs and saved tensors that allocates what the
+   binding allocates and calls nothing: what torch's autograd costs on its own, the part of the
+   fwd+bwd overhead no binding can remove.
 2. Large size (CUDA; the anchors' shape: d=128, S=32k, 32 heads, batch 1, causal, bf16): the C
    API's forward/backward (dfa_attn_fwd_cuda/bwd_cuda through ctypes on the same tensors) against
    the autograd path, timed with CUDA events (median of --reps), in ms and TFLOP/s
@@ -98,6 +101,23 @@ class CApi:
             _capi.check(s, "bwd")
 
 
+class Floor(torch.autograd.Function):
+    """The binding's autograd shape without the C calls (see the docstring)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, args):
+        o = torch.empty_like(q)
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), None
+
+
 def inputs(B, S, H, Hkv, D, dtype, dev, grad=False):
     q = torch.randn(B, S, H, D, device=dev, dtype=dtype, requires_grad=grad)
     k = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=grad)
@@ -108,8 +128,9 @@ def inputs(B, S, H, Hkv, D, dtype, dev, grad=False):
 def small(dev, dtype, sizes, calls):
     print(f"\n## per-call host time, {dev.type}, {str(dtype).replace('torch.', '')}, causal "
           f"(microseconds per call; overhead = path - C API)\n")
-    print("| B,S,H,D | C fwd | attention() | op direct | overhead fwd | C fwd+bwd | autograd fwd+bwd | overhead fwd+bwd |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| B,S,H,D | C fwd | attention() | op direct | overhead fwd | C fwd+bwd | autograd fwd+bwd | "
+          "overhead fwd+bwd | torch floor fwd+bwd |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (B, S, H, D) in sizes:
         q, k, v = inputs(B, S, H, H, D, dtype, dev)
         c = CApi(q, k, v, True)
@@ -132,8 +153,14 @@ def small(dev, dtype, sizes, calls):
             torch.autograd.grad(o, (qg, kg, vg), dout)
 
         t_ag = host_us(ag, dev, calls)
+
+        def floor():
+            o, _ = Floor.apply(qg, kg, vg, (True, 1.0, 0, 0, None, None, -2, -2))
+            torch.autograd.grad(o, (qg, kg, vg), dout)
+
+        t_fl = host_us(floor, dev, calls)
         print(f"| {B},{S},{H},{D} | {t_c:.1f} | {t_api:.1f} | {t_op:.1f} | {t_api - t_c:+.1f} | {t_cfb:.1f} | "
-              f"{t_ag:.1f} | {t_ag - t_cfb:+.1f} |")
+              f"{t_ag:.1f} | {t_ag - t_cfb:+.1f} | {t_fl:.1f} |")
 
 
 def flops(B, H, S, D, causal):

@@ -23,11 +23,31 @@ _OFFSET_MAX = 2**62
 
 # --- argument checks (plain Python on shapes/devices/dtypes, so torch.compile traces them) ---
 
+def qkv_ok(q, k, v, contiguous=True):
+    """Whether q, k, v pass every check of check_qkv: the usual case, decided in a few attribute
+    reads and comparisons (about a microsecond; check_qkv's loops and messages cost several).
+    False says nothing more: check_qkv then finds the argument and raises its message."""
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)):
+        return False
+    qs, ks = q.shape, k.shape
+    dt, dev = q.dtype, q.device
+    if not (len(qs) == 4 and len(ks) == 4 and v.shape == ks and k.dtype == dt and v.dtype == dt and dt in DTYPES
+            and k.device == dev and v.device == dev and (q.is_cuda or q.is_cpu)  # dev.type: 0.7 us
+            and qs[0] == ks[0] and qs[3] == ks[3] and qs[2] >= 1 and ks[2] >= 1 and qs[3] >= 1
+            and qs[0] <= _INT_MAX and qs[1] <= _INT_MAX and ks[1] <= _INT_MAX and qs[2] <= _INT_MAX
+            and ks[2] <= _INT_MAX):
+        return False
+    return not contiguous or (q.is_contiguous() and k.is_contiguous() and v.is_contiguous())
+
+
 def check_qkv(q, k, v, fn, contiguous=True):
     """Raises TypeError/ValueError for inputs the C calls cannot take as they are. Head counts
     that do not divide and unsupported head_dim are left to the library (DistflashError).
     The public functions require contiguous inputs (contiguous=True: a clear error instead of a
-    hidden copy); the ops themselves copy if needed, since a compiler may hand them any layout."""
+    hidden copy); the ops themselves copy if needed, since a compiler may hand them any layout.
+    The usual case costs one qkv_ok; the argument-by-argument checks run only when it fails."""
+    if qkv_ok(q, k, v, contiguous):
+        return
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
@@ -126,6 +146,7 @@ def check_mask(q, k, doc_ids, window, fn):
 
 def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=None, k_doc=None,
              window_left=NO_WINDOW, window_right=NO_WINDOW):
+    """A fresh dfa_attn_desc for these tensors and arguments."""
     B, Sq, H, D = q.shape
     return _capi.attn_desc(B, Sq, k.shape[1], H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal,
                            q_start=q_start, k_start=k_start, softmax_scale=scale,
@@ -134,28 +155,65 @@ def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=N
                            window=None if window_left == NO_WINDOW else (window_left, window_right))
 
 
+# Descriptors by everything they hold (document ids by address): a training loop calls with the
+# same few shapes over and over, and a ctypes Structure filled field by field costs microseconds.
+# The C calls take the descriptor as const and keep no pointer to it, so one cached descriptor
+# serves every call (and thread) with that key; the byref() is made once with it. Bounded: new
+# document-id tensors every step would otherwise grow it without end.
+_desc_cache = {}
+_DESC_CACHE_MAX = 256
+
+
+def desc_ref(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=None, k_doc=None,
+             window_left=NO_WINDOW, window_right=NO_WINDOW):
+    """desc_for's descriptor, by reference (what the C calls take), from the cache when it can."""
+    key = (q.shape, k.shape, q.dtype, causal, scale, q_start, k_start, deterministic,
+           None if q_doc is None else q_doc.data_ptr(), None if k_doc is None else k_doc.data_ptr(),
+           window_left, window_right)
+    r = _desc_cache.get(key)
+    if r is None:
+        r = ctypes.byref(desc_for(q, k, causal, scale, q_start, k_start, deterministic, q_doc, k_doc,
+                                  window_left, window_right))
+        if len(_desc_cache) >= _DESC_CACHE_MAX:
+            _desc_cache.clear()
+        _desc_cache[key] = r
+    return r
+
+
+# torch.cuda.current_stream(dev).cuda_stream builds a Stream object per call (microseconds);
+# torch's own raw query returns the cudaStream_t as an int. Older builds: the public way.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
 def cuda_stream(t):
     """The caller's current stream on t's device, as the cudaStream_t the C calls take."""
+    if _raw_stream is not None:
+        return _raw_stream(t.get_device())
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
-class _on_device:
-    """Makes t's device current for a C call (they work on the current device), switching only
-    when it is not already: the usual case costs one query."""
+def _current_device():
+    return _get_device() if _get_device is not None else torch.cuda.current_device()
 
-    __slots__ = ("index", "previous")
 
-    def __init__(self, t):
-        self.index = t.device.index
-
-    def __enter__(self):
-        self.previous = torch.cuda.current_device()
-        if self.index is not None and self.index != self.previous:
-            torch.cuda.set_device(self.index)
-
-    def __exit__(self, *exc):
-        if self.index is not None and self.index != self.previous:
-            torch.cuda.set_device(self.previous)
+def _cuda_call(name, t, *args):
+    """The CUDA call `name`(*args, stream) with t's device current (the C calls work on the
+    current device; switched only when it is not already: the usual case costs one query) on
+    the caller's current stream of that device."""
+    index = t.get_device()
+    previous = _current_device()
+    f = _capi.fn(name)
+    if index == previous:
+        s = f(*args, cuda_stream(t))
+    else:
+        torch.cuda.set_device(index)
+        try:
+            s = f(*args, cuda_stream(t))
+        finally:
+            torch.cuda.set_device(previous)
+    if s:
+        _capi.check(s, name)
 
 
 def _p(t):
@@ -163,25 +221,37 @@ def _p(t):
 
 
 def fwd_into(d, q, k, v, o, lse):
-    if q.device.type == "cuda":
-        with _on_device(q):
-            _capi.call("dfa_attn_fwd_cuda", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), cuda_stream(q))
+    """d: a dfa_attn_desc or a reference to one (desc_ref)."""
+    if q.is_cuda:
+        _cuda_call("dfa_attn_fwd_cuda", q, d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), _p(lse))
     else:
-        _capi.call("dfa_attn_fwd", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse))
+        s = _capi.fn("dfa_attn_fwd")(d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), _p(lse))
+        if s:
+            _capi.check(s, "dfa_attn_fwd")
 
 
 def bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv):
-    if q.device.type == "cuda":
-        with _on_device(q):
-            _capi.call("dfa_attn_bwd_cuda", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), _p(dout),
-                       _p(dq), _p(dk), _p(dv), cuda_stream(q))
+    """d: a dfa_attn_desc or a reference to one (desc_ref)."""
+    args = (d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+            dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    if q.is_cuda:
+        _cuda_call("dfa_attn_bwd_cuda", q, *args)
     else:
-        _capi.call("dfa_attn_bwd", ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse), _p(dout),
-                   _p(dq), _p(dk), _p(dv))
+        s = _capi.fn("dfa_attn_bwd")(*args)
+        if s:
+            _capi.check(s, "dfa_attn_bwd")
+
+
+_CONTIGUOUS = torch.contiguous_format
 
 
 def _empty(shape, like, dtype=None):
-    return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+    return like.new_empty(shape, dtype=dtype or like.dtype)
+
+
+def _empty_like(t):
+    """A contiguous tensor of t's shape, dtype and device (empty_like: cheaper than torch.empty)."""
+    return torch.empty_like(t, memory_format=_CONTIGUOUS)
 
 
 def _lse_shape(q):
@@ -206,13 +276,14 @@ def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc
              window_right=NO_WINDOW):
     """o, lse of one forward, on checked inputs (the body of both paths below)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    o = _empty(q.shape, q)
-    lse = _empty(_lse_shape(q), q, torch.float32)
-    if _degenerate(q, k):  # no keys: o = 0, lse = -inf, as for a fully masked row
+    B, Sq, H, _ = q.shape  # each .shape makes a torch.Size: read it once
+    o = _empty_like(q)
+    lse = q.new_empty((B, H, Sq), dtype=torch.float32)  # new_empty: half torch.empty(..., device=)'s cost
+    if B == 0 or Sq == 0 or k.shape[1] == 0:  # _degenerate: no keys: o = 0, lse = -inf (fully masked rows)
         o.zero_()
         lse.fill_(-math.inf)
         return o, lse
-    fwd_into(desc_for(q, k, causal, softmax_scale, q_start, k_start, False, q_doc, k_doc, window_left, window_right),
+    fwd_into(desc_ref(q, k, causal, softmax_scale, q_start, k_start, False, q_doc, k_doc, window_left, window_right),
              q, k, v, o, lse)
     return o, lse
 
@@ -236,10 +307,10 @@ def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_
     """dq, dk, dv of one backward, on checked inputs (the body of both paths)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
-    dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
     if _degenerate(q, k):
         return dq.zero_(), dk.zero_(), dv.zero_()
-    d = desc_for(q, k, causal, softmax_scale, q_start, k_start, deterministic, q_doc, k_doc, window_left,
+    d = desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, q_doc, k_doc, window_left,
                  window_right)
     bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv)
     if grad_lse is not None:
@@ -300,25 +371,34 @@ class AttnEager(torch.autograd.Function):
     """The same forward and backward as the ops above, for eager mode: the public function
     takes this path unless torch.compile is tracing (then the ops, which the compiler sees).
     The custom-op machinery (dispatch, schema checks, aliasing checks) costs tens to hundreds
-    of microseconds per call on the host; a plain autograd.Function costs a few."""
+    of microseconds per call on the host; a plain autograd.Function costs a few.
+    apply(q, k, v, args): the non-tensor arguments and the document ids travel in one tuple,
+    args = (causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right):
+    apply and the engine handle every argument (and backward's None for each) one by one."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right):
+    def forward(ctx, q, k, v, args):
+        causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right = args
         o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right)
-        ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
-        ctx.args = (causal, softmax_scale, q_start, k_start)
-        ctx.window = (window_left, window_right)
+        if q_doc is None:
+            ctx.save_for_backward(q, k, v, o, lse)
+        else:  # check_mask gives both or neither
+            ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
+        ctx.args = args
         ctx.set_materialize_grads(False)
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse):
-        q, k, v, o, lse, q_doc, k_doc = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        q, k, v, o, lse = saved[:5]
+        q_doc, k_doc = saved[5:] if len(saved) == 7 else (None, None)
+        causal, softmax_scale, q_start, k_start, _, _, window_left, window_right = ctx.args
         if grad_o is None:
             grad_o = torch.zeros_like(o)
-        dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, *ctx.args,
-                              torch.are_deterministic_algorithms_enabled(), q_doc, k_doc, *ctx.window)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start,
+                              torch.are_deterministic_algorithms_enabled(), q_doc, k_doc, window_left, window_right)
+        return dq, dk, dv, None
 
 
 def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None,
@@ -328,5 +408,5 @@ def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, 
     if torch.compiler.is_compiling():
         return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return AttnEager.apply(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
+        return AttnEager.apply(q, k, v, (causal, softmax_scale, q_start, k_start) + mask)
     return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, *mask)

@@ -19,6 +19,8 @@ from . import _capi, _dist, _ops
 from ._capi import DistflashError, DistflashInvalidArgument, DistflashLibraryError, DistflashUnsupported
 from ._dist import destroy_comms
 
+_OFFSET_MAX = _ops._OFFSET_MAX
+
 __all__ = ["attention", "dist_attention", "dist_position", "destroy_comms", "DistflashError",
            "DistflashInvalidArgument", "DistflashUnsupported", "DistflashLibraryError"]
 
@@ -42,11 +44,20 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
     torch.use_deterministic_algorithms(True) is set).
     """
     fn = "distflash.torch.attention"
-    _ops.check_qkv(q, k, v, fn)
+    # The usual call (checked tensors, int offsets in range, no mask) in a few comparisons; the
+    # checks with their messages run only for the rest.
+    if not _ops.qkv_ok(q, k, v):
+        _ops.check_qkv(q, k, v, fn)
     scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
-    _ops.check_offset(q_start, "q_start", fn)
-    _ops.check_offset(k_start, "k_start", fn)
-    q_doc, k_doc, wl, wr = _ops.check_mask(q, k, doc_ids, window, fn)
+    if not (type(q_start) is int and type(k_start) is int and -_OFFSET_MAX < q_start < _OFFSET_MAX
+            and -_OFFSET_MAX < k_start < _OFFSET_MAX):
+        _ops.check_offset(q_start, "q_start", fn)
+        _ops.check_offset(k_start, "k_start", fn)
+    if doc_ids is None and window is None:
+        q_doc = k_doc = None
+        wl = wr = _ops.NO_WINDOW
+    else:
+        q_doc, k_doc, wl, wr = _ops.check_mask(q, k, doc_ids, window, fn)
     o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start, q_doc, k_doc, wl, wr)
     return (o, lse) if return_lse else o
 

@@ -70,12 +70,5 @@ dfa_want_package() { # dfa_want_package <package> <what it is for>
 # named with the command that installs them; never a reason to stop.
 dfa_want_optional() { # dfa_want_optional <command> <package> <what it is for>
   command -v "$1" >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "distflash: installing $2 ($3)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null 2>&1 ||
-      { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null 2>&1; } ||
-      echo "distflash: could not install $2; going on without $3" >&2
-    return 0
-  fi
-  echo "distflash: optional: sudo apt-get install -y $2 ($3); going on without it" >&2
+  dfa_want_package "$2" "$3"
 }

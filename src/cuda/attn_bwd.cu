@@ -9,16 +9,12 @@
 
 #include "launch_bwd.cuh"
 
-/* How the library's backward computes dq for this shape on the current device: 0 a dq pass
-   after the key-block kernel, 1 the key-block kernel adds it in any order, 2 in a fixed order.
-   wgmma (optional): whether the Hopper kernel runs. A failed device query gives 2 (the
-   largest scratch); the call itself then reports the error. */
-static int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int *wgmma) {
-    int w = 0;
-    if (dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &w, "dfa__cuda_bwd_scratch") != DFA_OK) w = 1;
-    if (wgmma) *wgmma = w;
+/* How the library's backward computes dq for this shape, given whether the Hopper kernel runs:
+   0 a dq pass after the key-block kernel, 1 the key-block kernel adds it in any order, 2 in a
+   fixed order. */
+static int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int wgmma) {
     if (!(s->flags & DFA_FLAG_DETERMINISTIC)) return 1;
-    return w && !s->masked ? 2 : 0; /* the in-order dq knows no masks (bwd_ws.cuh) */
+    return wgmma && !s->masked ? 2 : 0; /* the in-order dq knows no masks (bwd_ws.cuh) */
 }
 
 static size_t dfa__align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -35,9 +31,14 @@ static size_t dfa__bwd_scratch_for(const dfa__cuda_shape *s, int dq_mode, size_t
     return *sem_off + (size_t)s->batch * s->num_heads * (size_t)((s->seqlen_q + 63) / 64) * sizeof(int);
 }
 
+/* On the current device; a failed device query counts as the Hopper kernel (the largest
+   scratch): the call itself then reports the error. */
 extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
+    int wgmma = 0;
+    if (dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &wgmma, "dfa__cuda_bwd_scratch") != DFA_OK)
+        wgmma = 1;
     size_t a, b;
-    return dfa__bwd_scratch_for(s, dfa__bwd_dq_mode(s, NULL), &a, &b);
+    return dfa__bwd_scratch_for(s, dfa__bwd_dq_mode(s, wgmma), &a, &b);
 }
 
 /* Everything but the key-block kernel, per element type and output type. */
@@ -120,7 +121,7 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     int wgmma = 0;
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "backward", &wgmma, fn);
     if (st) return st;
-    const int dq_mode = dfa__bwd_dq_mode(s, NULL);
+    const int dq_mode = dfa__bwd_dq_mode(s, wgmma);
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, dk, dv, scratch,
                               dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 != 0], dq_mode, stream,
                               fn);

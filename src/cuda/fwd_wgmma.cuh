@@ -1,18 +1,21 @@
 /* Internal: the Hopper forward kernel (FlashAttention-3 design): wgmma with
  * TMA loads and warp specialisation, for head dims 64 and 128 (sm_90a only).
  *
- * A CTA has three warpgroups. Warpgroup 0 is the producer: one thread issues the
+ * A CTA has NCW + 1 warpgroups. Warpgroup 0 is the producer: one thread issues the
  * bulk tensor copies of the CTA's Q tile and of every K and V tile into a
  * two-stage ring, each stage guarded by a "full" mbarrier (bytes landed) and an
- * "empty" one (both consumers done with it). Warpgroups 1 and 2 each own 64
- * query rows: S = Q K^T with both operands in shared memory, the online softmax
- * in registers, then O += P V with P straight from registers (RS form). The
- * producer hands registers to the consumers with setmaxnreg (40 / 232). PP bit 0
- * (PINGPONG) staggers the two consumers' products with named barriers; bit 1
- * (PIPELINE) issues S of block j + 1 before the softmax of block j, which then runs
- * under P V of block j (FlashAttention-3's intra-warpgroup overlap). The library
- * ships both at head dim 64 and the pipeline alone at 128 (launch_fwd.cuh); the
- * other combinations run in the kernel lab. OUT32 writes o as float32.
+ * "empty" one (every consumer done with it). Warpgroups 1 .. NCW each own 64
+ * query rows (NCW = 2: a 128-row query tile; 3: 192 rows, FlashAttention-3's
+ * head-dim-64 tile, which reads each K/V tile for 1.5x the rows): S = Q K^T with
+ * both operands in shared memory, the online softmax in registers, then O += P V
+ * with P straight from registers (RS form). The producer hands registers to the
+ * consumers with setmaxnreg (40 / 232 with two consumers, 32 / 160 with three).
+ * PP bit 0 (PINGPONG) makes the consumers issue their products in turn (named
+ * barriers); bit 1 (PIPELINE) issues S of block j + 1 before the softmax of block
+ * j, which then runs under P V of block j (FlashAttention-3's intra-warpgroup
+ * overlap); bit 2 (with bit 1) rescales o under S of the next block instead of
+ * after P V. Which combinations the library ships is in launch_fwd.cuh; the
+ * others run in the kernel lab. OUT32 writes o as float32.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
  * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. */
@@ -24,8 +27,8 @@
 #include "fwd_mma.cuh"
 #include "wgmma_gen.cuh"
 
-template <int D, int BN> struct dfa__fwd_wgmma_cfg {
-    static constexpr int BM = 128, STAGES = 2, NT = 384;
+template <int D, int BN, int NCW = 2> struct dfa__fwd_wgmma_cfg {
+    static constexpr int BM = 64 * NCW, STAGES = 2, NT = 128 * (NCW + 1);
     static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
     static constexpr int BAR_OFF = QBYTES + 2 * STAGES * KVBYTES;
     static constexpr int SMEM = BAR_OFF + 128 + 1024; /* barriers + room to align to 1024 */
@@ -53,17 +56,30 @@ static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a
     }
 }
 
-/* PINGPONG: the two consumer warpgroups take turns issuing their Q K^T products
-   (named barriers 1 and 2), so one's softmax runs under the other's matrix work. */
-template <int D, int BN, int BF16, int PP, int OUT32>
-__global__ void __launch_bounds__(384, 1)
+/* The output rows' rescale to a new running maximum (rows g and g + 8 of the warp's 16). */
+template <int OT8> static __device__ __forceinline__ void dfa__rescale_o(float *o, const float *alpha) {
+#pragma unroll
+    for (int j = 0; j < OT8; j++) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+    }
+}
+
+/* PINGPONG: the NCW consumer warpgroups take turns issuing their Q K^T products (named
+   barriers 1 .. NCW), so one's softmax runs under the others' matrix work. */
+template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2>
+__global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef typename dfa__out_type<OUT32>::type OutT;
-    typedef dfa__fwd_wgmma_cfg<D, BN> C;
+    typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
-    constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0;
+    constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0, LATE_RESCALE = PIPELINE && (PP & 4) != 0;
+    /* registers: the producer keeps what TMA issue needs, the consumers share the rest */
+    constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
@@ -103,8 +119,8 @@ __global__ void __launch_bounds__(384, 1)
         for (int s = 0; s < STAGES; s++) {
             dfa__mbar_init(K_FULL(s), 1);
             dfa__mbar_init(V_FULL(s), 1);
-            dfa__mbar_init(K_EMPTY(s), 256);
-            dfa__mbar_init(V_EMPTY(s), 256);
+            dfa__mbar_init(K_EMPTY(s), 128 * NCW);
+            dfa__mbar_init(V_EMPTY(s), 128 * NCW);
         }
         dfa__fence_barrier_init();
     }
@@ -112,7 +128,7 @@ __global__ void __launch_bounds__(384, 1)
 
     const int wg = tid / 128;
     if (wg == 0) {
-        dfa__setmaxnreg_dec<40>();
+        dfa__setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
             dfa__mbar_expect_tx(q_full, C::QBYTES);
 #pragma unroll
@@ -135,7 +151,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
 
-    dfa__setmaxnreg_inc<232>();
+    dfa__setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
     const int row0 = m0 + c * 64 + warp * 16;
     int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.sh.seqlen_k, p.sh.causal, p.sh.offset),
@@ -154,7 +170,9 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    if (PINGPONG && c == 1) dfa__named_arrive(1, 256); /* warpgroup 1 goes first */
+    /* ping-pong: the consumers issue in turn, c after c - 1 (named barrier 1 + c) */
+    const int next_bar = 1 + (c + 1) % NCW;
+    if (PINGPONG && c == NCW - 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     dfa__mbar_wait(q_full, 0);
     if (PIPELINE) {
         /* S of block it is computed while P V of block it - 1 is still in flight; the softmax
@@ -183,7 +201,7 @@ __global__ void __launch_bounds__(384, 1)
         if (PINGPONG) dfa__named_sync(1 + c, 256);
         dfa__wgmma_fence();
         DFA__FWD_ISSUE_S(0);
-        if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+        if (PINGPONG) dfa__named_arrive(next_bar, 256);
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
@@ -201,8 +219,12 @@ __global__ void __launch_bounds__(384, 1)
             if (PINGPONG) dfa__named_sync(1 + c, 256);
             dfa__wgmma_fence();
             DFA__FWD_ISSUE_S(s);
+            if (LATE_RESCALE) { /* o of block it - 2 to the maximum of it - 1, under S of block it */
+                dfa__rescale_o<OT8>(o, alpha);
+                dfa__wgmma_fence();
+            }
             DFA__FWD_ISSUE_PV(sp);
-            if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+            if (PINGPONG) dfa__named_arrive(next_bar, 256);
             dfa__wgmma_wait<1>();
 #pragma unroll
             for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
@@ -215,13 +237,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
             dfa__mbar_arrive(V_EMPTY(sp));
-#pragma unroll
-            for (int j = 0; j < OT8; j++) {
-                o[4 * j + 0] *= alpha[0];
-                o[4 * j + 1] *= alpha[0];
-                o[4 * j + 2] *= alpha[1];
-                o[4 * j + 3] *= alpha[1];
-            }
+            if (!LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
         }
@@ -229,9 +245,10 @@ __global__ void __launch_bounds__(384, 1)
             const int sp = (nblocks - 1) % STAGES;
             dfa__mbar_wait(V_FULL(sp), (uint32_t)((nblocks - 1) / STAGES) & 1u);
             if (PINGPONG) dfa__named_sync(1 + c, 256);
+            if (LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
             dfa__wgmma_fence();
             DFA__FWD_ISSUE_PV(sp);
-            if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+            if (PINGPONG) dfa__named_arrive(next_bar, 256);
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
@@ -256,7 +273,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);
         }
         dfa__wgmma_commit();
-        if (PINGPONG) dfa__named_arrive(1 + (1 - c), 256);
+        if (PINGPONG) dfa__named_arrive(next_bar, 256);
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);

@@ -34,16 +34,16 @@ static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st,
                        "forward kernel launch", p);
 }
 
-template <int D, int BN, int BF16, int PP, int OUT32>
+template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2>
 static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    typedef dfa__fwd_wgmma_cfg<D, BN> C;
+    typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
     CUtensorMap tq, tk, tv;
     if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
         !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN) ||
         !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
-    return dfa__launch(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
+    return dfa__launch(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
                        "forward kernel launch", tq, tk, tv, p);
 }
 
@@ -59,9 +59,9 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    softmax of each key block under the previous block's P V (intra-warpgroup pipelining).
    The library's kernels (bench/gpu/NOTES.md): both at head dim 64, pipelining alone at 128;
    the other combinations run in the kernel lab. */
-template <int BF16, int OUT32, int PP64 = 3, int PP128 = 2>
+template <int BF16, int OUT32, int PP64 = 3, int PP128 = 2, int NCW64 = 2>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32, NCW64>(p, st, fn);
     return dfa__launch_fwd_wgmma<128, 128, BF16, PP128, OUT32>(p, st, fn);
 }
 

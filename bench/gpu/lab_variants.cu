@@ -28,8 +28,7 @@ static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, cudaStream_t st, c
 }
 
 
-/* A head-dim-64-only forward variant (192-row tiles need three consumers' registers, which
-   head dim 128 does not have). */
+/* A head-dim-64-only forward variant. */
 template <int BF16, int PP, int NCW>
 static dfa_status lab_fwd_d64(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim != 64) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "this variant is for head dim 64 only");
@@ -55,12 +54,10 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 2, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 2, 2>(p, stream, fn);
     case LAB_FWD_WGMMA_LATE:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 7, 6>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 7, 6>(p, stream, fn);
-    case LAB_FWD_WGMMA_M192:
-        return s.bf16 ? lab_fwd_d64<1, 3, 3>(p, stream, fn) : lab_fwd_d64<0, 3, 3>(p, stream, fn);
-    case LAB_FWD_WGMMA_M192_PIPE:
-        return s.bf16 ? lab_fwd_d64<1, 2, 3>(p, stream, fn) : lab_fwd_d64<0, 2, 3>(p, stream, fn);
-    case LAB_FWD_WGMMA_M192_LATE:
-        return s.bf16 ? lab_fwd_d64<1, 7, 3>(p, stream, fn) : lab_fwd_d64<0, 7, 3>(p, stream, fn);
+    case LAB_FWD_WGMMA_M128:
+        return s.bf16 ? lab_fwd_d64<1, 3, 2>(p, stream, fn) : lab_fwd_d64<0, 3, 2>(p, stream, fn);
+    case LAB_FWD_WGMMA_CLUSTER:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2, 3, 2>(p, stream, fn);
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);
     }
 }

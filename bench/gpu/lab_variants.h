@@ -26,9 +26,9 @@ enum {
     LAB_FWD_WGMMA_PINGPONG,   /* Hopper forward, ping-pong alone: the library's until 2026-12-01 */
     LAB_BWD_WS_DQ_PASS,       /* deterministic: the warp-specialised kernel without dq, then the dq pass */
     LAB_FWD_WGMMA_LATE,       /* the library's forward with o rescaled under the next S (PP bit 2) */
-    LAB_FWD_WGMMA_M192,       /* head dim 64: 192-row query tiles (three consumers), ping-pong + pipelining */
-    LAB_FWD_WGMMA_M192_PIPE,  /* head dim 64: 192-row query tiles, pipelining alone */
-    LAB_FWD_WGMMA_M192_LATE,  /* head dim 64: 192-row query tiles, ping-pong + pipelining + late rescale */
+    LAB_FWD_WGMMA_M128,       /* head dim 64: 128-row query tiles (two consumers), ping-pong + pipelining: the
+                                 library's until 192-row tiles replaced it (2026-12-01, run 8) */
+    LAB_FWD_WGMMA_CLUSTER,    /* the library's forward in pairs of CTAs sharing K/V loads (TMA multicast) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -69,7 +69,47 @@ template <int OT8> static __device__ __forceinline__ void dfa__rescale_o(float *
 
 /* PINGPONG: the NCW consumer warpgroups take turns issuing their Q K^T products (named
    barriers 1 .. NCW), so one's softmax runs under the others' matrix work. */
-template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2>
+/* One K or V tile of BN rows into a stage (NCB column blocks of BN 128-byte rows). Alone the
+   tensor map's box is the whole tile. In a pair (box of BN / 2 rows) a shared tile is fetched
+   half by each CTA's producer, written to both CTAs; a tile only this CTA sees comes in two
+   halves of its own. */
+template <int CLUSTER, int NCB, int BN>
+static __device__ __forceinline__ void dfa__fwd_load_kv(uint32_t dst, const CUtensorMap *map, uint32_t full, int kvh,
+                                                        int n, int b, int shared, uint32_t rank) {
+#pragma unroll
+    for (int cb = 0; cb < NCB; cb++) {
+        const uint32_t d = dst + cb * BN * 128;
+        if (CLUSTER == 1) {
+            dfa__tma_load_4d(d, map, full, cb * 64, kvh, n, b);
+        } else if (shared) {
+            dfa__tma_load_4d_multicast(d + rank * (BN / 2) * 128, map, full, cb * 64, kvh, n + (int)rank * (BN / 2), b,
+                                       (uint16_t)3);
+        } else {
+            dfa__tma_load_4d(d, map, full, cb * 64, kvh, n, b);
+            dfa__tma_load_4d(d + (BN / 2) * 128, map, full, cb * 64, kvh, n + BN / 2, b);
+        }
+    }
+}
+
+/* A consumer warpgroup is done with a K or V stage. Alone (CLUSTER = 1) every thread arrives
+   on the CTA's empty barrier. In a pair of CTAs that share the stage's loads, one lane per
+   warp arrives twice: on its own CTA's barrier and on the peer's when the iteration is shared
+   (the peer's producer writes half of this CTA's stage), on its own twice otherwise. */
+template <int CLUSTER>
+static __device__ __forceinline__ void dfa__fwd_release(uint32_t empty, int shared, int lane, uint32_t peer) {
+    if (CLUSTER == 1) {
+        dfa__mbar_arrive(empty);
+        return;
+    }
+    __syncwarp();
+    if (lane == 0) {
+        dfa__mbar_arrive(empty);
+        if (shared) dfa__mbar_arrive_cluster(empty, peer);
+        else dfa__mbar_arrive(empty);
+    }
+}
+
+template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2, int CLUSTER = 1>
 __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
@@ -93,7 +133,10 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     const int tid = threadIdx.x;
     const int heads = p.sh.batch * p.sh.num_heads;
     const int nm = (p.sh.seqlen_q + BM - 1) / BM;
-    const int mb = nm - 1 - (int)(blockIdx.x / heads), bh = (int)(blockIdx.x % heads);
+    /* longest rows first (causal); in pairs, query blocks 2i and 2i + 1 of one head (nm even) */
+    const uint32_t rank = CLUSTER == 2 ? blockIdx.x & 1u : 0u, peer = rank ^ 1u;
+    const uint32_t unit = blockIdx.x / CLUSTER;
+    const int mb = CLUSTER * (nm / CLUSTER - 1 - (int)(unit / heads)) + (int)rank, bh = (int)(unit % heads);
     const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
@@ -102,6 +145,15 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
     dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
     const int nblocks = kb1 - kb0, n_begin = kb0 * BN;
+    /* A pair shares the K/V loads of the key blocks both see from the same first block on:
+       each producer fetches half of every such tile for both CTAs (TMA multicast). */
+    int nshared = 0;
+    if (CLUSTER == 2) {
+        int pk0, pk1;
+        dfa__mask_key_blocks<BN>(p.sh, b, (mb ^ 1) * BM, BM, &pk0, &pk1);
+        if (pk0 == kb0) nshared = (pk1 < kb1 ? pk1 : kb1) - kb0;
+        if (nshared < 0) nshared = 0;
+    }
 
     if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf */
         for (int i = tid; i < BM * (D / 8); i += C::NT) {
@@ -111,6 +163,11 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         if (lseg)
             for (int i = tid; i < BM; i += C::NT)
                 if (m0 + i < p.sh.seqlen_q) lseg[m0 + i] = -INFINITY;
+        if (CLUSTER == 2) { /* the peer meets this CTA twice: after its barriers' set-up and at its end */
+            __syncwarp();
+            dfa__cluster_sync();
+            dfa__cluster_sync();
+        }
         return;
     }
 
@@ -119,12 +176,13 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         for (int s = 0; s < STAGES; s++) {
             dfa__mbar_init(K_FULL(s), 1);
             dfa__mbar_init(V_FULL(s), 1);
-            dfa__mbar_init(K_EMPTY(s), 128 * NCW);
-            dfa__mbar_init(V_EMPTY(s), 128 * NCW);
+            dfa__mbar_init(K_EMPTY(s), CLUSTER == 1 ? 128 * NCW : 8 * NCW);
+            dfa__mbar_init(V_EMPTY(s), CLUSTER == 1 ? 128 * NCW : 8 * NCW);
         }
         dfa__fence_barrier_init();
     }
-    __syncthreads();
+    if (CLUSTER == 2) dfa__cluster_sync(); /* the peer's barriers exist before anything reaches them */
+    else __syncthreads();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -136,17 +194,18 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             for (int it = 0; it < nblocks; it++) {
                 const int s = it % STAGES;
                 const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
+                const int n = n_begin + it * BN;
                 dfa__mbar_wait(K_EMPTY(s), ph ^ 1u);
                 dfa__mbar_expect_tx(K_FULL(s), C::KVBYTES);
-#pragma unroll
-                for (int cb = 0; cb < NCB; cb++)
-                    dfa__tma_load_4d(sK + s * C::KVBYTES + cb * BN * 128, &tk, K_FULL(s), cb * 64, kvh, n_begin + it * BN, b);
+                dfa__fwd_load_kv<CLUSTER, NCB, BN>(sK + s * C::KVBYTES, &tk, K_FULL(s), kvh, n, b, it < nshared, rank);
                 dfa__mbar_wait(V_EMPTY(s), ph ^ 1u);
                 dfa__mbar_expect_tx(V_FULL(s), C::KVBYTES);
-#pragma unroll
-                for (int cb = 0; cb < NCB; cb++)
-                    dfa__tma_load_4d(sV + s * C::KVBYTES + cb * BN * 128, &tv, V_FULL(s), cb * 64, kvh, n_begin + it * BN, b);
+                dfa__fwd_load_kv<CLUSTER, NCB, BN>(sV + s * C::KVBYTES, &tv, V_FULL(s), kvh, n, b, it < nshared, rank);
             }
+        }
+        if (CLUSTER == 2) {
+            __syncwarp();
+            dfa__cluster_sync();
         }
         return;
     }
@@ -205,7 +264,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-        dfa__mbar_arrive(K_EMPTY(0));
+        dfa__fwd_release<CLUSTER>(K_EMPTY(0), 0 < nshared, lane, peer);
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
         dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
                                  p.sh.offset, p.scale_log2, lane, alpha);
@@ -228,7 +287,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__wgmma_wait<1>();
 #pragma unroll
             for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-            dfa__mbar_arrive(K_EMPTY(s));
+            dfa__fwd_release<CLUSTER>(K_EMPTY(s), it < nshared, lane, peer);
             const int n0 = n_begin + it * BN;
             if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
             dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
@@ -236,7 +295,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-            dfa__mbar_arrive(V_EMPTY(sp));
+            dfa__fwd_release<CLUSTER>(V_EMPTY(sp), it - 1 < nshared, lane, peer);
             if (!LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
@@ -252,7 +311,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-            dfa__mbar_arrive(V_EMPTY(sp));
+            dfa__fwd_release<CLUSTER>(V_EMPTY(sp), nblocks - 1 < nshared, lane, peer);
         }
 #undef DFA__FWD_ISSUE_S
 #undef DFA__FWD_ISSUE_PV
@@ -277,7 +336,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-        dfa__mbar_arrive(K_EMPTY(s));
+        dfa__fwd_release<CLUSTER>(K_EMPTY(s), it < nshared, lane, peer);
 
         float(*s4)[4] = (float(*)[4])sc;
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
@@ -297,9 +356,13 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-        dfa__mbar_arrive(V_EMPTY(s));
+        dfa__fwd_release<CLUSTER>(V_EMPTY(s), it < nshared, lane, peer);
     }
     dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q, p.sh.head_dim, lane);
+    if (CLUSTER == 2) { /* the peer may still arrive on this CTA's barriers */
+        __syncwarp();
+        dfa__cluster_sync();
+    }
 #undef K_FULL
 #undef K_EMPTY
 #undef V_FULL

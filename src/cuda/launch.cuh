@@ -27,4 +27,31 @@ static dfa_status dfa__launch(void (*kernel)(P...), long long grid, int threads,
     return e == cudaSuccess ? DFA_OK : dfa__cuda_fail(e, fn, what);
 }
 
+/* As dfa__launch, in clusters of `cluster` consecutive blocks (grid a multiple of it). */
+template <typename... P, typename... A>
+static dfa_status dfa__launch_cluster(void (*kernel)(P...), long long grid, int cluster, int threads, int smem,
+                                      cudaStream_t st, const char *fn, const char *unit, const char *what,
+                                      const A &...args) {
+    if (grid > 0x7fffffffLL)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many %s for one launch (%lld blocks)", unit, grid);
+    cudaError_t e;
+    if (smem > 0 && (e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
+        return dfa__cuda_fail(e, fn, "cudaFuncSetAttribute");
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)grid, 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    return e == cudaSuccess ? DFA_OK : dfa__cuda_fail(e, fn, what);
+}
+
 #endif

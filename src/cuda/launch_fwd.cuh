@@ -34,17 +34,27 @@ static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st,
                        "forward kernel launch", p);
 }
 
-template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2>
+template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2, int CLUSTER = 1>
 static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
+    const int nm = (p.sh.seqlen_q + C::BM - 1) / C::BM;
+    /* pairs of query blocks share their K/V loads when the blocks pair up and see the same keys
+       (no mask); otherwise the CTAs run alone */
+    if constexpr (CLUSTER == 2)
+        if (nm % 2 != 0 || p.sh.masked) return dfa__launch_fwd_wgmma<D, BN, BF16, PP, OUT32, NCW, 1>(p, st, fn);
+    const long long tiles = (long long)p.sh.batch * p.sh.num_heads * nm;
     CUtensorMap tq, tk, tv;
+    const int kv_box = CLUSTER == 2 ? BN / 2 : BN;
     if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
-        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN) ||
-        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN))
+        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_box) ||
+        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_box))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
-    return dfa__launch(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
-                       "forward kernel launch", tq, tk, tv, p);
+    if constexpr (CLUSTER == 2)
+        return dfa__launch_cluster(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW, CLUSTER>, tiles, 2, C::NT, C::SMEM,
+                                   st, fn, "query tiles", "forward kernel launch", tq, tk, tv, p);
+    else
+        return dfa__launch(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW, CLUSTER>, tiles, C::NT, C::SMEM, st, fn,
+                           "query tiles", "forward kernel launch", tq, tk, tv, p);
 }
 
 /* The mma.sync forward, any head dim (padded to 64, 128 or 256). */
@@ -56,13 +66,15 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
 }
 
 /* The Hopper forward, head dims 64 and 128. PP: bit 0 ping-pong consumers, bit 1 the
-   softmax of each key block under the previous block's P V (intra-warpgroup pipelining).
-   The library's kernels (bench/gpu/NOTES.md): both at head dim 64, pipelining alone at 128;
-   the other combinations run in the kernel lab. */
-template <int BF16, int OUT32, int PP64 = 3, int PP128 = 2, int NCW64 = 2>
+   softmax of each key block under the previous block's P V (intra-warpgroup pipelining),
+   bit 2 the late o rescale; NCW64 consumer warpgroups (64 query rows each) at head dim 64;
+   CLUSTER 2: pairs of CTAs share K/V loads. The library's kernels (bench/gpu/NOTES.md):
+   ping-pong + pipelining with 192-row tiles at head dim 64, pipelining alone at 128; the other
+   combinations run in the kernel lab. */
+template <int BF16, int OUT32, int PP64 = 3, int PP128 = 2, int NCW64 = 3, int CLUSTER = 1>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32, NCW64>(p, st, fn);
-    return dfa__launch_fwd_wgmma<128, 128, BF16, PP128, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32, NCW64, CLUSTER>(p, st, fn);
+    return dfa__launch_fwd_wgmma<128, 128, BF16, PP128, OUT32, 2, CLUSTER>(p, st, fn);
 }
 
 #endif

@@ -131,6 +131,49 @@ static __device__ __forceinline__ void dfa__tma_load_4d(uint32_t dst, const void
 #endif
 }
 
+/* Clusters of CTAs (sm_90). */
+/* This CTA's rank in its cluster. */
+static __device__ __forceinline__ uint32_t dfa__cluster_rank(void) {
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+/* Every thread of every CTA of the cluster meets here; shared-memory writes (barrier
+   initialisation included) before it are visible cluster-wide after it. */
+static __device__ __forceinline__ void dfa__cluster_sync(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+/* One arrival on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster
+   (a consumer telling a peer's producer that its copy of a stage is free). */
+static __device__ __forceinline__ void dfa__mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .b32 remote;\n\t"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}" ::"r"(bar),
+                 "r"(rank)
+                 : "memory");
+#else
+    (void)bar; (void)rank;
+#endif
+}
+/* As dfa__tma_load_4d, written to the same offset in every CTA of the cluster whose bit is set
+   in mask, each counting the bytes on its own barrier at bar's offset. */
+static __device__ __forceinline__ void dfa__tma_load_4d_multicast(uint32_t dst, const void *tmap, uint32_t bar, int c0,
+                                                                  int c1, int c2, int c3, uint16_t mask) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
+                 ::"r"(dst), "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+                 : "memory");
+#else
+    (void)dst; (void)tmap; (void)bar; (void)c0; (void)c1; (void)c2; (void)c3; (void)mask;
+#endif
+}
+
 static __device__ __forceinline__ void dfa__wgmma_fence(void) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

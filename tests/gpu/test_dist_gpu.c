@@ -14,7 +14,8 @@
  * than a chunk), windows of 1, a chunk and the whole sequence, with and without causal,
  * bf16 and f16, GQA, forward and backward against the oracle and the single-GPU masked
  * call; bad ids on one rank fail every rank with outputs untouched; capture is refused.
- * DFA_GPU_TEST_SMALL=1 (the compute-sanitizer runs): a few small cases, no timeouts. */
+ * DFA_GPU_TEST_SMALL=1 (the compute-sanitizer runs): a few small cases, no timeouts.
+ * DFA_GPU_TEST_MASKS=1: the mask tests only (bench/seqpar/masks_gpu_check.sh). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <mpi.h>
@@ -723,7 +724,8 @@ int main(int argc, char **argv) {
     static const int rows[] = {37, 128, 1, 300, 64, 200};
     static const int dims[] = {128, 64, 96, 128, 256, 64};
     static const dfa__sched_kind kinds[] = {DFA__SCHED_BALANCED, DFA__SCHED_RING, DFA__SCHED_PAPER};
-    const int ncases = small ? 4 : 30;
+    const int masks_only = getenv("DFA_GPU_TEST_MASKS") != NULL;
+    const int ncases = masks_only ? 0 : small ? 4 : 30;
     for (int i = 0; i < ncases; i++) {
         dcase k = {1 + (i % 4 == 3), small ? 16 + i : rows[i % 6], heads[i % 5][0], heads[i % 5][1], dims[i % 6],
                    i % 3 == 2 ? DFA_F16 : DFA_BF16, i % 5 != 4, (i / 2) % 2 == 0, kinds[i % 3],
@@ -731,7 +733,7 @@ int main(int argc, char **argv) {
         run_case(c, &k, s);
     }
     /* the other constructor: a communicator from the caller's own NCCL communicator */
-    {
+    if (!masks_only) {
         ncclUniqueId id;
         if (rank == 0) ncclGetUniqueId(&id);
         MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -752,17 +754,18 @@ int main(int argc, char **argv) {
               strstr(dfa_last_error(), "device"), "bad device: %s", dfa_last_error());
     CHECK(dfa_comm_create_nccl_mpi(MPI_COMM_NULL, 0, &bad) == DFA_ERR_INVALID_ARGUMENT, "MPI_COMM_NULL");
     CUDA_OK(cudaSetDevice(rank));
-    test_bits(c, s);
-    test_errors(c, s);
+    if (!masks_only) test_bits(c, s);
+    if (!masks_only) test_errors(c, s);
     test_masks(c, s);
     test_mask_errors(c, s);
     CHECK(dfa_comm_check(c) == DFA_OK, "rank %d: leftover failure: %s", rank, dfa_last_error());
     dfa_comm_destroy(c);
-    if (!small && nranks > 1) test_timeouts(s);
+    if (!small && !masks_only && nranks > 1) test_timeouts(s);
     cudaStreamDestroy(s);
     int fails = tl_failures, all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("test_dist_gpu: %d ranks, %d cases\n", nranks, ncases + 1);
+    if (rank == 0)
+        printf("test_dist_gpu: %d ranks, %d cases%s\n", nranks, ncases + !masks_only, masks_only ? " (masks only)" : "");
     const int rc = tl_finish("test_dist_gpu");
     MPI_Finalize();
     return rc || all ? 1 : 0;

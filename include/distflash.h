@@ -272,8 +272,8 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * same id on two ranks is the same document (a document may span ranks). The
  * ranks exchange their ids (4 bytes a token) and then compute and move only the
  * (query chunk, key chunk) pairs that have a visible key, balanced by visible
- * pairs; a window shorter than a chunk pairs neighbours only. Host (MPI)
- * communicators; the device calls (distflash_nccl.h) do not take masks yet.
+ * pairs; a window shorter than a chunk pairs neighbours only. The device calls
+ * (distflash_nccl.h) take masks too, with the ids in device memory.
  */
 DFA_API dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
                                      const void *v, void *o, float *lse);

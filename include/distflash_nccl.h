@@ -27,11 +27,27 @@
  * ready when `stream` reaches the end of the call. No call synchronises the host with the
  * device, except (a) the first call with a given descriptor on a communicator, which agrees
  * on the arguments with the other ranks on the host (one small allreduce and a wait for
- * it; the communicator remembers the 16 most recent descriptors), and (b) a call whose shape
- * needs more scratch than the communicator holds (it allocates it with cudaMalloc). So a
- * training step that repeats its shapes can be captured into a CUDA graph and replayed after
- * one uncaptured call; a capture that would need (a) or (b) fails with
- * DFA_ERR_INVALID_ARGUMENT and says so.
+ * it; the communicator remembers the 16 most recent descriptors), (b) a call whose shape
+ * needs more scratch than the communicator holds (it allocates it with cudaMalloc), and (c)
+ * masked calls (below). So a training step that repeats its shapes can be captured into a
+ * CUDA graph and replayed after one uncaptured call; a capture that would need (a), (b) or
+ * (c) fails with DFA_ERR_INVALID_ARGUMENT and says so.
+ *
+ * Masks (documents and sliding windows: distflash.h, "Masks", and dfa_dist_attn_fwd). The
+ * window works as in the host calls. d->attn.q_doc (== d->attn.k_doc) is a DEVICE pointer on
+ * this rank's GPU, 4-byte aligned: this rank's ids [batch, n], read in `stream`'s order. A
+ * masked call plans on the host, as the host calls do, so it is never enqueue-only: it
+ * agrees with the other ranks on the host on every call (nothing is remembered: the plan
+ * follows the ids), and with documents it gathers every rank's ids on the device and copies
+ * them to the host, which synchronises `stream` once (the caller's earlier work on it
+ * included). There the ids are checked (non-decreasing in each batch row, as the host calls
+ * check them; a rank with bad ids fails every rank, DFA_ERR_INVALID_ARGUMENT, message naming
+ * d->q_doc) and the masked plan is built; then the pass is enqueued like any other, the
+ * blocks reading every rank's ids from a device copy that the communicator keeps (4 bytes
+ * a token of the whole sequence, apart from the workspace). So a masked call cannot be
+ * captured into a CUDA graph (refused, DFA_ERR_INVALID_ARGUMENT, before anything is
+ * enqueued or exchanged). dfa_dist_attn_cuda_workspace_bytes bounds the workspace of any
+ * masked plan.
  *
  * Errors across ranks. Arguments are checked on each rank. With a new descriptor the host
  * agreement makes any rank's failure (a bad pointer, descriptors that differ across ranks)
@@ -86,12 +102,13 @@ extern "C" {
  */
 DFA_API dfa_status dfa_comm_create_nccl(ncclComm_t comm, dfa_comm **out);
 
-/* The distributed forward on device memory: o, lse (lse may be NULL) for this rank's rows. */
+/* The distributed forward on device memory: o, lse (lse may be NULL) for this rank's rows.
+   With documents, d->attn.q_doc / k_doc are device pointers (see "Masks" above). */
 DFA_API dfa_status dfa_dist_attn_fwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
                                   void *o, float *lse, cudaStream_t stream);
 
 /* The distributed backward on device memory: dq, dk, dv for this rank's rows, from the o and
-   lse of the distributed forward. */
+   lse of the distributed forward (with the same mask; document ids on the device). */
 DFA_API dfa_status dfa_dist_attn_bwd_cuda(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k, const void *v,
                                   const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
                                   cudaStream_t stream);

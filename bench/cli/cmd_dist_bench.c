@@ -4,7 +4,10 @@
  * forward+backward makespan over the repetitions, per rank and per step the compute and
  * wait time, the speedup over the ring and over one process computing the whole sequence,
  * and each rank's measured idle time beside the simulator's prediction (simulate.h) with
- * the FLOP rate measured in this run and the given link bandwidth. */
+ * the FLOP rate measured in this run and the given link bandwidth. With --docs / --window
+ * (bench_masks.h) every call, the one-process reference included, carries the mask; the
+ * schedules then follow masked plans, FLOP rates count visible pairs only, and the
+ * simulator (unmasked schedules) is left out. */
 #include <stdio.h>
 
 #include "commands.h"
@@ -29,6 +32,7 @@ int cmd_dist_bench(int argc, char **argv) {
 #include "seqpar/dist_internal.h"
 #include "seqpar/executor.h"
 #include "seqpar/simulate.h"
+#include "bench_masks.h"
 #include "cli_values.h"
 #include "distflash_mpi.h"
 
@@ -36,6 +40,7 @@ typedef struct {
     int rows, batch, heads, kv_heads, head_dim, causal, reps, warmup, threads, single, detail;
     dfa_dtype dtype;
     double bandwidth, latency;
+    bench_mask mask;
 } bench_opts;
 
 static int rank, nranks;
@@ -64,13 +69,21 @@ static void usage(FILE *f) {
             "  --bandwidth BW        link bytes/s for the simulator         [5e9]\n"
             "  --latency L           seconds per message for the simulator  [2e-6]\n"
             "  --no-single           skip the one-process reference\n"
+            "  --docs MEAN           packed documents, log-normal lengths of this mean (sigma 1, fixed seed)\n"
+            "  --window W            sliding window of W keys back (and ahead when non-causal)\n"
             "  --detail              per-step tables for every configuration (default: ours and the ring)\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){2048, 1, 8, 8, 128, 1, 3, 1, 1, 1, 0, DFA_F32, 5e9, 2e-6};
+    *o = (bench_opts){2048, 1, 8, 8, 128, 1, 3, 1, 1, 1, 0, DFA_F32, 5e9, 2e-6, {0.0, -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const int mk = bench_mask_arg(argc, argv, &i, &o->mask);
+        if (mk < 0) {
+            if (rank == 0) fprintf(stderr, "distflash dist-bench: %s needs a value (--docs >= 1, --window >= 0)\n", a);
+            return -1;
+        }
+        if (mk) continue;
         int *ip = !strcmp(a, "--rows")       ? &o->rows
                   : !strcmp(a, "--batch")    ? &o->batch
                   : !strcmp(a, "--heads")    ? &o->heads
@@ -256,15 +269,35 @@ int cmd_dist_bench(int argc, char **argv) {
     d.attn = dfa_attn_desc_init(o.batch, n, n, o.heads, o.kv_heads, o.head_dim);
     d.attn.dtype = o.dtype;
     d.attn.causal = o.causal;
+    /* masks: the whole sequence's document ids (the same on every rank), this rank's rows */
+    const int masked = bench_mask_on(&o.mask);
+    int ndocs = 0;
+    int32_t *ids = bench_docs(&o.mask, o.batch, (int64_t)P * n, &ndocs);
+    int32_t *lids = bench_docs_slice(ids, o.batch, (int64_t)P * n, (int64_t)rank * n, n);
+    if (o.mask.doc_mean > 0 && (!ids || !lids)) {
+        fprintf(stderr, "rank %d: out of memory for the document ids\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    bench_mask_apply(&o.mask, &d.attn, lids);
+    dfa_attn_desc whole = d.attn; /* the whole sequence, for the reference and the visible FLOPs */
+    whole.seqlen_q = whole.seqlen_k = P * n;
+    bench_mask_apply(&o.mask, &whole, ids);
+    const double vis_fwd = bench_visible_flops(&whole); /* forward; the backward counts 2.5x */
     const dfa__msg_shape sh = {o.batch, o.heads, o.kv_heads, o.head_dim, es};
-    char load[128];
+    char load[128], mdesc[160];
+    bench_mask_describe(&o.mask, ndocs, mdesc, sizeof mdesc);
     if (rank == 0) {
         loadavg(load, sizeof load);
-        printf("dist-bench: %d ranks x %d rows = %lld tokens, batch %d, %d heads (%d kv), head_dim %d, %s, %s, "
+        printf("dist-bench: %d ranks x %d rows = %lld tokens, batch %d, %d heads (%d kv), head_dim %d, %s, %s, %s, "
                "%d thread(s)/rank, median of %d (+%d warm-up)\n%s\nloadavg before: %s\n",
                P, n, (long long)P * n, o.batch, o.heads, o.kv_heads, o.head_dim,
                o.dtype == DFA_F32 ? "f32" : o.dtype == DFA_BF16 ? "bf16" : "f16", o.causal ? "causal" : "non-causal",
-               o.threads, o.reps, o.warmup, dfa_version_string(), load);
+               mdesc, o.threads, o.reps, o.warmup, dfa_version_string(), load);
+        if (masked)
+            printf("visible pairs: %.4g of %.4g (%.2f%%); FLOP rates below count visible pairs only\n",
+                   vis_fwd / (4.0 * o.heads * o.head_dim),
+                   (double)o.batch * P * n * (double)P * n, 100.0 * vis_fwd / (4.0 * o.heads * o.head_dim) /
+                                                                ((double)o.batch * P * n * (double)P * n));
         fflush(stdout);
     }
 
@@ -272,8 +305,7 @@ int cmd_dist_bench(int argc, char **argv) {
     double single = 0.0;
     if (o.single) {
         if (rank == 0) {
-            dfa_attn_desc full = d.attn;
-            full.seqlen_q = full.seqlen_k = P * n;
+            dfa_attn_desc full = whole;
             const int64_t fq = nq * P, fk = nk * P;
             void *Q = rand_buf(o.dtype, fq, 7), *K = rand_buf(o.dtype, fk, 8), *V = rand_buf(o.dtype, fk, 9),
                  *DO = rand_buf(o.dtype, fq, 10);
@@ -296,7 +328,9 @@ int cmd_dist_bench(int argc, char **argv) {
             }
             qsort(times, (size_t)o.reps, sizeof(double), cmp_double);
             single = times[o.reps / 2];
-            printf("\none process, whole sequence, fwd+bwd: %.3f s (median)\n", single);
+            printf("\none process, whole sequence, fwd+bwd: %.3f s (median)", single);
+            if (masked) printf(", %.2f GFLOP/s (visible pairs)", 3.5 * vis_fwd / single / 1e9);
+            printf("\n");
             fflush(stdout);
             free(Q); free(K); free(V); free(DO); free(O); free(DQ); free(DK); free(DV); free(L); free(times);
         }
@@ -360,17 +394,30 @@ int cmd_dist_bench(int argc, char **argv) {
     if (rank == 0) {
         loadavg(load, sizeof load);
         printf("loadavg after: %s\n", load);
-        printf("\n%-9s %-7s %10s %9s %9s %10s %9s\n", "schedule", "overlap", "f+b s", "vs ring", "vs paper",
-               o.single ? "vs 1 proc" : "", "(min s)");
+        printf("\n%-9s %-7s %10s %9s %9s %10s %9s%s\n", "schedule", "overlap", "f+b s", "vs ring", "vs paper",
+               o.single ? "vs 1 proc" : "", "(min s)", masked ? "  GFLOP/s/rank (visible)" : "");
         for (int ci = 0; ci < 6; ci++) {
             const result *R = &res[ci];
             printf("%-9s %-7s %10.3f %8.3fx %8.3fx", dfa__sched_name(R->kind), R->overlap ? "on" : "off", R->makespan,
                    res[ci % 2].makespan / R->makespan, res[2 + ci % 2].makespan / R->makespan);
             if (o.single) printf(" %9.3fx", single / R->makespan);
             else printf(" %10s", "");
-            printf(" %9.3f\n", R->best);
+            printf(" %9.3f", R->best);
+            if (masked) printf("  %10.2f", 3.5 * vis_fwd / P / R->makespan / 1e9);
+            printf("\n");
         }
-        for (int ci = 0; ci < 6; ci++) {
+        if (masked && o.single)
+            printf("scaling efficiency (vs 1 proc / %d ranks), ours overlap on: %.3f\n", P,
+                   single / (P * res[4].makespan));
+        if (masked) printf("\n(masked plans: the simulator, which models the unmasked schedules, is left out)\n");
+        for (int ci = 0; ci < 6 && masked; ci++) {
+            const result *R = &res[ci];
+            if (!(o.detail || (R->overlap && R->kind != DFA__SCHED_PAPER))) continue;
+            printf("\n%s, overlap %s: fwd+bwd %.3f s\n", dfa__sched_name(R->kind), R->overlap ? "on" : "off", R->makespan);
+            print_steps("fwd", R->fwd, P, o.threads);
+            print_steps("bwd", R->bwd, P, o.threads);
+        }
+        for (int ci = 0; ci < 6 && !masked; ci++) {
             const result *R = &res[ci];
             const int show = o.detail || (R->overlap && R->kind != DFA__SCHED_PAPER);
             /* the simulator with this run's measured FLOP rate (per pass) and the given link */
@@ -435,6 +482,8 @@ int cmd_dist_bench(int argc, char **argv) {
     free(ms);
     free(recs);
     free(q); free(k); free(v); free(dout); free(out); free(dq); free(dk); free(dv); free(lse);
+    free(ids);
+    free(lids);
     dfa_comm_destroy(c);
     MPI_Finalize();
     return 0;

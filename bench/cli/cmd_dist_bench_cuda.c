@@ -7,7 +7,9 @@
  * repetition), TFLOP/s per GPU (FLOPs as in DESIGN.md: forward 4 B H S^2 D, halved when
  * causal; forward+backward 3.5x), and per step the compute and wait times of every rank
  * (device timing marks, from one extra repetition). --fit finds the longest causal
- * forward+backward that fits on the P GPUs. */
+ * forward+backward that fits on the P GPUs. --docs MEAN / --window W (bench_masks.h) mask
+ * every call, the single-GPU reference included (document ids in device memory); FLOPs then
+ * count visible pairs only, so TFLOP/s and the efficiency compare like with like. */
 #include <stdio.h>
 
 #include "commands.h"
@@ -39,6 +41,7 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
 #include "distflash_nccl.h"
 #include "seqpar/dist_internal.h"
 #include "seqpar/executor.h"
+#include "bench_masks.h"
 #include "cli_values.h"
 #include "measure.h"
 
@@ -58,6 +61,7 @@ typedef struct {
     int batch, heads, kv_heads, head_dim, causal, warmup, reps, single, deterministic, fit, paper, fit_run;
     dfa_dtype dtype;
     const char *json;
+    bench_mask mask;
 } opts;
 
 static void usage(FILE *f) {
@@ -72,13 +76,18 @@ static void usage(FILE *f) {
             "  --deterministic               DFA_FLAG_DETERMINISTIC\n"
             "  --no-single                   skip the single-GPU reference\n"
             "  --json FILE                   results as JSON (rank 0)\n"
+            "  --docs MEAN                   packed documents, log-normal lengths of this mean (sigma 1, fixed seed)\n"
+            "  --window W                    sliding window of W keys back (and ahead when non-causal)\n"
             "  --fit                         the longest causal fwd+bwd that fits (H x D as given)\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, 1 << 20, DFA_BF16, NULL};
+    *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, 1 << 20, DFA_BF16, NULL, {0.0, -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const int mk = bench_mask_arg(argc, argv, &i, &o->mask);
+        if (mk < 0) return -1;
+        if (mk) continue;
         int *ip = !strcmp(a, "--batch") ? &o->batch : !strcmp(a, "--heads") ? &o->heads
                 : !strcmp(a, "--kv-heads") ? &o->kv_heads : !strcmp(a, "--head-dim") ? &o->head_dim
                 : !strcmp(a, "--reps") ? &o->reps : !strcmp(a, "--warmup") ? &o->warmup
@@ -377,11 +386,14 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
     if (rank == 0) {
         struct cudaDeviceProp prop;
         cudaGetDeviceProperties(&prop, 0);
-        printf("dist-bench --device cuda: %d ranks on %s, batch %d, %d heads (%d kv) x %d, %s, %s%s; median of %d "
+        char mdesc[160];
+        bench_mask_describe(&o.mask, 0, mdesc, sizeof mdesc);
+        printf("dist-bench --device cuda: %d ranks on %s, batch %d, %d heads (%d kv) x %d, %s, %s%s, %s; median of %d "
                "(+%d warm-up)\n%s\n",
                nranks, prop.name, o.batch, o.heads, o.kv_heads, o.head_dim, o.dtype == DFA_BF16 ? "bf16" : "f16",
-               o.causal ? "causal" : "non-causal", o.deterministic ? ", deterministic" : "", o.reps, o.warmup,
+               o.causal ? "causal" : "non-causal", o.deterministic ? ", deterministic" : "", mdesc, o.reps, o.warmup,
                dfa_version_string());
+        if (bench_mask_on(&o.mask)) printf("(masked: FLOPs over visible pairs only)\n");
         printf("\n%8s %-9s %-7s %9s %10s %9s %9s %8s %8s\n", "S", "schedule", "overlap", "fwd ms", "f+b ms",
                "fwd TF/s", "f+b TF/s", "eff f+b", "vs ring");
     }
@@ -392,7 +404,27 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
             if (rank == 0) printf("S = %lld is not a multiple of %d: skipped\n", (long long)S, nranks);
             continue;
         }
-        const double F = flops_fwd(&o, (double)S);
+        /* masks: the whole sequence's ids (the same on every rank) on the host for the visible
+           FLOPs, on the device for the calls (the single GPU's whole sequence, this rank's rows) */
+        const int masked = bench_mask_on(&o.mask);
+        int ndocs = 0;
+        int32_t *ids = bench_docs(&o.mask, o.batch, S, &ndocs);
+        int32_t *lids = bench_docs_slice(ids, o.batch, S, (int64_t)rank * n, n);
+        int32_t *ids_dev = NULL, *lids_dev = NULL;
+        if (ids) {
+            DB_CUDA(cudaMalloc((void **)&lids_dev, sizeof(int32_t) * (size_t)o.batch * n));
+            DB_CUDA(cudaMemcpy(lids_dev, lids, sizeof(int32_t) * (size_t)o.batch * n, cudaMemcpyHostToDevice));
+        }
+        double F = flops_fwd(&o, (double)S);
+        if (masked) {
+            dfa_attn_desc whole = dfa_attn_desc_init(o.batch, (int)S, (int)S, o.heads, o.kv_heads, o.head_dim);
+            whole.causal = o.causal;
+            bench_mask_apply(&o.mask, &whole, ids);
+            F = bench_visible_flops(&whole);
+            if (rank == 0)
+                printf("%8lld mask: %d documents per row, %.2f%% of the pairs visible\n", (long long)S, ndocs,
+                       100.0 * F / (4.0 * o.heads * o.head_dim * o.batch * (double)S * (double)S));
+        }
         timing t1 = {0, 0};
         if (o.single) {
             if (rank == 0) {
@@ -404,7 +436,14 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
                     d1.attn.dtype = o.dtype;
                     d1.attn.causal = o.causal;
                     d1.attn.flags = o.deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+                    if (ids) {
+                        DB_CUDA(cudaMalloc((void **)&ids_dev, sizeof(int32_t) * (size_t)o.batch * S));
+                        DB_CUDA(cudaMemcpy(ids_dev, ids, sizeof(int32_t) * (size_t)o.batch * S, cudaMemcpyHostToDevice));
+                    }
+                    bench_mask_apply(&o.mask, &d1.attn, ids_dev);
                     t1 = measure(NULL, &d1, -1, &whole, s, &o, 0);
+                    cudaFree(ids_dev);
+                    ids_dev = NULL;
                     free_bufs(&whole);
                     printf("%8lld %-9s %-7s %9.2f %10.2f %9.1f %9.1f\n", (long long)S, "1 GPU", "-", 1e3 * t1.fwd,
                            1e3 * t1.fb, F / t1.fwd / 1e12, 3.5 * F / t1.fb / 1e12);
@@ -418,12 +457,16 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
         if (!ok) {
             if (rank == 0) printf("%8lld: the buffers do not fit\n", (long long)S);
             free_bufs(&b);
+            cudaFree(lids_dev);
+            free(ids);
+            free(lids);
             continue;
         }
         dfa_dist_desc d = dfa_dist_desc_init(o.batch, (int)n, o.heads, o.kv_heads, o.head_dim);
         d.attn.dtype = o.dtype;
         d.attn.causal = o.causal;
         d.attn.flags = o.deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+        bench_mask_apply(&o.mask, &d.attn, lids_dev);
         const int kinds[3] = {DFA__SCHED_RING, DFA__SCHED_BALANCED, DFA__SCHED_PAPER};
         timing res[3][2];
         for (int ki = 0; ki < (o.paper ? 3 : 2); ki++)
@@ -437,10 +480,11 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
                            ov ? "on" : "off", 1e3 * r->fwd, 1e3 * r->fb, F / nranks / r->fwd / 1e12,
                            3.5 * F / nranks / r->fb / 1e12, eff, res[0][ov].fb / r->fb);
                     if (js)
-                        fprintf(js, "%s{\"S\": %lld, \"schedule\": \"%s\", \"overlap\": %d, \"fwd_ms\": %.4f, \"fb_ms\": %.4f, "
+                        fprintf(js, "%s{\"S\": %lld, \"docs_mean\": %g, \"window\": %d, \"schedule\": \"%s\", \"overlap\": %d, \"fwd_ms\": %.4f, \"fb_ms\": %.4f, "
                                     "\"single_fwd_ms\": %.4f, \"single_fb_ms\": %.4f, \"tflops_fwd_per_gpu\": %.2f, "
                                     "\"tflops_fb_per_gpu\": %.2f, \"efficiency_fb\": %.4f}",
-                                first ? "" : ",\n", (long long)S, kind_name(kinds[ki]), ov, 1e3 * r->fwd, 1e3 * r->fb,
+                                first ? "" : ",\n", (long long)S, o.mask.doc_mean, o.mask.window, kind_name(kinds[ki]), ov,
+                                1e3 * r->fwd, 1e3 * r->fb,
                                 1e3 * t1.fwd, 1e3 * t1.fb, F / nranks / r->fwd / 1e12, 3.5 * F / nranks / r->fb / 1e12,
                                 eff);
                     first = 0;
@@ -454,6 +498,9 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
             print_steps(c, &d, kinds[ki], &b, s);
         }
         free_bufs(&b);
+        cudaFree(lids_dev);
+        free(ids);
+        free(lids);
     }
     if (js) {
         fprintf(js, "\n]}\n");

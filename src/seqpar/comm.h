@@ -45,6 +45,12 @@ typedef struct {
     dfa_status (*allreduce_max)(dfa_comm *c, int64_t *v, int n);
     /* Copies `bytes` bytes from rank root's buf into every other rank's buf (collective). */
     dfa_status (*bcast)(dfa_comm *c, void *buf, size_t bytes, int root);
+    /* Every rank's `bytes` bytes at send into recv + r * bytes, on every rank (collective), in
+       the memory of the communicator's compute table (host memory for MPI, the device for
+       NCCL: send is read in the call stream's order, and recv is complete in that order when
+       this returns; the host waits for it, with the communicator's deadline). The masked
+       calls exchange their document ids with it (executor.c, setup_mask). */
+    dfa_status (*allgather)(dfa_comm *c, const void *send, void *recv, size_t bytes);
     /* Frees the backend's state and c itself. */
     void (*destroy)(dfa_comm *c);
 
@@ -83,6 +89,11 @@ struct dfa_comm {
     void *ws;
     size_t ws_bytes;
     int ws_external; /* ws is the caller's workspace (never freed by the library) */
+    /* Masked calls on a device backend: every rank's document ids in the backend's memory
+       ([P][batch][n] int32, the kernels read them), kept and grown like ws (never the
+       caller's workspace). */
+    void *mask_ids;
+    size_t mask_ids_bytes;
     /* Device backends: the stream (cudaStream_t) and the name of the call in progress, set by
        the entry point. */
     void *stream;

@@ -95,6 +95,12 @@ static dfa_status mpi_bcast(dfa_comm *c, void *buf, size_t bytes, int root) {
     return rc == MPI_SUCCESS ? DFA_OK : dfa__mpi_failed("MPI_Bcast", rc);
 }
 
+static dfa_status mpi_allgather(dfa_comm *c, const void *send, void *recv, size_t bytes) {
+    if (bytes > (size_t)INT_MAX) return dfa__fail(DFA_ERR_UNSUPPORTED, "MPI_Allgather", "%zu bytes is too many", bytes);
+    const int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(c));
+    return rc == MPI_SUCCESS ? DFA_OK : dfa__mpi_failed("MPI_Allgather", rc);
+}
+
 static void mpi_destroy(dfa_comm *c) {
     mpi_impl *m = c->impl;
     int finalized = 0;
@@ -110,6 +116,7 @@ static const dfa__comm_ops mpi_ops = {
     .wait = mpi_wait,
     .allreduce_max = mpi_allreduce_max,
     .bcast = mpi_bcast,
+    .allgather = mpi_allgather,
     .destroy = mpi_destroy,
 };
 

@@ -308,6 +308,30 @@ static dfa_status nccl_bcast(dfa_comm *c, void *buf, size_t bytes, int root) {
     return host_collective(c, buf, bytes, root, 0);
 }
 
+/* Device memory to device memory on the transfer stream, after the call's stream and before
+   its next work; the host waits for it with the deadline (masked calls synchronise anyway:
+   their plan is built on the host), so a peer that never comes aborts instead of hanging. */
+static dfa_status nccl_allgather(dfa_comm *c, const void *send, void *recv, size_t bytes) {
+    const char *fn = c->call ? c->call : "dfa_dist";
+    nccl_impl *m = impl_of(c);
+    const cudaStream_t s = (cudaStream_t)c->stream;
+    pthread_mutex_lock(&m->mu);
+    dfa_status st = m->aborted ? aborted_failure(m, fn) : fork_locked(m, s, fn);
+    if (!st) {
+        const ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, m->comm, m->xs);
+        st = dfa__nccl_settle(&m->comm, r, m->timeout, fn, "ncclAllGather (document ids)");
+        if (!m->comm) abort_locked(m, "the exchange of document ids did not start in time");
+    }
+    if (!st) {
+        const cudaError_t e = cudaEventRecord(m->agree_ev, m->xs);
+        st = e == cudaSuccess ? wait_event_locked(m, m->agree_ev, "the exchange of document ids", fn)
+                              : cuda_failed(fn, "cudaEventRecord (document ids)", e);
+    }
+    if (!st) st = join_locked(m, s, fn);
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
 /* Under mu: the failure recorded in completed slots, if any (each reported once). */
 static dfa_status inspect_slots_locked(dfa_comm *c, nccl_impl *m, const char *fn) {
     while (m->oldest_slot != m->next_slot) {
@@ -448,6 +472,7 @@ static const dfa__comm_ops nccl_ops = {
     .wait = nccl_wait,
     .allreduce_max = nccl_allreduce_max,
     .bcast = nccl_bcast,
+    .allgather = nccl_allgather,
     .destroy = nccl_destroy,
     .check_async = nccl_check_async,
     .agree_async = nccl_agree_async,

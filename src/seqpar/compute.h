@@ -62,7 +62,8 @@ typedef struct {
     /* Bytes of memory free for a workspace now (device backends: the device's free memory),
        which decides how many head groups a call runs in (executor.c). */
     size_t (*free_memory)(void);
-    /* Device scratch the blocks of per-rank descriptor d need (the backward's per-row sums). */
+    /* Device scratch the blocks of per-rank descriptor d need (the backward's per-row sums;
+       under a mask, the visible intervals of a block's rows and keys). */
     size_t (*scratch_bytes)(const dfa_attn_desc *d);
     /* Binds the context to the call in progress: its stream (device backends) and the
        scratch carved out of the workspace (scratch_bytes of it). */
@@ -70,6 +71,11 @@ typedef struct {
     /* The first failure of an operation that returns nothing (a kernel launch, an
        asynchronous copy) since the last call, as a status with its message; DFA_OK if none. */
     dfa_status (*take_error)(void *ctx, const char *fn);
+    /* Copies `bytes` bytes of the backend's memory at src into host memory at dst and waits
+       for them (device backends: in the order of the call's stream, which it synchronises);
+       NULL when the backend's memory is the host's. Masked calls read every rank's document
+       ids on the host with it to plan (executor.c, setup_mask). */
+    dfa_status (*to_host)(void *ctx, void *dst, const void *src, size_t bytes);
     /* Timing on the device: mark(ctx, step, point) records point 0 / 1 before / after the
        step's block and 2 / 3 before / after its wait; read_marks waits for the call and fills
        compute_s[t] (0 -> 1) and wait_s[t] (2 -> 3) for t < steps. Host backends time with the

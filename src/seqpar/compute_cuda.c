@@ -111,24 +111,60 @@ static dfa__cuda_shape block_shape(const dfa_attn_desc *d) {
     return s;
 }
 
+/* Masks. The scratch starts with the visible intervals of a block's rows and keys, sized
+   for n rows against n keys (every block of a masked plan is a whole chunk pair; a smaller
+   block fits too), and the backward's scratch follows; the executor hands the blocks device
+   pointers into every rank's document ids (the descriptor's q_doc / k_doc). Blocks run one
+   after another on the call's stream, so one interval buffer serves them all. */
+static size_t mask_scratch(const dfa_attn_desc *d) {
+    if (!d->q_doc && !(d->flags & DFA_FLAG_WINDOW)) return 0;
+    const dfa__cuda_mask m = {d->batch, d->seqlen_k, d->seqlen_k, NULL, NULL, 0, 0, 0, -1, -1};
+    return dfa__cuda_mask_bytes(&m); /* already a multiple of 256 */
+}
+
+/* The block's shape, with its mask's intervals computed into the scratch (on the stream). */
+static dfa_status block_prepare(cuda_ctx *c, const dfa_attn_desc *d, dfa__cuda_shape *s, const char *fn) {
+    *s = block_shape(d);
+    if (!s->masked) return DFA_OK;
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    return dfa__cuda_mask_prepare(&m, c->scratch, s, c->stream, fn);
+}
+
 static dfa_status cuda_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
                            float *lse) {
+    static const char fn[] = "dfa__compute_cuda fwd";
     cuda_ctx *c = ctx;
-    const dfa__cuda_shape s = block_shape(d);
-    return dfa__cuda_fwd(&s, q, k, v, o, lse, c->stream, "dfa__compute_cuda fwd");
+    dfa__cuda_shape s;
+    const dfa_status st = block_prepare(c, d, &s, fn);
+    return st ? st : dfa__cuda_fwd(&s, q, k, v, o, lse, c->stream, fn);
 }
 
 static dfa_status cuda_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                            const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+    static const char fn[] = "dfa__compute_cuda bwd";
     cuda_ctx *c = ctx;
-    const dfa__cuda_shape s = block_shape(d);
-    return dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, c->scratch, c->stream, "dfa__compute_cuda bwd");
+    dfa__cuda_shape s;
+    const dfa_status st = block_prepare(c, d, &s, fn);
+    return st ? st
+              : dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, (char *)c->scratch + mask_scratch(d), c->stream,
+                              fn);
 }
 
 /* The largest block has all n rows of a chunk against all n keys: its scratch bounds every other. */
 static size_t cuda_scratch_bytes(const dfa_attn_desc *d) {
     const dfa__cuda_shape s = block_shape(d);
-    return dfa__cuda_bwd_scratch(&s);
+    return mask_scratch(d) + dfa__cuda_bwd_scratch(&s);
+}
+
+/* Synchronises the call's stream: masked calls plan on the host (distflash_nccl.h says so). */
+static dfa_status cuda_to_host(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess) return DFA_OK;
+    return dfa__fail(e == cudaErrorMemoryAllocation ? DFA_ERR_OUT_OF_MEMORY : DFA_ERR_BACKEND, "dfa__compute_cuda",
+                     "copying %zu bytes to the host (the document ids) failed: %s (%s)", bytes, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
 }
 
 static void cuda_bind(void *ctx, void *stream, void *scratch) {
@@ -190,6 +226,7 @@ static const dfa__compute_ops cuda_ops = {
     .scratch_bytes = cuda_scratch_bytes,
     .bind = cuda_bind,
     .take_error = cuda_take_error,
+    .to_host = cuda_to_host,
     .mark = cuda_mark,
     .read_marks = cuda_read_marks,
 };

@@ -34,12 +34,15 @@ static dfa_status check_desc(const dfa_dist_desc *user, dfa__sched_kind *kind, d
     if (*kind == KIND_FROM_DESC) *kind = public_kind(nd);
     if ((st = dfa__check_desc(&nd->attn, DFA__DESC_FULL, fn)) || (st = dfa__cuda_check_dtype(&nd->attn, fn)))
         return st;
-    if (nd->attn.q_doc || (nd->attn.flags & DFA_FLAG_WINDOW)) /* the masked plan needs the ids on the host */
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
-                         "%s is not supported by the distributed device calls yet (documents and windows: the "
-                         "host communicators, or the single-device calls)",
-                         nd->attn.q_doc ? "d->attn.q_doc (document ids)" : "DFA_FLAG_WINDOW (a sliding window)");
     return dfa__check_dist_desc(nd, *kind, fn);
+}
+
+/* Document ids are device memory on this device, 4-byte aligned, like the buffers (whether
+   they are non-decreasing is checked on the host once the executor has copied them there:
+   executor.c, setup_mask). */
+static dfa_status check_docs(const dfa_dist_desc *nd, const char *fn) {
+    const dfa__dev_ptr p[] = {{nd->attn.q_doc, "d->attn.q_doc", 4}};
+    return nd->attn.q_doc ? dfa__cuda_check_device_ptrs(p, 1, fn) : DFA_OK;
 }
 
 /* The communicator: an NCCL one, used from its own device. */
@@ -70,6 +73,7 @@ dfa_status dfa__dist_fwd_cuda(dfa_comm *c, const dfa_dist_desc *user, dfa__sched
     if (desc_ok && !(st = dfa__check_fwd_args(&nd.attn, NULL, &nd.attn, q, k, v, o, lse, fn))) {
         const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
         st = dfa__cuda_check_device_ptrs(ps, 5, fn);
+        if (!st) st = check_docs(&nd, fn);
     }
     c->stream = stream;
     c->call = fn;
@@ -91,6 +95,7 @@ dfa_status dfa__dist_bwd_cuda(dfa_comm *c, const dfa_dist_desc *user, dfa__sched
         const dfa__dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                                    {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
         st = dfa__cuda_check_device_ptrs(ps, 9, fn);
+        if (!st) st = check_docs(&nd, fn);
     }
     c->stream = stream;
     c->call = fn;

@@ -89,12 +89,14 @@ typedef struct {
     dfa_attn_desc full;
     char *pack;          /* packed inputs of one group (G > 1) */
     dfa__dist_io gio;    /* the group's buffers */
-    /* Masks (documents, window; host backends): the schedule follows a masked plan
-       (schedule.h), built after the agreement from every rank's document ids. */
+    /* Masks (documents, window): the schedule follows a masked plan (schedule.h), built
+       after the agreement from every rank's document ids (setup_mask). */
     int masked;
     dfa__sched_plan mplan;
     int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
-    int32_t *ids;        /* [P][batch][n] every rank's document ids; NULL without documents */
+    int32_t *ids;        /* [P][batch][n] every rank's document ids (host); NULL without documents */
+    const int32_t *ids_b; /* the same in the backend's memory (what the blocks read): ids itself
+                             on host backends, the communicator's mask_ids on device ones */
     dfa_status local;    /* the first failure on this rank */
     char msg[MSG_CAPACITY];
     double t_wait;
@@ -202,6 +204,9 @@ static void free_plan(exec *e) {
 void dfa__comm_drop_cache(dfa_comm *c) {
     if (!c) return;
     if (c->ws && !c->ws_external) c->compute->release(c->ctx, c->ws);
+    if (c->mask_ids) c->compute->release(c->ctx, c->mask_ids);
+    c->mask_ids = NULL;
+    c->mask_ids_bytes = 0;
     if (c->ctx) c->compute->ctx_destroy(c->ctx);
     if (!c->ws_external) {
         c->ws = NULL;
@@ -333,6 +338,7 @@ static void release(exec *e) {
     free(e->ids);
     e->mwork = NULL;
     e->ids = NULL;
+    e->ids_b = NULL;
     e->masked = 0;
 }
 
@@ -536,8 +542,8 @@ static void compute(exec *e, int t) {
     bd.k_start = (int64_t)tk->k_chunk * e->n;
     if (e->masked) { /* the chunks' document ids (masked plans compute whole chunks: rows == n) */
         const size_t chunk = (size_t)e->d.batch * (size_t)e->n;
-        bd.q_doc = e->ids ? e->ids + (size_t)tk->q_chunk * chunk : NULL;
-        bd.k_doc = e->ids ? e->ids + (size_t)tk->k_chunk * chunk : NULL;
+        bd.q_doc = e->ids_b ? e->ids_b + (size_t)tk->q_chunk * chunk : NULL;
+        bd.k_doc = e->ids_b ? e->ids_b + (size_t)tk->k_chunk * chunk : NULL;
     }
     dfa_status st;
     if (e->bwd)
@@ -688,6 +694,21 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
             if (t > total) total = t;
             free_plan(&e);
         }
+        if (dfa__has_mask(&d->attn)) {
+            /* A masked plan's steps follow the document ids, unknown here: bound a step's
+               buffers. A rank computes one whole-chunk pair a step (one input: the other
+               chunk's keys or queries; one result it sends), and each peer's pair may send
+               it one result. */
+            const size_t q_in = parts_total(msg_parts(&e, DFA__MSG_QUERY, e.n));
+            const size_t kv_in = parts_total(msg_parts(&e, DFA__MSG_KV, e.n));
+            const size_t qr = parts_total(msg_parts(&e, DFA__MSG_QRESULT, e.n));
+            const size_t kr = bwd ? parts_total(msg_parts(&e, DFA__MSG_KVRESULT, e.n)) : 0;
+            e.rank = 0;
+            e.own_window = 0;
+            e.arena_bytes = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr);
+            const size_t t = layout_of(&e).total;
+            if (t > total) total = t;
+        }
         if (total > most) most = total;
     }
     dfa__clear_error();
@@ -751,6 +772,25 @@ static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const cha
     if ((st = agree(e, f, names, nf, groups, fn))) return st;
     agreed_insert(c, f, e->bwd, (int)*groups);
     return DFA_OK;
+}
+
+/* The agreement of a masked call on a device backend: always on the host, as on host
+   backends (each call brings new document ids, which the plan depends on, so there is
+   nothing to remember), and so never while the stream is being captured. Peers whose
+   descriptor has no mask may be on the device path then (a descriptor that differs across
+   ranks in q_doc or the window): as with any descriptor some ranks remember and others do
+   not, that is the caller's error and ends in the communicator's timeout at worst. */
+static dfa_status agree_masked_device(exec *e, const int64_t *f, const char *const *names, int nf, int64_t *groups,
+                                      const char *fn) {
+    dfa_comm *c = e->c;
+    dfa_status st = c->ops->check_async(c, fn);
+    if (st) return st;
+    if (c->ops->capturing(c))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "a call with documents or a window (d->attn.q_doc, DFA_FLAG_WINDOW) is being captured into a "
+                         "CUDA graph, but it synchronises its stream once to plan on the host: make masked calls "
+                         "outside the capture");
+    return agree(e, f, names, nf, groups, fn);
 }
 
 /* Plans and allocates a pass over groups of heads: e->d becomes one group's descriptor. */
@@ -851,31 +891,55 @@ static void store_group(exec *e, const dfa__dist_io *io, int g) {
     }
 }
 
-/* Masks, after the ranks agreed on the descriptor (collective; host backends): every rank's
-   document ids to every rank (one broadcast per rank: 4 bytes a token, next to kilobytes of
-   k and v), the chunk pairs' visible work, the masked plan, and the pass re-planned on it.
-   A failure on any rank (allocation) fails every rank. */
+/* Masks, after the ranks agreed on the descriptor (collective; every backend): every rank's
+   document ids to every rank (one allgather: 4 bytes a token, next to kilobytes of k and v),
+   the chunk pairs' visible work, the masked plan, and the pass re-planned on it. A failure on
+   any rank (allocation, a copy, bad ids) fails every rank.
+   On a device backend the caller's ids are device memory: they are gathered on the device
+   into the communicator's mask_ids (the blocks read them there), then copied to the host
+   (which synchronises the call's stream) to be checked and to build the plan, the same
+   function as on the host. Host backends checked their ids before the agreement
+   (dist_api.c); device ones can only check them here. */
 static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups, const char *fn) {
     dfa_comm *c = e->c;
-    const int P = c->size, n = dd->attn.seqlen_q;
-    const size_t chunk = (size_t)dd->attn.batch * (size_t)n;
+    const int P = c->size, n = dd->attn.seqlen_q, docs = dd->attn.q_doc != NULL, device = e->ops->to_host != NULL;
+    const size_t chunk = (size_t)dd->attn.batch * (size_t)n, bytes = sizeof(int32_t) * chunk * (size_t)P;
     dfa_status st;
     e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
-    if (dd->attn.q_doc) e->ids = malloc(sizeof(int32_t) * chunk * (size_t)P);
-    if (!e->mwork || (dd->attn.q_doc && !e->ids))
+    if (docs) e->ids = malloc(bytes);
+    if (!e->mwork || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
-    if ((st = agree(e, NULL, NULL, 0, NULL, fn))) return st;
-    if (e->ids) {
-        memcpy(e->ids + (size_t)c->rank * chunk, dd->attn.q_doc, sizeof(int32_t) * chunk);
-        for (int r = 0; r < P; r++)
-            if ((st = c->ops->bcast(c, e->ids + (size_t)r * chunk, sizeof(int32_t) * chunk, r))) return st;
+    if (docs && device && c->mask_ids_bytes < bytes) {
+        /* (the context exists: the pass was prepared before this, with the same shapes) */
+        if (c->mask_ids) e->ops->release(c->ctx, c->mask_ids);
+        c->mask_ids = e->ops->alloc(c->ctx, bytes);
+        c->mask_ids_bytes = c->mask_ids ? bytes : 0;
+        if (!c->mask_ids)
+            record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn,
+                                "cannot allocate %zu bytes of device memory for every rank's document ids", bytes));
     }
-    dfa__mask_pair_work(&dd->attn, P, e->ids, e->mwork);
-    const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
-    if (dfa__sched_plan_build(&s, e->mwork, &e->mplan))
-        record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
-    else
-        e->masked = 1;
+    if ((st = agree(e, NULL, NULL, 0, NULL, fn))) return st;
+    if (docs) {
+        int32_t *gathered = device ? (int32_t *)c->mask_ids : e->ids;
+        if ((st = c->ops->allgather(c, dd->attn.q_doc, gathered, sizeof(int32_t) * chunk))) return st;
+        e->ids_b = gathered;
+        if (device) {
+            record(e, e->ops->to_host(e->ctx, e->ids, gathered, bytes));
+            if (!e->local) { /* this rank's own ids, with the rule of the host calls */
+                dfa_attn_desc own = dd->attn;
+                own.q_doc = own.k_doc = e->ids + (size_t)c->rank * chunk;
+                record(e, dfa__check_docs_host(&own, fn));
+            }
+        }
+    }
+    if (!e->local) {
+        dfa__mask_pair_work(&dd->attn, P, e->ids, e->mwork);
+        const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
+        if (dfa__sched_plan_build(&s, e->mwork, &e->mplan))
+            record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
+        else
+            e->masked = 1;
+    }
     if (!e->local) record(e, prepare(e, dd, kind, groups, fn));
     return agree(e, NULL, NULL, 0, NULL, fn);
 }
@@ -933,17 +997,19 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
        failed may then run as a ghost (see agree_device), so it plans and allocates too. A
        descriptor agreed before keeps the head groups agreed then. */
     int64_t groups = 1;
+    const int masked = dd && dfa__has_mask(&dd->attn);
     if (!e.local || (e.async && dd)) {
         const int known = e.async ? agreed_groups_of(c, f, e.bwd) : 0;
         groups = known > 0 ? known : choose_groups(&e, dd, kind);
         record(&e, prepare(&e, dd, kind, (int)groups, fn));
     }
-    dfa_status st = e.async ? agree_device(&e, dd != NULL, f, names, DFA__AGREED_FIELDS, &groups, fn)
-                            : agree(&e, f, names, DFA__AGREED_FIELDS, NULL, fn);
+    dfa_status st = e.async && masked ? agree_masked_device(&e, f, names, DFA__AGREED_FIELDS, &groups, fn)
+                    : e.async         ? agree_device(&e, dd != NULL, f, names, DFA__AGREED_FIELDS, &groups, fn)
+                                      : agree(&e, f, names, DFA__AGREED_FIELDS, NULL, fn);
     if (!st && groups != e.G && (st = prepare(&e, dd, kind, (int)groups, fn))) /* another rank needs more groups */
         st = dfa__fail(DFA_ERR_INTERNAL, fn, "could not re-plan in %lld head groups: %s", (long long)groups,
                        dfa_last_error());
-    if (!st && !e.async && dd && dfa__has_mask(&dd->attn)) st = setup_mask(&e, dd, kind, (int)groups, fn);
+    if (!st && masked) st = setup_mask(&e, dd, kind, (int)groups, fn);
     if (st) {
         release(&e);
         return st == DFA_ERR_BACKEND ? backend_failure(st, fn) : st;

@@ -10,7 +10,12 @@
  * workspace; bad arguments on one rank fail every rank (new descriptor) or leave every
  * rank's outputs untouched and are reported at the peers' next call (agreed descriptor);
  * a rank that never calls ends in DFA_ERR_BACKEND after the timeout instead of a hang.
- * DFA_GPU_TEST_SMALL=1 (the compute-sanitizer runs): a few small cases, no timeouts. */
+ * Masks (documents as device ids, sliding windows): random documents (length 1 up to longer
+ * than a chunk), windows of 1, a chunk and the whole sequence, with and without causal,
+ * bf16 and f16, GQA, forward and backward against the oracle and the single-GPU masked
+ * call; bad ids on one rank fail every rank with outputs untouched; capture is refused.
+ * DFA_GPU_TEST_SMALL=1 (the compute-sanitizer runs): a few small cases, no timeouts.
+ * DFA_GPU_TEST_MASKS=1: the mask tests only (bench/seqpar/masks_gpu_check.sh). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <mpi.h>
@@ -50,7 +55,31 @@ typedef struct {
     int causal, overlap;
     dfa__sched_kind kind;
     unsigned flags;
+    int docs;                /* random packed documents (device ids) */
+    int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
+
+/* A random document layout of N positions (non-decreasing ids): lengths 1, short, a chunk
+   and longer than a chunk. */
+static void random_docs(int32_t *ids, int N, int n) {
+    int32_t id = tl_rand_int(-5, 5);
+    for (int i = 0; i < N;) {
+        const int kind = tl_rand_int(0, 3);
+        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 4) : kind == 2 ? n : tl_rand_int(n + 1, 3 * n + 1);
+        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
+        id += tl_rand_int(1, 3);
+    }
+}
+
+/* The mask of a case on a descriptor (ids: the descriptor's document ids, or NULL). */
+static void set_mask(dfa_attn_desc *a, const dcase *k, const int32_t *ids) {
+    a->q_doc = a->k_doc = k->docs ? ids : NULL;
+    if (k->window) {
+        a->flags |= DFA_FLAG_WINDOW;
+        a->window_left = k->left;
+        a->window_right = k->right;
+    }
+}
 
 static const char *kname(dfa__sched_kind k) { return k == DFA__SCHED_RING ? "ring" : k == DFA__SCHED_PAPER ? "paper" : "balanced"; }
 
@@ -61,6 +90,7 @@ static dfa_dist_desc desc_of(const dcase *k) {
     d.attn.flags = k->flags;
     d.schedule = k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
     d.overlap = k->overlap;
+    set_mask(&d.attn, k, NULL); /* the caller sets this rank's device ids */
     return d;
 }
 
@@ -120,16 +150,19 @@ static dfa_status fwd_bwd(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind k
     return st;
 }
 
-/* The whole sequence's inputs, drawn on rank 0 and broadcast. */
+/* The whole sequence's inputs, drawn on rank 0 and broadcast; with documents, their ids
+   [B][N] on the host and this rank's [B][n] on the device. */
 typedef struct {
     void *q, *k, *v, *dout;
+    int32_t *ids;
+    int32_t *lids_dev;
 } whole;
 
 static whole draw_whole(const dcase *k) {
     const int N = k->n * nranks;
     const int64_t NQ = (int64_t)k->B * N * k->H * k->D, NK = (int64_t)k->B * N * k->Hkv * k->D;
     const size_t es = tl_dtype_size(k->t);
-    whole w = {tl_alloc(k->t, NQ), tl_alloc(k->t, NK), tl_alloc(k->t, NK), tl_alloc(k->t, NQ)};
+    whole w = {tl_alloc(k->t, NQ), tl_alloc(k->t, NK), tl_alloc(k->t, NK), tl_alloc(k->t, NQ), NULL, NULL};
     if (rank == 0) {
         tl_fill_normal(k->t, w.q, NQ, 1.0 + tl_rand_uniform());
         tl_fill_normal(k->t, w.k, NK, 1.0);
@@ -140,6 +173,15 @@ static whole draw_whole(const dcase *k) {
     MPI_Bcast(w.k, (int)(NK * es), MPI_BYTE, 0, MPI_COMM_WORLD);
     MPI_Bcast(w.v, (int)(NK * es), MPI_BYTE, 0, MPI_COMM_WORLD);
     MPI_Bcast(w.dout, (int)(NQ * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (k->docs) {
+        w.ids = malloc(sizeof(int32_t) * (size_t)k->B * N);
+        if (rank == 0)
+            for (int b = 0; b < k->B; b++) random_docs(w.ids + (size_t)b * N, N, k->n);
+        MPI_Bcast(w.ids, k->B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
+        int32_t *lids = tl_slice_rows(DFA_F32, w.ids, k->B, N, rank * k->n, k->n, 1); /* 4-byte rows */
+        w.lids_dev = dev_copy_of(lids, sizeof(int32_t) * (size_t)k->B * k->n);
+        free(lids);
+    }
     return w;
 }
 
@@ -148,6 +190,8 @@ static void whole_free(whole *w) {
     free(w->k);
     free(w->v);
     free(w->dout);
+    free(w->ids);
+    cudaFree(w->lids_dev);
 }
 
 /* This rank's slices of the whole sequence on the device. */
@@ -168,6 +212,8 @@ static void single_gpu(const dcase *k, const whole *w, void *o, float *lse, void
     const int N = k->n * nranks;
     dfa_attn_desc full = tl_desc(k->B, N, N, k->H, k->Hkv, k->D, k->t, k->causal, 0, 0);
     full.flags = k->flags;
+    int32_t *ids = k->docs ? dev_copy_of(w->ids, sizeof(int32_t) * (size_t)k->B * N) : NULL;
+    set_mask(&full, k, ids);
     const size_t es = tl_dtype_size(k->t);
     const size_t qb = (size_t)k->B * N * k->H * k->D * es, kb = (size_t)k->B * N * k->Hkv * k->D * es;
     const size_t lb = sizeof(float) * (size_t)k->B * k->H * N;
@@ -181,8 +227,8 @@ static void single_gpu(const dcase *k, const whole *w, void *o, float *lse, void
     to_host(dq, gdq, qb);
     to_host(dk, gdk, kb);
     to_host(dv, gdv, kb);
-    void *p[9] = {q, kk, v, dout, go, gdq, gdk, gdv, gl};
-    for (int i = 0; i < 9; i++) cudaFree(p[i]);
+    void *p[10] = {q, kk, v, dout, go, gdq, gdk, gdv, gl, ids};
+    for (int i = 0; i < 10; i++) cudaFree(p[i]);
 }
 
 static double budget(dfa_dtype t, tl_quantity kind, const void *naive, const void *single, const double *ref, int64_t n) {
@@ -198,11 +244,13 @@ static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     const int64_t NQ = (int64_t)B * N * wq, NK = (int64_t)B * N * wk, NL = (int64_t)B * H * N;
     const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
     char cfg[200];
-    snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d%s", nranks, kname(k->kind), B,
-             n, H, Hkv, D, t == DFA_BF16 ? "bf16" : "f16", k->causal, k->overlap, k->flags ? " deterministic" : "");
+    snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d%s docs=%d window=%d(%d,%d)",
+             nranks, kname(k->kind), B, n, H, Hkv, D, t == DFA_BF16 ? "bf16" : "f16", k->causal, k->overlap,
+             k->flags ? " deterministic" : "", k->docs, k->window, k->left, k->right);
     whole w = draw_whole(k);
     /* references on the whole sequence: the oracle, the naive same-precision path, our single GPU */
     dfa_attn_desc full = tl_desc(B, N, N, H, Hkv, D, t, k->causal, 0, 0);
+    set_mask(&full, k, w.ids);
     double *fq = tl_to_f64(t, w.q, NQ), *fk = tl_to_f64(t, w.k, NK), *fv = tl_to_f64(t, w.v, NK), *fdo = tl_to_f64(t, w.dout, NQ);
     double *oref = malloc(8 * (size_t)NQ), *lref = malloc(8 * (size_t)NL), *gq = malloc(8 * (size_t)NQ),
            *gk = malloc(8 * (size_t)NK), *gv = malloc(8 * (size_t)NK);
@@ -220,7 +268,8 @@ static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     dbufs b;
     local_bufs(&b, k, &w);
     dbufs_poison(&b);
-    const dfa_dist_desc d = desc_of(k);
+    dfa_dist_desc d = desc_of(k);
+    set_mask(&d.attn, k, w.lids_dev);
     const dfa_status st = fwd_bwd(c, &d, k->kind, &b, s);
     CHECK(st == DFA_OK, "rank %d: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
     CUDA_OK(cudaStreamSynchronize(s));
@@ -289,7 +338,7 @@ static unsigned char *snapshot(const dbufs *b) {
 
 /* Overlap on and off, and graph replays, give the same bits (deterministic backward). */
 static void test_bits(dfa_comm *c, cudaStream_t s) {
-    dcase k = {1, small ? 64 : 320, 4, 2, 128, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, DFA_FLAG_DETERMINISTIC};
+    dcase k = {1, small ? 64 : 320, 4, 2, 128, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, DFA_FLAG_DETERMINISTIC, 0, 0, 0, 0};
     whole w = draw_whole(&k);
     dbufs b;
     local_bufs(&b, &k, &w);
@@ -360,7 +409,7 @@ static void test_bits(dfa_comm *c, cudaStream_t s) {
    fails, the peers' outputs stay untouched and they hear of it at their next call. */
 static void test_errors(dfa_comm *c, cudaStream_t s) {
     const int bad = nranks - 1;
-    dcase k = {1, 48, 4, 2, 64, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0};
+    dcase k = {1, 48, 4, 2, 64, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0, 0, 0, 0, 0};
     whole w = draw_whole(&k);
     dbufs b;
     local_bufs(&b, &k, &w);
@@ -391,14 +440,38 @@ static void test_errors(dfa_comm *c, cudaStream_t s) {
     df.attn.dtype = DFA_F32;
     st = dfa_dist_attn_fwd_cuda(c, &df, b.q, b.k, b.v, b.o, b.lse, s);
     CHECK(st == DFA_ERR_UNSUPPORTED && strstr(dfa_last_error(), "DFA_F32"), "rank %d: f32: %s", rank, dfa_last_error());
-    /* masks: the distributed device calls do not take them yet (the host communicators do) */
-    dfa_dist_desc dm = d;
-    dm.attn.flags |= DFA_FLAG_WINDOW;
-    dm.attn.window_left = 8;
-    st = dfa_dist_attn_fwd_cuda(c, &dm, b.q, b.k, b.v, b.o, b.lse, s);
-    CHECK(st == DFA_ERR_UNSUPPORTED && strstr(dfa_last_error(), "DFA_FLAG_WINDOW"), "rank %d: window: %s", rank,
-          dfa_last_error());
-    CHECK(outputs_untouched(&b), "rank %d: outputs written after a refused window", rank);
+    /* masks: document ids in host memory, k_doc that is not q_doc, a bad window */
+    {
+        const size_t ib = sizeof(int32_t) * (size_t)k.B * k.n;
+        int32_t *hids = calloc(1, ib);
+        int32_t *ids = dev_copy_of(hids, ib), *ids2 = dev_copy_of(hids, ib);
+        dfa_dist_desc dm = d;
+        dm.attn.softmax_scale = 0.3f;
+        dm.attn.q_doc = dm.attn.k_doc = hids;
+        st = dfa_dist_attn_fwd_cuda(c, &dm, b.q, b.k, b.v, b.o, b.lse, s);
+        CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "d->attn.q_doc") &&
+                  strstr(dfa_last_error(), "not device memory"),
+              "rank %d: host document ids: %s: %s", rank, dfa_status_string(st), dfa_last_error());
+        dm.attn.q_doc = ids;
+        dm.attn.k_doc = ids2;
+        st = dfa_dist_attn_bwd_cuda(c, &dm, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s);
+        CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "d->attn.k_doc differs"),
+              "rank %d: k_doc not q_doc: %s: %s", rank, dfa_status_string(st), dfa_last_error());
+        dm.attn.q_doc = dm.attn.k_doc = NULL;
+        dm.attn.flags |= DFA_FLAG_WINDOW;
+        dm.attn.window_right = -3;
+        st = dfa_dist_attn_fwd_cuda(c, &dm, b.q, b.k, b.v, b.o, b.lse, s);
+        CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "window_right"), "rank %d: window_right -3: %s",
+              rank, dfa_last_error());
+        CHECK(outputs_untouched(&b), "rank %d: outputs written after a refused mask", rank);
+        CHECK(dfa_dist_attn_cuda_workspace_bytes(nranks, &dm) == 0, "workspace bytes of a bad window");
+        dm.attn.window_right = 0;
+        CHECK(dfa_dist_attn_cuda_workspace_bytes(nranks, &dm) >= dfa_dist_attn_cuda_workspace_bytes(nranks, &d),
+              "a masked workspace is at least the unmasked one");
+        cudaFree(ids);
+        cudaFree(ids2);
+        free(hids);
+    }
     void *host = malloc(b.qb);
     st = dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, host, b.lse, s);
     CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "not device memory"), "rank %d: host o: %s", rank,
@@ -464,10 +537,114 @@ static void test_errors(dfa_comm *c, cudaStream_t s) {
     whole_free(&w);
 }
 
+/* Masks: documents (device ids) and sliding windows, forward and backward, against the
+   oracle and the single-GPU masked call (run_case). */
+static void test_masks(dfa_comm *c, cudaStream_t s) {
+    const int n = small ? 24 : 80, N = n * nranks;
+    const dfa__sched_kind BAL = DFA__SCHED_BALANCED, RING = DFA__SCHED_RING;
+    /* B, n, H, Hkv, D, dtype, causal, overlap, schedule, flags, docs, window, left, right */
+    const dcase cases[] = {
+        {1, n, 4, 2, 64, DFA_BF16, 1, 1, BAL, 0, 1, 0, 0, 0},                        /* documents, causal, GQA */
+        {2, n, 4, 4, 128, DFA_F16, 1, 0, RING, 0, 1, 1, 1, 0},                       /* documents + window 1 */
+        {1, n, 8, 1, 64, DFA_BF16, 1, 1, BAL, 0, 0, 1, n, 0},                        /* window of a chunk, MQA */
+        {1, n, 4, 2, 64, DFA_F16, 0, 1, BAL, DFA_FLAG_DETERMINISTIC, 1, 1, N, N},    /* documents, whole-sequence window */
+        {1, n + 5, 6, 2, 128, DFA_BF16, 0, 1, BAL, 0, 0, 1, 1, 1},                   /* window 1 both sides */
+        {1, n - 3, 4, 2, 64, DFA_F16, 1, 1, BAL, 0, 1, 1, n / 2, -1},                /* documents + half-chunk window */
+    };
+    const int ncases = small ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < ncases; i++) run_case(c, &cases[i], s);
+}
+
+/* Masked calls that must fail: bad ids on one rank (every rank fails, outputs untouched),
+   documents on some ranks only, a window that differs, and a capture. */
+static void test_mask_errors(dfa_comm *c, cudaStream_t s) {
+    const int bad = nranks - 1;
+    dcase k = {1, 40, 4, 2, 64, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0, 1, 0, 0, 0};
+    whole w = draw_whole(&k);
+    dbufs b;
+    local_bufs(&b, &k, &w);
+    char who[64];
+    snprintf(who, sizeof who, "rank %d failed", bad);
+    const size_t ib = sizeof(int32_t) * (size_t)k.B * k.n;
+    int32_t *hbad = malloc(ib);
+    for (int i = 0; i < k.B * k.n; i++) hbad[i] = 3 + i / 5;
+    hbad[k.n / 2] = -100;
+    int32_t *dbad = dev_copy_of(hbad, ib);
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        dfa_dist_desc d = desc_of(&k);
+        set_mask(&d.attn, &k, rank == bad ? dbad : w.lids_dev);
+        dbufs_poison(&b);
+        dfa_status st = bwd ? dfa_dist_attn_bwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s)
+                            : dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, s);
+        CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "d->q_doc decreases") &&
+                  (rank == bad || strstr(dfa_last_error(), who)),
+              "rank %d: decreasing ids on rank %d (%s): %s: %s", rank, bad, bwd ? "bwd" : "fwd", dfa_status_string(st),
+              dfa_last_error());
+        CHECK(outputs_untouched(&b), "rank %d: outputs written after bad ids on rank %d", rank, bad);
+        if (nranks > 1) {
+            /* documents on some ranks only (a fresh scale: no rank remembers this descriptor) */
+            d = desc_of(&k);
+            d.attn.softmax_scale = 0.11f + 0.01f * (float)bwd;
+            set_mask(&d.attn, &k, rank == 0 ? NULL : w.lids_dev);
+            st = bwd ? dfa_dist_attn_bwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s)
+                     : dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, s);
+            CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "d->attn.q_doc (set or NULL)"),
+                  "rank %d: documents on some ranks: %s: %s", rank, dfa_status_string(st), dfa_last_error());
+            /* a window that differs */
+            d = desc_of(&k);
+            set_mask(&d.attn, &k, w.lids_dev);
+            d.attn.flags |= DFA_FLAG_WINDOW;
+            d.attn.window_left = rank == bad ? 3 : 2;
+            d.attn.window_right = 0;
+            st = bwd ? dfa_dist_attn_bwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, s)
+                     : dfa_dist_attn_fwd_cuda(c, &d, b.q, b.k, b.v, b.o, b.lse, s);
+            CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "d->attn.window_left is 2 on some ranks and 3"),
+                  "rank %d: window differs: %s: %s", rank, dfa_status_string(st), dfa_last_error());
+            CHECK(outputs_untouched(&b), "rank %d: outputs written after differing masks", rank);
+        }
+    }
+    /* a good masked call, then the same one captured: refused before anything is enqueued */
+    dfa_dist_desc d = desc_of(&k);
+    set_mask(&d.attn, &k, w.lids_dev);
+    CHECK(fwd_bwd(c, &d, k.kind, &b, s) == DFA_OK, "rank %d: masked call: %s", rank, dfa_last_error());
+    CUDA_OK(cudaStreamSynchronize(s));
+    dbufs_poison(&b);
+    cudaStream_t gs;
+    CUDA_OK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+    for (int win = 0; win <= 1; win++) {
+        dfa_dist_desc dc = d;
+        if (win) { /* a window alone (no ids to copy) is refused too: it agrees on the host */
+            dc.attn.q_doc = dc.attn.k_doc = NULL;
+            dc.attn.flags |= DFA_FLAG_WINDOW;
+            dc.attn.window_left = 5;
+        }
+        CUDA_OK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal));
+        const dfa_status st = dfa_dist_attn_fwd_cuda(c, &dc, b.q, b.k, b.v, b.o, b.lse, gs);
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(gs, &g);
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "captured") &&
+                  strstr(dfa_last_error(), "DFA_FLAG_WINDOW"),
+              "rank %d: capturing a masked call (%s): %s: %s", rank, win ? "window" : "documents", dfa_status_string(st),
+              dfa_last_error());
+    }
+    CHECK(outputs_untouched(&b), "rank %d: outputs written by a refused capture", rank);
+    cudaStreamDestroy(gs);
+    CHECK(dfa_comm_check(c) == DFA_OK, "rank %d: after the mask errors: %s", rank, dfa_last_error());
+    /* and the communicator goes on */
+    CHECK(fwd_bwd(c, &d, k.kind, &b, s) == DFA_OK, "rank %d: masked call after the errors: %s", rank, dfa_last_error());
+    CUDA_OK(cudaStreamSynchronize(s));
+    cudaFree(dbad);
+    free(hbad);
+    dbufs_free(&b);
+    whole_free(&w);
+}
+
 /* A rank that never calls: the others fail with DFA_ERR_BACKEND after the timeout. */
 static void test_timeouts(cudaStream_t s) {
     const double T = 3.0;
-    dcase k = {1, 64, 2, 2, 64, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0};
+    dcase k = {1, 64, 2, 2, 64, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0, 0, 0, 0, 0};
     whole w = draw_whole(&k);
     dbufs b;
     local_bufs(&b, &k, &w);
@@ -546,15 +723,16 @@ int main(int argc, char **argv) {
     static const int rows[] = {37, 128, 1, 300, 64, 200};
     static const int dims[] = {128, 64, 96, 128, 256, 64};
     static const dfa__sched_kind kinds[] = {DFA__SCHED_BALANCED, DFA__SCHED_RING, DFA__SCHED_PAPER};
-    const int ncases = small ? 4 : 30;
+    const int masks_only = getenv("DFA_GPU_TEST_MASKS") != NULL;
+    const int ncases = masks_only ? 0 : small ? 4 : 30;
     for (int i = 0; i < ncases; i++) {
         dcase k = {1 + (i % 4 == 3), small ? 16 + i : rows[i % 6], heads[i % 5][0], heads[i % 5][1], dims[i % 6],
                    i % 3 == 2 ? DFA_F16 : DFA_BF16, i % 5 != 4, (i / 2) % 2 == 0, kinds[i % 3],
-                   i % 7 == 3 ? DFA_FLAG_DETERMINISTIC : 0};
+                   i % 7 == 3 ? DFA_FLAG_DETERMINISTIC : 0, 0, 0, 0, 0};
         run_case(c, &k, s);
     }
     /* the other constructor: a communicator from the caller's own NCCL communicator */
-    {
+    if (!masks_only) {
         ncclUniqueId id;
         if (rank == 0) ncclGetUniqueId(&id);
         MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -565,7 +743,7 @@ int main(int argc, char **argv) {
         CHECK(dfa_comm_create_nccl(NULL, &c2) == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "comm is NULL"),
               "NULL nccl comm: %s", dfa_last_error());
         CHECK(dfa_comm_create_nccl(nc, NULL) == DFA_ERR_INVALID_ARGUMENT, "NULL out");
-        dcase k = {2, 50, 4, 2, 128, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0};
+        dcase k = {2, 50, 4, 2, 128, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 0, 0, 0, 0, 0};
         run_case(c2, &k, s);
         dfa_comm_destroy(c2);
         ncclCommDestroy(nc);
@@ -575,15 +753,18 @@ int main(int argc, char **argv) {
               strstr(dfa_last_error(), "device"), "bad device: %s", dfa_last_error());
     CHECK(dfa_comm_create_nccl_mpi(MPI_COMM_NULL, 0, &bad) == DFA_ERR_INVALID_ARGUMENT, "MPI_COMM_NULL");
     CUDA_OK(cudaSetDevice(rank));
-    test_bits(c, s);
-    test_errors(c, s);
+    if (!masks_only) test_bits(c, s);
+    if (!masks_only) test_errors(c, s);
+    test_masks(c, s);
+    test_mask_errors(c, s);
     CHECK(dfa_comm_check(c) == DFA_OK, "rank %d: leftover failure: %s", rank, dfa_last_error());
     dfa_comm_destroy(c);
-    if (!small && nranks > 1) test_timeouts(s);
+    if (!small && !masks_only && nranks > 1) test_timeouts(s);
     cudaStreamDestroy(s);
     int fails = tl_failures, all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("test_dist_gpu: %d ranks, %d cases\n", nranks, ncases + 1);
+    if (rank == 0)
+        printf("test_dist_gpu: %d ranks, %d cases%s\n", nranks, ncases + !masks_only, masks_only ? " (masks only)" : "");
     const int rc = tl_finish("test_dist_gpu");
     MPI_Finalize();
     return rc || all ? 1 : 0;

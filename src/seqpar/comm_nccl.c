@@ -597,5 +597,7 @@ dfa_status dfa_comm_check(dfa_comm *c) {
     dfa__clear_error();
     if (!c) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "c (the communicator) is NULL");
     if (!c->ops->check_async) return DFA_OK; /* host backends report every failure in the call itself */
+    /* Outside a call there is no stream: the last call's may have been destroyed since. */
+    c->stream = NULL;
     return c->ops->check_async(c, fn);
 }

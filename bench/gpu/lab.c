@@ -4,6 +4,12 @@
  * (h = 4096/d heads, b = max(1, 32768/S)); medians of CUDA event timings.
  *
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
+ *                [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic']
+ *
+ * --only keeps the variants whose name contains one of the comma-separated strings.
+ * --rounds R > 1 times every selected variant once per round, round after round, on each
+ * shape, and prints the median round and the spread: run-to-run drift of the GPU moved
+ * single measurements by up to 10% (bench/gpu/NOTES.md), so promotions compare rounds.
  *
  * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
  * and the backward kernels (mma.sync; wgmma and its lab variants) with either dq
@@ -225,37 +231,107 @@ static int parse_list(const char *s, int *out, int max) {
     return n;
 }
 
+/* Does the variant's name contain one of the comma-separated substrings of `only` (NULL: all)? */
+static int selected(const variant *v, const char *only) {
+    if (!only) return 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", only);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (strstr(v->name, t)) return 1;
+    return 0;
+}
+
+static int cmpd(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define NV (sizeof variants / sizeof variants[0])
+#define MAX_ROUNDS 16
+
 int main(int argc, char **argv) {
     int dims[4] = {128}, nd = 1, seqs[8] = {8192, 32768}, ns = 2, causals[2] = {1}, nc = 1, check_s = 1000, reps = 5;
+    int rounds = 1;
+    const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--dims")) nd = parse_list(argv[i + 1], dims, 4);
         else if (!strcmp(argv[i], "--seqlens")) ns = parse_list(argv[i + 1], seqs, 8);
         else if (!strcmp(argv[i], "--causal")) nc = parse_list(argv[i + 1], causals, 2);
         else if (!strcmp(argv[i], "--check")) check_s = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else { fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]\n"); return 2; }
+        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
+        else {
+            fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] "
+                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic']\n");
+            return 2;
+        }
+    }
+    if (nd < 1 || ns < 1 || nc < 1 || reps < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "lab: bad lists, --reps or --rounds (1..%d)\n", MAX_ROUNDS);
+        return 2;
     }
     uint64_t keep = UINT64_MAX;
     cudaMemPool_t pool;
     LAB_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
     LAB_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-    printf("%-22s %4s %6s %2s | %10s | %9s %8s\n", "variant", "d", "S", "c", "rel diff", "ms", "TFLOP/s");
-    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
-        const variant *v = &variants[vi];
-        set_variant(v);
-        for (int di = 0; di < nd; di++)
-            for (int ci = 0; ci < nc; ci++) {
-                const double diff = check(v, dims[di], check_s, causals[ci]);
-                for (int si = 0; si < ns; si++) {
-                    const int D = dims[di], S = seqs[si], causal = causals[ci];
-                    const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
-                    const float ms = timeit(v, D, S, causal, reps);
+    if (rounds == 1) { /* each variant in turn over every shape */
+        printf("%-22s %4s %6s %2s | %10s | %9s %8s\n", "variant", "d", "S", "c", "rel diff", "ms", "TFLOP/s");
+        for (size_t vi = 0; vi < NV; vi++) {
+            const variant *v = &variants[vi];
+            if (!selected(v, only)) continue;
+            set_variant(v);
+            for (int di = 0; di < nd; di++)
+                for (int ci = 0; ci < nc; ci++) {
+                    const double diff = check(v, dims[di], check_s, causals[ci]);
+                    for (int si = 0; si < ns; si++) {
+                        const int D = dims[di], S = seqs[si], causal = causals[ci];
+                        const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+                        const float ms = timeit(v, D, S, causal, reps);
+                        const double fl = 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
+                        printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f\n", v->name, D, S, causal, diff, ms,
+                               fl / (ms * 1e-3) / 1e12);
+                        fflush(stdout);
+                    }
+                }
+        }
+        return 0;
+    }
+    /* Interleaved rounds: per shape, every selected variant once per round, so that a drift of
+       the GPU (clocks, temperature) between variants averages out; the median round is printed
+       with the spread (max - min) / median of the rounds. */
+    printf("%-22s %4s %6s %2s | %10s | %9s %8s %7s  (%d interleaved rounds)\n", "variant", "d", "S", "c", "rel diff",
+           "ms", "TFLOP/s", "spread", rounds);
+    static double diffs[NV], ms[NV][MAX_ROUNDS];
+    for (int di = 0; di < nd; di++)
+        for (int ci = 0; ci < nc; ci++) {
+            for (size_t vi = 0; vi < NV; vi++)
+                if (selected(&variants[vi], only)) {
+                    set_variant(&variants[vi]);
+                    diffs[vi] = check(&variants[vi], dims[di], check_s, causals[ci]);
+                }
+            for (int si = 0; si < ns; si++) {
+                const int D = dims[di], S = seqs[si], causal = causals[ci];
+                const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+                for (int r = 0; r < rounds; r++)
+                    for (size_t vi = 0; vi < NV; vi++)
+                        if (selected(&variants[vi], only)) {
+                            set_variant(&variants[vi]);
+                            ms[vi][r] = timeit(&variants[vi], D, S, causal, reps);
+                        }
+                for (size_t vi = 0; vi < NV; vi++) {
+                    const variant *v = &variants[vi];
+                    if (!selected(v, only)) continue;
+                    double t[MAX_ROUNDS];
+                    memcpy(t, ms[vi], sizeof(double) * (size_t)rounds);
+                    qsort(t, (size_t)rounds, sizeof(double), cmpd);
+                    const double med = t[rounds / 2];
                     const double fl = 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
-                    printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f\n", v->name, D, S, causal, diff, ms,
-                           fl / (ms * 1e-3) / 1e12);
+                    printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f %6.1f%%\n", v->name, D, S, causal, diffs[vi], med,
+                           fl / (med * 1e-3) / 1e12, 100.0 * (t[rounds - 1] - t[0]) / med);
                     fflush(stdout);
                 }
             }
-    }
+        }
     return 0;
 }

@@ -96,10 +96,12 @@ if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, c
   stamp profile
   ncu --clock-control none -k "regex:fwd_wgmma|bwd_ws" --launch-count 2 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters \
       $B/tools/distflash-bench bench --device cuda --dims 128 --seqlens 32768 --causal 1 --warmup 0 --reps 1 \
       > "$OUT/profile.txt" 2>&1
   summary+=("profile rc=$?: $(grep -cE 'Duration|Warp Cycles' "$OUT/profile.txt") lines of timings")
-  grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued" "$OUT/profile.txt" | cut -c1-160 | head -30
+  # pipe utilisation (tensor, XU = MUFU ex2, FMA, ALU) says which unit bounds the softmax overlap
+  grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued|Pipe|pipe" "$OUT/profile.txt" | cut -c1-160 | head -40
 fi
 if has masks; then   # issue 14: documents and a sliding window against FlexAttention (compiled), one GPU
   stamp masks

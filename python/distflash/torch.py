@@ -85,10 +85,10 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
     contiguous run of global positions; a document may span ranks, the same id on two ranks
     being one document). On two or more ranks the library checks each rank's own rows (ids
     that decrease there fail the call on every rank: DistflashInvalidArgument naming
-    d->q_doc); the order across ranks is the caller's promise. The ids are read on every call (forward and backward; they are
-    saved for the backward), gathered from every rank, and copied to the host to plan the
-    call: a masked call synchronises the caller's stream once and cannot be captured into a
-    CUDA graph.
+    d->q_doc); the order across ranks is the caller's promise. The ids are saved for the
+    backward; each masked call (forward and backward) gathers every rank's ids and copies
+    them to the host to plan itself, so it synchronises the caller's stream once and cannot
+    be captured into a CUDA graph.
     window: (left, right), key j visible to query i only if pos_i - pos_j <= left and
     pos_j - pos_i <= right over global positions (None or -1: unlimited on that side); with
     causal=True, (w, None) is the usual w-token look-back.

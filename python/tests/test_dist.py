@@ -6,6 +6,7 @@ Skipped without two GPUs.
 
 On the GPU machine (library built with CUDA and NCCL):
     PYTHONPATH=python NCCL_NVLS_ENABLE=0 python3 -m pytest -q python/tests/test_dist.py
+(or python/tests/gpu_masks.sh, which builds the library first and adds the 1-GPU mask tests)
 """
 import os
 import socket

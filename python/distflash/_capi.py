@@ -158,12 +158,15 @@ def attn_desc(batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, dtyp
 
 
 def dist_desc(batch, local_rows, num_heads, num_kv_heads, head_dim, dtype=DFA_F32, causal=True,
-              softmax_scale=0.0, schedule=DFA_SCHEDULE_BALANCED, overlap=1, flags=0):
-    """A dfa_dist_desc with both versioning headers filled in, as dfa_dist_desc_init makes it."""
+              softmax_scale=0.0, schedule=DFA_SCHEDULE_BALANCED, overlap=1, flags=0, doc=None, window=None):
+    """A dfa_dist_desc with both versioning headers filled in, as dfa_dist_desc_init makes it.
+    doc: the address of this rank's int32 document ids [batch, local_rows] (attn.q_doc and
+    attn.k_doc both point there), or None; window: as in attn_desc."""
     d = DistDesc()
     _fill_header(d)
     d.attn = attn_desc(batch, local_rows, local_rows, num_heads, num_kv_heads, head_dim, dtype=dtype,
-                       causal=causal, softmax_scale=softmax_scale, flags=flags)
+                       causal=causal, softmax_scale=softmax_scale, flags=flags, q_doc=doc, k_doc=doc,
+                       window=window)
     d.schedule, d.overlap = schedule, overlap
     return d
 

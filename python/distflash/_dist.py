@@ -15,13 +15,13 @@ import atexit
 import ctypes
 import os
 import threading
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from . import _capi
-from ._ops import DTYPES, as_dout, check_qkv, cuda_stream
+from ._ops import DTYPES, NO_WINDOW, as_dout, check_qkv, check_window, cuda_stream
 
 SCHEDULES = {"balanced": _capi.DFA_SCHEDULE_BALANCED, "ring": _capi.DFA_SCHEDULE_RING}
 
@@ -174,11 +174,54 @@ atexit.register(destroy_comms)
 
 # --- the ops --------------------------------------------------------------------------------
 
-def dist_desc_for(q, k, schedule, causal, scale, deterministic=False):
+def dist_desc_for(q, k, schedule, causal, scale, deterministic=False, doc=None, window_left=NO_WINDOW,
+                  window_right=NO_WINDOW):
     B, S, H, D = q.shape
     return _capi.dist_desc(B, S, H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal, softmax_scale=scale,
                            schedule=schedule, overlap=1,
-                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0)
+                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0,
+                           doc=None if doc is None else doc.data_ptr(),
+                           window=None if window_left == NO_WINDOW else (window_left, window_right))
+
+
+def check_mask(q, doc_ids, window, fn):
+    """dist_attention's mask arguments as the ops take them: (doc, window_left, window_right).
+    doc_ids: None, or an integer tensor [batch, local_rows] or [local_rows] (the same ids for
+    every batch row) on q's device: this rank's ids, its queries' and its keys' at once, so one
+    tensor (no (q_doc, k_doc) pair). doc: int32, [batch, local_rows], contiguous. The library
+    checks the values (non-decreasing along this rank's rows, on every rank)."""
+    doc = None
+    if doc_ids is not None:
+        if isinstance(doc_ids, (tuple, list)):
+            raise TypeError(f"{fn}: doc_ids must be one tensor (this rank's rows are its queries and its keys), "
+                            f"not a {type(doc_ids).__name__}")
+        if not isinstance(doc_ids, Tensor):
+            raise TypeError(f"{fn}: doc_ids must be a torch.Tensor, not {type(doc_ids).__name__}")
+        t = doc_ids
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise TypeError(f"{fn}: doc_ids must hold integers, not {t.dtype}")
+        B, n = q.shape[0], q.shape[1]
+        if tuple(t.shape) not in ((B, n), (n,)):
+            raise ValueError(f"{fn}: doc_ids must have shape [batch, local_rows] = {(B, n)} or [local_rows] = "
+                             f"{(n,)}; it has {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{fn}: doc_ids must be on q's device {q.device}, not {t.device}")
+        doc = t.to(torch.int32)
+        doc = (doc.expand(B, n) if doc.dim() == 1 else doc).contiguous()
+    wl, wr = check_window(window, fn)
+    return doc, wl, wr
+
+
+def check_doc(doc, q, fn):
+    """The ops' own check of their doc tensor (a caller may use torch.ops.distflash directly)."""
+    if doc is None:
+        return None
+    if doc.dtype != torch.int32:
+        raise TypeError(f"{fn}: doc must be int32, not {doc.dtype}")
+    if tuple(doc.shape) != (q.shape[0], q.shape[1]) or doc.device != q.device:
+        raise ValueError(f"{fn}: doc must have shape [batch, local_rows] = {(q.shape[0], q.shape[1])} on "
+                         f"{q.device}; it has {tuple(doc.shape)} on {doc.device}")
+    return doc.contiguous()
 
 
 def check_local(q, k, v, fn, contiguous=True):
@@ -195,15 +238,20 @@ def _p(t):
     return t.data_ptr()
 
 
+# doc: this rank's int32 document ids [batch, local_rows] (the descriptor's q_doc and k_doc), or
+# None; window_left/right: as in distflash::attn_fwd (NO_WINDOW: no window). Defaults keep the
+# calls of the unmasked schema valid.
 @torch.library.custom_op("distflash::dist_attn_fwd", mutates_args=())
 def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, causal: bool,
-                  softmax_scale: float) -> Tuple[Tensor, Tensor]:
+                  softmax_scale: float, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
+                  window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_fwd", contiguous=False)
+    doc = check_doc(doc, q, "distflash::dist_attn_fwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     c = get_comm(group, q.device)
-    d = dist_desc_for(q, k, schedule, causal, softmax_scale)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, False, doc, window_left, window_right)
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_fwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
                    cuda_stream(q))
@@ -211,20 +259,22 @@ def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, ca
 
 
 @dist_attn_fwd.register_fake
-def _(q, k, v, group, schedule, causal, softmax_scale):
+def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("distflash::dist_attn_bwd", mutates_args=())
 def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, group: str,
                   schedule: int, causal: bool, softmax_scale: float,
-                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                  deterministic: bool, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
+                  window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_bwd", contiguous=False)
+    doc = check_doc(doc, q, "distflash::dist_attn_bwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     c = get_comm(group, q.device)
-    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic, doc, window_left, window_right)
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_bwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
                    _p(dout), _p(dq), _p(dk), _p(dv), cuda_stream(q))
@@ -232,23 +282,25 @@ def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
 
 
 @dist_attn_bwd.register_fake
-def _(dout, q, k, v, o, lse, group, schedule, causal, softmax_scale, deterministic):
+def _(dout, q, k, v, o, lse, group, schedule, causal, softmax_scale, deterministic, doc=None,
+      window_left=NO_WINDOW, window_right=NO_WINDOW):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, group, schedule, causal, softmax_scale = inputs
+    q, k, v, group, schedule, causal, softmax_scale, doc, window_left, window_right = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, o, lse, doc)  # the backward needs the forward's mask
     ctx.args = (group, schedule, causal, softmax_scale)
+    ctx.window = (window_left, window_right)
 
 
 def _backward(ctx, grad_o, grad_lse):
     # lse is internal here (dist_attention returns o only), so its gradient is always zero.
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, doc = ctx.saved_tensors
     deterministic = torch.are_deterministic_algorithms_enabled()
-    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic)
-    return dq, dk, dv, None, None, None, None
+    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic, doc, *ctx.window)
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 dist_attn_fwd.register_autograd(_backward, setup_context=_setup_context)

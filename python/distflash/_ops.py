@@ -128,20 +128,26 @@ def check_mask(q, k, doc_ids, window, fn):
                 raise ValueError(f"{fn}: doc_ids ({name}) must be on q's device {q.device}, not {t.device}")
             out.append(t.to(torch.int32).contiguous())
         q_doc, k_doc = out
-    wl = wr = NO_WINDOW
-    if window is not None:
-        if not isinstance(window, (tuple, list)) or len(window) != 2:
-            raise ValueError(f"{fn}: window must be None or (left, right)")
-        sides = []
-        for name, x in (("left", window[0]), ("right", window[1])):
-            x = -1 if x is None else x
-            if isinstance(x, bool) or not isinstance(x, int):
-                raise TypeError(f"{fn}: window {name} must be an int or None, not {type(x).__name__}")
-            if not -1 <= x <= _INT_MAX:
-                raise ValueError(f"{fn}: window {name} = {x}; it must be >= 0 (or -1 / None: unlimited)")
-            sides.append(x)
-        wl, wr = sides
+    wl, wr = check_window(window, fn)
     return q_doc, k_doc, wl, wr
+
+
+def check_window(window, fn):
+    """The public window argument as the ops take it: (window_left, window_right), NO_WINDOW
+    for both when window is None; each side an int >= 0, or -1 for unlimited (None given)."""
+    if window is None:
+        return NO_WINDOW, NO_WINDOW
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise ValueError(f"{fn}: window must be None or (left, right)")
+    sides = []
+    for name, x in (("left", window[0]), ("right", window[1])):
+        x = -1 if x is None else x
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError(f"{fn}: window {name} must be an int or None, not {type(x).__name__}")
+        if not -1 <= x <= _INT_MAX:
+            raise ValueError(f"{fn}: window {name} = {x}; it must be >= 0 (or -1 / None: unlimited)")
+        sides.append(x)
+    return sides[0], sides[1]
 
 
 def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=None, k_doc=None,

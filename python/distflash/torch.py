@@ -62,7 +62,8 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
     return (o, lse) if return_lse else o
 
 
-def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softmax_scale=None):
+def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softmax_scale=None, doc_ids=None,
+                   window=None):
     """DistFlashAttn over the ranks of a torch.distributed process group (NCCL, CUDA tensors).
 
     Every rank of `group` (default: the world) calls it with its own local rows:
@@ -73,20 +74,43 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
     default) or "ring". One NCCL communicator per group and device is made on the first call
     (collective) and cached; destroy_comms() frees them.
 
+    Masks (as in attention(), by GLOBAL positions), on every rank alike:
+    doc_ids: packed documents: THIS RANK's document ids, one per local row, an integer tensor
+    [B, n] (or [n]: the same ids for every batch row) on q's device (int32; int64 and other
+    integer types are converted, so the values must fit int32). With full_ids [B, S] the ids of
+    the whole sequence (S = nranks * n), this rank passes
+        doc_ids = full_ids[:, dist_position(schedule, rank, nranks, n)]
+    i.e. row i carries the id of the token at global position dist_position(..., i). full_ids
+    must be non-decreasing along each batch row of the global sequence (each document one
+    contiguous run of global positions; a document may span ranks, the same id on two ranks
+    being one document). On two or more ranks the library checks each rank's own rows (ids
+    that decrease there fail the call on every rank: DistflashInvalidArgument naming
+    d->q_doc); the order across ranks is the caller's promise. The ids are saved for the
+    backward; each masked call (forward and backward) gathers every rank's ids and copies
+    them to the host to plan itself, so it synchronises the caller's stream once and cannot
+    be captured into a CUDA graph.
+    window: (left, right), key j visible to query i only if pos_i - pos_j <= left and
+    pos_j - pos_i <= right over global positions (None or -1: unlimited on that side); with
+    causal=True, (w, None) is the usual w-token look-back.
+    Only the chunk pairs with a visible key are computed and moved, balanced by visible pairs.
+
     Without an initialised process group, or with a group of one rank, this is
-    attention(q, k, v, causal=causal, softmax_scale=softmax_scale).
+    attention(q, k, v, causal=causal, softmax_scale=softmax_scale, doc_ids=doc_ids,
+    window=window) (doc_ids [n] expanded to [B, n]), which also runs on CPU tensors.
     """
     fn = "distflash.torch.dist_attention"
     _ops.check_qkv(q, k, v, fn)
     sched = _dist.schedule_id(schedule, fn)
     scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
+    if doc_ids is None and window is None:
+        doc, wl, wr = None, _ops.NO_WINDOW, _ops.NO_WINDOW
+    else:
+        doc, wl, wr = _dist.check_mask(q, doc_ids, window, fn)
     import torch.distributed as dist
-    if group is None and not (dist.is_available() and dist.is_initialized()):
-        return attention(q, k, v, causal=causal, softmax_scale=scale)
-    if dist.get_world_size(group) == 1:
-        return attention(q, k, v, causal=causal, softmax_scale=scale)
+    if (group is None and not (dist.is_available() and dist.is_initialized())) or dist.get_world_size(group) == 1:
+        return attention(q, k, v, causal=causal, softmax_scale=scale, doc_ids=doc, window=window)
     _dist.check_local(q, k, v, fn)
-    o, _ = _dist.dist_attn_fwd(q, k, v, _dist.group_name(group), sched, bool(causal), scale)
+    o, _ = _dist.dist_attn_fwd(q, k, v, _dist.group_name(group), sched, bool(causal), scale, doc, wl, wr)
     return o
 
 

@@ -3,6 +3,7 @@
 #include "cuda/launch_bwd.cuh"
 #include "cuda/launch_fwd.cuh"
 #include "lab_bwd_wgmma.cuh"
+#include "lab_fwd_persist.cuh"
 #include "lab_variants.h"
 
 template <int D, int BM, int ATOMIC, int VARIANT, int BF16, int OUT32>
@@ -56,6 +57,10 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 7, 6>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 7, 6>(p, stream, fn);
     case LAB_FWD_WGMMA_M128:
         return s.bf16 ? lab_fwd_d64<1, 3, 2>(p, stream, fn) : lab_fwd_d64<0, 3, 2>(p, stream, fn);
+    case LAB_FWD_WGMMA_PERSIST:
+        return s.bf16 ? lab_fwd_persist<1, 3, 2>(p, stream, fn) : lab_fwd_persist<0, 3, 2>(p, stream, fn);
+    case LAB_FWD_WGMMA_PERSIST_PP:
+        return s.bf16 ? lab_fwd_persist<1, 3, 3>(p, stream, fn) : lab_fwd_persist<0, 3, 3>(p, stream, fn);
     case LAB_FWD_WGMMA_CLUSTER:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2, 3, 2>(p, stream, fn);
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);

@@ -29,6 +29,8 @@ enum {
     LAB_FWD_WGMMA_M128,       /* head dim 64: 128-row query tiles (two consumers), ping-pong + pipelining: the
                                  library's until 192-row tiles replaced it (2026-12-01, run 8) */
     LAB_FWD_WGMMA_CLUSTER,    /* the library's forward in pairs of CTAs sharing K/V loads (TMA multicast) */
+    LAB_FWD_WGMMA_PERSIST,    /* the forward made persistent (lab_fwd_persist.cuh): one CTA per SM walks the tiles */
+    LAB_FWD_WGMMA_PERSIST_PP, /* persistent, ping-pong + pipelining at both head dims */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

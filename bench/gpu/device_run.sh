@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One batched run on the lent GPU machine: build, GPU tests, kernel lab, bench with
 # peers. Logs go to $OUT (or out/), a short summary is printed last.
-#   STAGES="build sass gputest test lab pick sanitize bench peers det fit profile masks"  (default: see below)
+#   STAGES="build sass gputest test lab pick sanitize bench peers det fit profile shapes masks"  (default: see below)
+#   shapes: GQA ratios 4 and 8, f16, and the distributed schedule's blocks (below the diagonal, half-height)
+#   against square MHA and the peers (issue 11, item 3).
 #   LAB_ARGS, BENCH_ARGS, PEER_ARGS, FIT_S, MASK_ARGS override the defaults below; JSON_DIR (default $OUT)
 #   takes the two JSON files when $OUT must hold fewer files.
 #   masks: the GPU mask tests and bench/gpu/masks_bench.py (ours vs FlexAttention, 128k tokens,
@@ -102,6 +104,15 @@ if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, c
   summary+=("profile rc=$?: $(grep -cE 'Duration|Warp Cycles' "$OUT/profile.txt") lines of timings")
   # pipe utilisation (tensor, XU = MUFU ex2, FMA, ALU) says which unit bounds the softmax overlap
   grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued|Pipe|pipe" "$OUT/profile.txt" | cut -c1-160 | head -40
+fi
+if has shapes; then   # issue 11: GQA 4 and 8, f16, the distributed schedule's block kinds, next to square MHA
+  stamp shapes
+  $B/tools/distflash-bench bench --device cuda --dims 64,128 --seqlens 8k,32k --causal 1 --kv-ratio 1,4,8 \
+      --blocks square,below,half --json "$JSON_DIR/shapes.json" 2>&1 | tee "$OUT/shapes.log"
+  $B/tools/distflash-bench bench --device cuda --dims 128 --seqlens 8k,32k --causal 1 --dtype f16 2>&1 | tee -a "$OUT/shapes.log"
+  PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py --dims 64,128 --seqlens 8192,32768 --causal 1 --kv-ratio 1,4,8 \
+      --json "$JSON_DIR/shapes_peers.json" >> "$OUT/shapes.log" 2>&1
+  python3 bench/gpu/table.py "$JSON_DIR/shapes.json" "$JSON_DIR/shapes_peers.json" | tee -a "$OUT/shapes.log"
 fi
 if has masks; then   # issue 14: documents and a sliding window against FlexAttention (compiled), one GPU
   stamp masks

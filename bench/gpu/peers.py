@@ -3,7 +3,9 @@
 b = max(1, 32768/S)), timed the same way (CUDA events, median after warm-up),
 FLOPs as in DESIGN.md. Adapted from ../shared/peers/gpu_anchors.py (single()).
 
-    python3 bench/gpu/peers.py [--dims 64,128] [--seqlens 2048,8192,32768] [--json out.json]
+    python3 bench/gpu/peers.py [--dims 64,128] [--seqlens 2048,8192,32768] [--kv-ratio 1,4,8] [--json out.json]
+
+--kv-ratio r: h / r key/value heads (GQA, SDPA's enable_gqa); a backend that refuses it prints FAILED.
 """
 import argparse, json, sys
 import torch, torch.nn.functional as F
@@ -25,6 +27,7 @@ def main():
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--seqlens", default="2048,8192,32768")
     ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--kv-ratio", default="1")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -34,25 +37,29 @@ def main():
     for d in map(int, a.dims.split(",")):
         for s in map(int, a.seqlens.split(",")):
             h = 4096 // d; b = max(1, 32768 // s)
-            for causal in (c == "1" for c in a.causal.split(",")):
+            for causal, ratio in ((c == "1", int(r)) for c in a.causal.split(",") for r in a.kv_ratio.split(",")):
+                hkv = h // ratio
                 q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                k = torch.randn_like(q, requires_grad=True); v = torch.randn_like(q, requires_grad=True)
+                k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                v = torch.randn_like(k, requires_grad=True)
                 do = torch.randn_like(q)
+                gqa = dict(enable_gqa=True) if ratio > 1 else {}
                 fl = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
                 for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         with sdpa_kernel(be):
-                            msf = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), rep=a.reps)
+                            msf = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa),
+                                        rep=a.reps)
                             def fb():
-                                F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+                                F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa).backward(do)
                             torch.cuda.reset_peak_memory_stats()
                             msb = bench(fb, rep=a.reps)
                             peak = torch.cuda.max_memory_allocated() / 2**20
-                        r = dict(backend=name, d=d, s=s, b=b, h=h, causal=causal, fwd_ms=msf,
+                        r = dict(backend=name, d=d, s=s, b=b, h=h, kv_heads=hkv, block="square", causal=causal, fwd_ms=msf,
                                  fwd_tflops=fl / (msf * 1e-3) / 1e12, fwdbwd_ms=msb,
                                  fwdbwd_tflops=3.5 * fl / (msb * 1e-3) / 1e12, peak_mib=peak)
                         rows.append(r)
-                        print(f"{name:6s} d={d:3d} S={s:6d} b={b:2d} h={h:2d} causal={int(causal)}  fwd {msf:8.3f} ms "
+                        print(f"{name:6s} d={d:3d} S={s:6d} b={b:2d} h={h:2d} kv={hkv:2d} causal={int(causal)}  fwd {msf:8.3f} ms "
                               f"{r['fwd_tflops']:6.1f} TF  fwd+bwd {msb:8.3f} ms {r['fwdbwd_tflops']:6.1f} TF  "
                               f"peak {peak:7.0f} MiB", flush=True)
                     except Exception as e:

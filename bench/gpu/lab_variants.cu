@@ -36,14 +36,30 @@ static dfa_status lab_fwd_d64(const dfa__fwd_params &p, cudaStream_t st, const c
     return dfa__launch_fwd_wgmma<64, 128, BF16, PP, 0, NCW>(p, st, fn);
 }
 
+/* Head dim 256 on the Hopper forward: the family check (which sends 256 to mma.sync) is the
+   caller's; here sm_90 and head dim 256 only. */
+template <int BF16, int PP>
+static dfa_status lab_fwd_d256(const dfa__cuda_shape &s, const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (s.head_dim != 256) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "this variant is for head dim 256 only");
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        major != 9)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the Hopper forward needs an sm_90 device");
+    return dfa__launch_fwd_wgmma<256, 64, BF16, PP, 0>(p, st, fn);
+}
+
 extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                               void *o, float *lse, cudaStream_t stream) {
     static const char fn[] = "lab_fwd";
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    const dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse);
+    if (variant == LAB_FWD_WGMMA_D256)
+        return s.bf16 ? lab_fwd_d256<1, 2>(s, p, stream, fn) : lab_fwd_d256<0, 2>(s, p, stream, fn);
+    if (variant == LAB_FWD_WGMMA_D256_PP)
+        return s.bf16 ? lab_fwd_d256<1, 3>(s, p, stream, fn) : lab_fwd_d256<0, 3>(s, p, stream, fn);
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "forward", &wgmma, fn);
     if (st) return st;
-    const dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse);
     switch (variant) {
     case LAB_FWD_WGMMA_PLAIN:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0, 0>(p, stream, fn);

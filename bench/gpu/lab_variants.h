@@ -31,6 +31,9 @@ enum {
     LAB_FWD_WGMMA_CLUSTER,    /* the library's forward in pairs of CTAs sharing K/V loads (TMA multicast) */
     LAB_FWD_WGMMA_PERSIST,    /* the forward made persistent (lab_fwd_persist.cuh): one CTA per SM walks the tiles */
     LAB_FWD_WGMMA_PERSIST_PP, /* persistent, ping-pong + pipelining at both head dims */
+    LAB_FWD_WGMMA_D256,       /* head dim 256 on the Hopper forward (128 x 64 tiles, pipelined); the library runs
+                                 mma.sync there */
+    LAB_FWD_WGMMA_D256_PP,    /* the same with ping-pong consumers */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -18,7 +18,8 @@
  * others run in the kernel lab. OUT32 writes o as float32.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
- * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. */
+ * 128-byte swizzle that both TMA and wgmma speak; a D = 128 tile is two blocks. The kernel
+ * lab also instantiates D = 256 (128 x 64 tiles, o in 128 registers per consumer thread). */
 #ifndef DFA_CUDA_FWD_WGMMA_CUH
 #define DFA_CUDA_FWD_WGMMA_CUH
 
@@ -49,10 +50,12 @@ template <int N, int BF16>
 static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a, uint64_t b, int sc) {
     if (BF16) {
         if (N == 64) dfa__wgmma_rs_bf16_n64(d, a, b, sc);
-        else dfa__wgmma_rs_bf16_n128(d, a, b, sc);
+        else if (N == 128) dfa__wgmma_rs_bf16_n128(d, a, b, sc);
+        else dfa__wgmma_rs_bf16_n256(d, a, b, sc);
     } else {
         if (N == 64) dfa__wgmma_rs_f16_n64(d, a, b, sc);
-        else dfa__wgmma_rs_f16_n128(d, a, b, sc);
+        else if (N == 128) dfa__wgmma_rs_f16_n128(d, a, b, sc);
+        else dfa__wgmma_rs_f16_n256(d, a, b, sc);
     }
 }
 

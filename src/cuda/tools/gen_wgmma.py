@@ -5,7 +5,7 @@ asm statement; generating them keeps the 64..256-operand lists free of typos.
 Run from the repository root: python3 src/cuda/tools/gen_wgmma.py"""
 import os
 
-NS = (64, 128, 192)
+NS = (64, 128, 192, 256)
 TYPES = (("bf16", 1), ("f16", 0))
 
 def regs(n, first):

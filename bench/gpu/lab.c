@@ -179,6 +179,12 @@ static double check(const variant *v, int D, int S, int causal) {
     return worst;
 }
 
+/* FLOPs of the variant's pass on the bench shape (h = 4096/D heads, b = max(1, 32768/S)). */
+static double bench_flops(const variant *v, int D, int S, int causal) {
+    const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+    return 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
+}
+
 static int cmpf(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
@@ -293,9 +299,8 @@ int main(int argc, char **argv) {
                     const double diff = check(v, dims[di], check_s, causals[ci]);
                     for (int si = 0; si < ns; si++) {
                         const int D = dims[di], S = seqs[si], causal = causals[ci];
-                        const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
                         const float ms = timeit(v, D, S, causal, reps);
-                        const double fl = 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
+                        const double fl = bench_flops(v, D, S, causal);
                         printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f\n", v->name, D, S, causal, diff, ms,
                                fl / (ms * 1e-3) / 1e12);
                         fflush(stdout);
@@ -319,7 +324,6 @@ int main(int argc, char **argv) {
                 }
             for (int si = 0; si < ns; si++) {
                 const int D = dims[di], S = seqs[si], causal = causals[ci];
-                const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
                 for (int r = 0; r < rounds; r++)
                     for (size_t vi = 0; vi < NV; vi++)
                         if (selected(&variants[vi], only)) {
@@ -333,7 +337,7 @@ int main(int argc, char **argv) {
                     memcpy(t, ms[vi], sizeof(double) * (size_t)rounds);
                     qsort(t, (size_t)rounds, sizeof(double), cmpd);
                     const double med = t[rounds / 2];
-                    const double fl = 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
+                    const double fl = bench_flops(v, D, S, causal);
                     printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f %6.1f%%\n", v->name, D, S, causal, diffs[vi], med,
                            fl / (med * 1e-3) / 1e12, 100.0 * (t[rounds - 1] - t[0]) / med);
                     fflush(stdout);

@@ -15,9 +15,7 @@
 #ifndef DFA_LAB_FWD_PERSIST_CUH
 #define DFA_LAB_FWD_PERSIST_CUH
 
-#include "cuda/fwd_wgmma.cuh"
-#include "cuda/launch.cuh"
-#include "cuda/tmap.h"
+#include "cuda/launch_fwd.cuh"
 
 /* Query tile t, numbered as the library's grid: t = (nm - 1 - mb) * heads + (b, h). */
 typedef struct {
@@ -249,10 +247,8 @@ static dfa_status lab_launch_fwd_persist(const dfa__fwd_params &p, cudaStream_t 
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaDeviceGetAttribute (multiprocessors)");
     CUtensorMap tq, tk, tv;
-    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
-        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN) ||
-        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, BN))
-        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    const dfa_status st_maps = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
+    if (st_maps) return st_maps;
     return dfa__launch(lab_fwd_persist_kernel<D, BN, BF16, PP, NCW>, tiles < sms ? tiles : sms, C::NT, C::SMEM, st,
                        fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, p);
 }

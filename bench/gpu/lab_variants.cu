@@ -41,10 +41,10 @@ static dfa_status lab_fwd_d64(const dfa__fwd_params &p, cudaStream_t st, const c
 template <int BF16, int PP>
 static dfa_status lab_fwd_d256(const dfa__cuda_shape &s, const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (s.head_dim != 256) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "this variant is for head dim 256 only");
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
-        major != 9)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the Hopper forward needs an sm_90 device");
+    dfa_status cc_st = DFA_OK;
+    const int cc = dfa__cuda_device_cc(fn, &cc_st);
+    if (cc < 0) return cc_st;
+    if (cc != 90) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the Hopper forward needs an sm_90 device");
     return dfa__launch_fwd_wgmma<256, 64, BF16, PP, 0>(p, st, fn);
 }
 

@@ -14,16 +14,25 @@ extern "C" {
    memory (raising the kernel's limit first when smem > 0) on stream st. A grid over the
    one-dimensional limit is DFA_ERR_UNSUPPORTED ("too many <unit> for one launch"), a CUDA
    error DFA_ERR_BACKEND (see dfa__cuda_fail) naming `what`. */
-template <typename... P, typename... A>
-static dfa_status dfa__launch(void (*kernel)(P...), long long grid, int threads, int smem, cudaStream_t st,
-                              const char *fn, const char *unit, const char *what, const A &...args) {
+/* What every launch checks first: the grid fits one launch, the kernel may have smem bytes. */
+template <typename... P>
+static dfa_status dfa__launch_prepare(void (*kernel)(P...), long long grid, int smem, const char *fn,
+                                      const char *unit) {
     if (grid > 0x7fffffffLL)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many %s for one launch (%lld blocks)", unit, grid);
     cudaError_t e;
     if (smem > 0 && (e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
         return dfa__cuda_fail(e, fn, "cudaFuncSetAttribute");
+    return DFA_OK;
+}
+
+template <typename... P, typename... A>
+static dfa_status dfa__launch(void (*kernel)(P...), long long grid, int threads, int smem, cudaStream_t st,
+                              const char *fn, const char *unit, const char *what, const A &...args) {
+    const dfa_status s = dfa__launch_prepare(kernel, grid, smem, fn, unit);
+    if (s) return s;
     kernel<<<(unsigned)grid, threads, smem, st>>>(args...);
-    e = cudaGetLastError();
+    const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? DFA_OK : dfa__cuda_fail(e, fn, what);
 }
 
@@ -32,11 +41,8 @@ template <typename... P, typename... A>
 static dfa_status dfa__launch_cluster(void (*kernel)(P...), long long grid, int cluster, int threads, int smem,
                                       cudaStream_t st, const char *fn, const char *unit, const char *what,
                                       const A &...args) {
-    if (grid > 0x7fffffffLL)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many %s for one launch (%lld blocks)", unit, grid);
-    cudaError_t e;
-    if (smem > 0 && (e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
-        return dfa__cuda_fail(e, fn, "cudaFuncSetAttribute");
+    const dfa_status s = dfa__launch_prepare(kernel, grid, smem, fn, unit);
+    if (s) return s;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -49,7 +55,7 @@ static dfa_status dfa__launch_cluster(void (*kernel)(P...), long long grid, int 
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
     if (e == cudaSuccess) e = cudaGetLastError();
     return e == cudaSuccess ? DFA_OK : dfa__cuda_fail(e, fn, what);
 }

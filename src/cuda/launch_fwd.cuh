@@ -34,6 +34,16 @@ static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st,
                        "forward kernel launch", p);
 }
 
+/* The forward's tensor maps: q in boxes of bm rows, k and v in boxes of kv_rows. */
+static inline dfa_status dfa__fwd_tmaps(const dfa__fwd_params &p, int bf16, int D, int bm, int kv_rows, CUtensorMap *tq,
+                                        CUtensorMap *tk, CUtensorMap *tv, const char *fn) {
+    if (!dfa__tmap(tq, p.q, bf16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, bm) ||
+        !dfa__tmap(tk, p.k, bf16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_rows) ||
+        !dfa__tmap(tv, p.v, bf16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_rows))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    return DFA_OK;
+}
+
 template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2, int CLUSTER = 1>
 static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
@@ -44,11 +54,8 @@ static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t s
         if (nm % 2 != 0 || p.sh.masked) return dfa__launch_fwd_wgmma<D, BN, BF16, PP, OUT32, NCW, 1>(p, st, fn);
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * nm;
     CUtensorMap tq, tk, tv;
-    const int kv_box = CLUSTER == 2 ? BN / 2 : BN;
-    if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
-        !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_box) ||
-        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_box))
-        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    const dfa_status st_maps = dfa__fwd_tmaps(p, BF16, D, C::BM, CLUSTER == 2 ? BN / 2 : BN, &tq, &tk, &tv, fn);
+    if (st_maps) return st_maps;
     if constexpr (CLUSTER == 2)
         return dfa__launch_cluster(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW, CLUSTER>, tiles, 2, C::NT, C::SMEM,
                                    st, fn, "query tiles", "forward kernel launch", tq, tk, tv, p);

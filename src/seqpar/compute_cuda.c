@@ -161,10 +161,7 @@ static dfa_status cuda_to_host(void *ctx, void *dst, const void *src, size_t byt
     cuda_ctx *c = ctx;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-    if (e == cudaSuccess) return DFA_OK;
-    return dfa__fail(e == cudaErrorMemoryAllocation ? DFA_ERR_OUT_OF_MEMORY : DFA_ERR_BACKEND, "dfa__compute_cuda",
-                     "copying %zu bytes to the host (the document ids) failed: %s (%s)", bytes, cudaGetErrorString(e),
-                     cudaGetErrorName(e));
+    return e == cudaSuccess ? DFA_OK : dfa__cuda_fail(e, "dfa__compute_cuda", "copying the document ids to the host");
 }
 
 static void cuda_bind(void *ctx, void *stream, void *scratch) {

@@ -101,6 +101,19 @@ typedef struct {
     size_t qb, kb, lb;
 } dbufs;
 
+/* A forward issued while gs is being captured, the capture then ended and its graph dropped:
+   the call's status (for calls that must refuse capture; the capture's own status is not
+   checked, as a refusal may have queried the device and invalidated it). */
+static dfa_status fwd_captured(dfa_comm *c, const dfa_dist_desc *d, const dbufs *b, cudaStream_t gs) {
+    CUDA_OK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal));
+    const dfa_status st = dfa_dist_attn_fwd_cuda(c, d, b->q, b->k, b->v, b->o, b->lse, gs);
+    cudaGraph_t g = NULL;
+    cudaStreamEndCapture(gs, &g);
+    if (g) cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    return st;
+}
+
 static void dbufs_make(dbufs *b, const dcase *k, const void *hq, const void *hk, const void *hv, const void *hdo) {
     const size_t es = tl_dtype_size(k->t);
     b->qb = (size_t)k->B * k->n * k->H * k->D * es;
@@ -390,12 +403,7 @@ static void test_bits(dfa_comm *c, cudaStream_t s) {
     /* a new descriptor cannot be captured: it needs the host agreement */
     dfa_dist_desc d2 = d;
     d2.attn.softmax_scale = 0.125f;
-    CUDA_OK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal));
-    const dfa_status st2 = dfa_dist_attn_fwd_cuda(c, &d2, b.q, b.k, b.v, b.o, b.lse, gs);
-    cudaGraph_t g2 = NULL;
-    cudaStreamEndCapture(gs, &g2);
-    if (g2) cudaGraphDestroy(g2);
-    (void)cudaGetLastError();
+    const dfa_status st2 = fwd_captured(c, &d2, &b, gs);
     CHECK(st2 == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "uncaptured"),
           "rank %d: capturing a new descriptor: %s: %s", rank, dfa_status_string(st2), dfa_last_error());
     cudaStreamDestroy(gs);
@@ -618,12 +626,7 @@ static void test_mask_errors(dfa_comm *c, cudaStream_t s) {
             dc.attn.flags |= DFA_FLAG_WINDOW;
             dc.attn.window_left = 5;
         }
-        CUDA_OK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal));
-        const dfa_status st = dfa_dist_attn_fwd_cuda(c, &dc, b.q, b.k, b.v, b.o, b.lse, gs);
-        cudaGraph_t g = NULL;
-        cudaStreamEndCapture(gs, &g);
-        if (g) cudaGraphDestroy(g);
-        (void)cudaGetLastError();
+        const dfa_status st = fwd_captured(c, &dc, &b, gs);
         CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "captured") &&
                   strstr(dfa_last_error(), "DFA_FLAG_WINDOW"),
               "rank %d: capturing a masked call (%s): %s: %s", rank, win ? "window" : "documents", dfa_status_string(st),

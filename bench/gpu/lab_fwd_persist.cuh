@@ -17,20 +17,22 @@
 
 #include "cuda/launch_fwd.cuh"
 
-/* Query tile t, numbered as the library's grid: t = (nm - 1 - mb) * heads + (b, h). */
+/* Query tile t, numbered as the library's grid (dfa__fwd_tile_order). */
 typedef struct {
     int bh, b, h, kvh, m0, kb0, kb1;
 } lab_fwd_tile;
 
 template <int BM, int BN>
-static __device__ __forceinline__ lab_fwd_tile lab_fwd_tile_of(const dfa__cuda_shape &sh, uint32_t t, int nm,
+static __device__ __forceinline__ lab_fwd_tile lab_fwd_tile_of(const dfa__fwd_params &p, uint32_t t, int nm,
                                                               int heads) {
+    const dfa__cuda_shape &sh = p.sh;
     lab_fwd_tile T;
-    T.bh = (int)(t % heads);
+    int mb;
+    dfa__fwd_tile_order(t, nm, heads, p.l2_heads, &mb, &T.bh);
     T.b = T.bh / sh.num_heads;
     T.h = T.bh % sh.num_heads;
     T.kvh = T.h / (sh.num_heads / sh.num_kv_heads);
-    T.m0 = (nm - 1 - (int)(t / heads)) * BM;
+    T.m0 = mb * BM;
     dfa__mask_key_blocks<BN>(sh, T.b, T.m0, BM, &T.kb0, &T.kb1);
     return T;
 }
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             int g = 0;       /* key blocks of earlier tiles: where the stage ring stands */
             uint32_t qn = 0; /* Q tiles loaded before */
             for (uint32_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
-                const lab_fwd_tile T = lab_fwd_tile_of<BM, BN>(p.sh, t, nm, heads);
+                const lab_fwd_tile T = lab_fwd_tile_of<BM, BN>(p, t, nm, heads);
                 const int nblocks = T.kb1 - T.kb0;
                 if (nblocks <= 0) continue;
                 dfa__mbar_wait(q_empty, (qn & 1u) ^ 1u); /* the consumers are done with the last Q */
@@ -117,7 +119,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     int g = 0;
     uint32_t qn = 0;
     for (uint32_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const lab_fwd_tile T = lab_fwd_tile_of<BM, BN>(p.sh, t, nm, heads);
+        const lab_fwd_tile T = lab_fwd_tile_of<BM, BN>(p, t, nm, heads);
         const int b = T.b, m0 = T.m0, nblocks = T.kb1 - T.kb0, n_begin = T.kb0 * BN;
         uint16_t *og = (uint16_t *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)T.h * p.sh.head_dim;
         float *lseg = p.lse ? p.lse + (long long)T.bh * p.sh.seqlen_q : (float *)0;

@@ -52,7 +52,11 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
                               void *o, float *lse, cudaStream_t stream) {
     static const char fn[] = "lab_fwd";
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
-    const dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse);
+    dfa_status l2_st = DFA_OK;
+    const long long l2 = dfa__cuda_l2_bytes(fn, &l2_st);
+    if (l2 < 0) return l2_st;
+    dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse, l2);
+    if (variant == LAB_FWD_WGMMA_HEADS_ORDER) p.l2_heads = s.batch * s.num_heads; /* one section: every head */
     if (variant == LAB_FWD_WGMMA_D256)
         return s.bf16 ? lab_fwd_d256<1, 2>(s, p, stream, fn) : lab_fwd_d256<0, 2>(s, p, stream, fn);
     if (variant == LAB_FWD_WGMMA_D256_PP)
@@ -61,6 +65,8 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "forward", &wgmma, fn);
     if (st) return st;
     switch (variant) {
+    case LAB_FWD_WGMMA_HEADS_ORDER:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0>(p, stream, fn);
     case LAB_FWD_WGMMA_PLAIN:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0, 0>(p, stream, fn);
     case LAB_FWD_WGMMA_PINGPONG:

@@ -34,6 +34,8 @@ enum {
     LAB_FWD_WGMMA_D256,       /* head dim 256 on the Hopper forward (128 x 64 tiles, pipelined); the library runs
                                  mma.sync there */
     LAB_FWD_WGMMA_D256_PP,    /* the same with ping-pong consumers */
+    LAB_FWD_WGMMA_HEADS_ORDER, /* the library's forward with the grid's old order (every head in one section:
+                                  resident CTAs on different heads; dfa__fwd_tile_order) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -12,8 +12,10 @@ static const dfa__fwd_launcher dfa__fwd_kernels[2][2][2] = {
 extern "C" dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, void *o,
                                     float *lse, cudaStream_t stream, const char *fn) {
     int wgmma = 0;
-    const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "forward", &wgmma, fn);
+    dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), "forward", &wgmma, fn);
     if (st) return st;
-    return dfa__fwd_kernels[wgmma][s->bf16 != 0][s->out_f32 != 0](dfa__fwd_params_of(s, q, k, v, o, lse), stream,
+    const long long l2 = dfa__cuda_l2_bytes(fn, &st);
+    if (l2 < 0) return st;
+    return dfa__fwd_kernels[wgmma][s->bf16 != 0][s->out_f32 != 0](dfa__fwd_params_of(s, q, k, v, o, lse, l2), stream,
                                                                    fn);
 }

@@ -21,7 +21,24 @@ typedef struct {
     float *lse; /* may be NULL */
     dfa__cuda_shape sh;
     float scale_log2;
+    int l2_heads; /* (batch, head) pairs per L2 section of the grid (dfa__fwd_tile_order) */
 } dfa__fwd_params;
+
+/* The grid's order of query tiles. Tiles come in sections of l2_heads (batch, head) pairs,
+   chosen on the host so that their K and V fit in L2 together (dfa__fwd_l2_heads); within a
+   section the last query blocks come first (under a causal mask they have the most work) and
+   the heads alternate fastest. Every CTA resident at one time then streams the K/V of a few
+   heads, from the same first block on, instead of one head each: with one head per resident
+   CTA (the order until 2026-12-01, l2_heads = all of them) a 32k x 128 forward read its K/V
+   from DRAM at 64% of its bandwidth (ncu, bench/gpu/results/2026-12-01/run4_profile_fwd.txt).
+   unit: the tile's number in the grid; nmb: query blocks per head. */
+static __device__ __forceinline__ void dfa__fwd_tile_order(uint32_t unit, int nmb, int heads, int l2_heads,
+                                                           int *mb, int *bh) {
+    const uint32_t per = (uint32_t)l2_heads * (uint32_t)nmb, sec = unit / per, r = unit - sec * per;
+    const int h0 = (int)sec * l2_heads, hn = heads - h0 < l2_heads ? heads - h0 : l2_heads;
+    *mb = nmb - 1 - (int)(r / (uint32_t)hn);
+    *bh = h0 + (int)(r % (uint32_t)hn);
+}
 
 template <int DP, int NW, int BN> struct dfa__fwd_mma_cfg {
     static constexpr int BM = 16 * NW, NT = 32 * NW;
@@ -40,8 +57,8 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int heads = p.sh.batch * p.sh.num_heads;
     const int nm = (p.sh.seqlen_q + BM - 1) / BM;
-    /* last query tiles first: under a causal mask they have the most work */
-    const int mb = nm - 1 - (int)(blockIdx.x / heads), bh = (int)(blockIdx.x % heads);
+    int mb, bh;
+    dfa__fwd_tile_order(blockIdx.x, nm, heads, p.l2_heads, &mb, &bh);
     const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;

@@ -136,10 +136,11 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     const int tid = threadIdx.x;
     const int heads = p.sh.batch * p.sh.num_heads;
     const int nm = (p.sh.seqlen_q + BM - 1) / BM;
-    /* longest rows first (causal); in pairs, query blocks 2i and 2i + 1 of one head (nm even) */
+    /* dfa__fwd_tile_order; in pairs, query blocks 2i and 2i + 1 of one head (nm even) */
     const uint32_t rank = CLUSTER == 2 ? blockIdx.x & 1u : 0u, peer = rank ^ 1u;
-    const uint32_t unit = blockIdx.x / CLUSTER;
-    const int mb = CLUSTER * (nm / CLUSTER - 1 - (int)(unit / heads)) + (int)rank, bh = (int)(unit % heads);
+    int mb, bh;
+    dfa__fwd_tile_order(blockIdx.x / CLUSTER, nm / CLUSTER, heads, p.l2_heads, &mb, &bh);
+    mb = CLUSTER * mb + (int)rank;
     const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;

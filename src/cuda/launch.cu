@@ -31,6 +31,17 @@ extern "C" int dfa__cuda_device_cc(const char *fn, dfa_status *st) {
     return major * 10 + minor;
 }
 
+extern "C" long long dfa__cuda_l2_bytes(const char *fn, dfa_status *st) {
+    int dev = 0, bytes = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev);
+    if (e != cudaSuccess) {
+        *st = dfa__cuda_fail(e, fn, "querying the current CUDA device's L2 size");
+        return -1;
+    }
+    return bytes;
+}
+
 /* Written by tests only (dfa__cuda_force_family); an atomic so that reading it on every call
    is a plain load and never a data race. */
 static std::atomic<int> dfa__forced_family(DFA__FAMILY_AUTO);
@@ -38,6 +49,12 @@ static std::atomic<int> dfa__forced_family(DFA__FAMILY_AUTO);
 extern "C" void dfa__cuda_force_family(int family) { dfa__forced_family.store(family, std::memory_order_relaxed); }
 
 extern "C" int dfa__cuda_forced_family(void) { return dfa__forced_family.load(std::memory_order_relaxed); }
+
+static std::atomic<int> dfa__forced_l2_heads(0);
+
+extern "C" void dfa__cuda_force_l2_heads(int n) { dfa__forced_l2_heads.store(n, std::memory_order_relaxed); }
+
+extern "C" int dfa__cuda_forced_l2_heads(void) { return dfa__forced_l2_heads.load(std::memory_order_relaxed); }
 
 extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, const char *what, int *wgmma,
                                             const char *fn) {

@@ -99,6 +99,13 @@ void dfa__cuda_force_family(int family);
 /* The forced family, DFA__FAMILY_AUTO unless a test forced one. */
 int dfa__cuda_forced_family(void);
 
+/* FOR TESTS ONLY: makes every later forward take its query tiles in sections of n (batch,
+   head) pairs (dfa__fwd_tile_order; at most all of them), or of the size the L2 suggests
+   again (n = 0). The order changes no bit of the results: the tests compare bit for bit. Same
+   rules as dfa__cuda_force_family. */
+void dfa__cuda_force_l2_heads(int n);
+int dfa__cuda_forced_l2_heads(void);
+
 /* The family a call uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
    device into *wgmma (1: Hopper kernels). Fails (status recorded) when the device is older
    than sm_80, or when WGMMA is asked for where it cannot run; `what` names the pass in the
@@ -111,6 +118,9 @@ dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what);
 /* Compute capability major*10+minor of the current device, or a negative value on failure
    (then the message is recorded). */
 int dfa__cuda_device_cc(const char *fn, dfa_status *st);
+
+/* The current device's L2 cache in bytes, or -1 with *st set (DFA_ERR_BACKEND). */
+long long dfa__cuda_l2_bytes(const char *fn, dfa_status *st);
 
 #ifdef __cplusplus
 }

@@ -12,9 +12,20 @@
 /* One forward kernel (of a family, every head dim it takes) on a stream. */
 typedef dfa_status (*dfa__fwd_launcher)(const dfa__fwd_params &p, cudaStream_t st, const char *fn);
 
+/* (batch, head) pairs per L2 section of the forward's grid (dfa__fwd_tile_order): as many kv
+   heads as have K and V in two thirds of the L2 (FlashAttention-3's scheduler keeps 32 MB of the
+   H100's 50 for them; the rest holds Q, o and the other tensors), at least one, times the query
+   heads that share each. l2_bytes: the device's L2 (dfa__cuda_l2_bytes). */
+static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes) {
+    const long long kv_head = (long long)s->seqlen_k * s->head_dim * 2 * 2, heads = (long long)s->batch * s->num_heads;
+    long long n = l2_bytes * 2 / 3 / (kv_head > 0 ? kv_head : 1);
+    n = (n < 1 ? 1 : n) * (s->num_heads / s->num_kv_heads);
+    return (int)(n < heads ? n : heads);
+}
+
 /* The kernels' parameters: the shape, copied whole, and the tensors. */
 static inline dfa__fwd_params dfa__fwd_params_of(const dfa__cuda_shape *s, const void *q, const void *k,
-                                                 const void *v, void *o, float *lse) {
+                                                 const void *v, void *o, float *lse, long long l2_bytes) {
     dfa__fwd_params p;
     p.q = (const uint16_t *)q;
     p.k = (const uint16_t *)k;
@@ -23,6 +34,9 @@ static inline dfa__fwd_params dfa__fwd_params_of(const dfa__cuda_shape *s, const
     p.lse = lse;
     p.sh = *s;
     p.scale_log2 = s->scale * DFA__LOG2E;
+    p.l2_heads = dfa__fwd_l2_heads(s, l2_bytes);
+    const int forced = dfa__cuda_forced_l2_heads(), heads = s->batch * s->num_heads;
+    if (forced > 0) p.l2_heads = forced < heads ? forced : heads;
     return p;
 }
 

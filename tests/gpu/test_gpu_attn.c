@@ -264,6 +264,17 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
             if (rep == 0) to_host(lse, ld, 4 * (size_t)nl);
         }
         CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] not reproducible bit for bit for %s", kernels[kern], tl_desc_str(d));
+        /* the grid's order of query tiles (sections of heads that share the L2) changes no bit */
+        for (int sec = 1; sec <= 3; sec += 2) {
+            dfa__cuda_force_l2_heads(sec);
+            dev_poison(od, (size_t)nq * es);
+            const dfa_status st = dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
+            dfa__cuda_force_l2_heads(0);
+            CHECK(st == DFA_OK, "fwd [%s] in sections of %d heads failed: %s", kernels[kern], sec, dfa_last_error());
+            to_host(o2, od, (size_t)nq * es);
+            CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] in sections of %d heads gives another o for %s",
+                  kernels[kern], sec, tl_desc_str(d));
+        }
         CHECK(tl_count_nan(t, o, nq) == 0, "fwd [%s] left %lld elements of o unwritten/NaN for %s", kernels[kern],
               (long long)tl_count_nan(t, o, nq), tl_desc_str(d));
         const double tol = check_close("o", kernels[kern], d, o, onaive, oref, nq);

@@ -36,8 +36,8 @@ static dfa_status lab_fwd_d64(const dfa__fwd_params &p, cudaStream_t st, const c
     return dfa__launch_fwd_wgmma<64, 128, BF16, PP, 0, NCW>(p, st, fn);
 }
 
-/* Head dim 256 on the Hopper forward: the family check (which sends 256 to mma.sync) is the
-   caller's; here sm_90 and head dim 256 only. */
+/* Head dim 256 on the Hopper forward with another PP than the library's: sm_90 and head dim
+   256 only. */
 template <int BF16, int PP>
 static dfa_status lab_fwd_d256(const dfa__cuda_shape &s, const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (s.head_dim != 256) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "this variant is for head dim 256 only");
@@ -57,12 +57,10 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     if (l2 < 0) return l2_st;
     dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse, l2);
     if (variant == LAB_FWD_WGMMA_HEADS_ORDER) p.l2_heads = s.batch * s.num_heads; /* one section: every head */
-    if (variant == LAB_FWD_WGMMA_D256)
-        return s.bf16 ? lab_fwd_d256<1, 2>(s, p, stream, fn) : lab_fwd_d256<0, 2>(s, p, stream, fn);
     if (variant == LAB_FWD_WGMMA_D256_PP)
         return s.bf16 ? lab_fwd_d256<1, 3>(s, p, stream, fn) : lab_fwd_d256<0, 3>(s, p, stream, fn);
     int wgmma = 0;
-    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "forward", &wgmma, fn);
+    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, 0, &wgmma, fn);
     if (st) return st;
     switch (variant) {
     case LAB_FWD_WGMMA_HEADS_ORDER:
@@ -106,7 +104,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     static const char fn[] = "lab_bwd";
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
     int wgmma = 0;
-    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, "backward", &wgmma, fn);
+    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, 1, &wgmma, fn);
     if (st) return st;
     int row;
     switch (variant) {

@@ -31,9 +31,8 @@ enum {
     LAB_FWD_WGMMA_CLUSTER,    /* the library's forward in pairs of CTAs sharing K/V loads (TMA multicast) */
     LAB_FWD_WGMMA_PERSIST,    /* the forward made persistent (lab_fwd_persist.cuh): one CTA per SM walks the tiles */
     LAB_FWD_WGMMA_PERSIST_PP, /* persistent, ping-pong + pipelining at both head dims */
-    LAB_FWD_WGMMA_D256,       /* head dim 256 on the Hopper forward (128 x 64 tiles, pipelined); the library runs
-                                 mma.sync there */
-    LAB_FWD_WGMMA_D256_PP,    /* the same with ping-pong consumers */
+    LAB_FWD_WGMMA_D256_RETIRED, /* was head dim 256 on the Hopper forward, the library's since 2026-12-01 (run 13) */
+    LAB_FWD_WGMMA_D256_PP,    /* head dim 256 on the Hopper forward with ping-pong consumers */
     LAB_FWD_WGMMA_HEADS_ORDER, /* the library's forward with the grid's old order (every head in one section:
                                   resident CTAs on different heads; dfa__fwd_tile_order) */
 };

@@ -56,7 +56,7 @@ extern "C" void dfa__cuda_force_l2_heads(int n) { dfa__forced_l2_heads.store(n, 
 
 extern "C" int dfa__cuda_forced_l2_heads(void) { return dfa__forced_l2_heads.load(std::memory_order_relaxed); }
 
-extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, const char *what, int *wgmma,
+extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma,
                                             const char *fn) {
     dfa_status st = DFA_OK;
     const int cc = dfa__cuda_device_cc(fn, &st);
@@ -64,9 +64,10 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
     if (cc < 80)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the current device has compute capability %d.%d; 8.0 or newer is needed",
                          cc / 10, cc % 10);
-    const int wgmma_ok = cc == 90 && (s->head_dim == 64 || s->head_dim == 128);
+    const int hd = s->head_dim, wgmma_ok = cc == 90 && (hd == 64 || hd == 128 || (!backward && hd == 256));
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128", what);
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128%s",
+                         backward ? "backward" : "forward", backward ? "" : " or 256");
     *wgmma = family == DFA__FAMILY_WGMMA || (family == DFA__FAMILY_AUTO && wgmma_ok);
     return DFA_OK;
 }

@@ -106,11 +106,11 @@ int dfa__cuda_forced_family(void);
 void dfa__cuda_force_l2_heads(int n);
 int dfa__cuda_forced_l2_heads(void);
 
-/* The family a call uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
-   device into *wgmma (1: Hopper kernels). Fails (status recorded) when the device is older
-   than sm_80, or when WGMMA is asked for where it cannot run; `what` names the pass in the
-   message ("forward", "backward"). */
-dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, const char *what, int *wgmma, const char *fn);
+/* The family a pass uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
+   device into *wgmma (1: Hopper kernels: sm_90 and head dims 64 and 128, and 256 in the
+   forward). Fails (status recorded) when the device is older than sm_80, or when WGMMA is
+   asked for where it cannot run. backward: 0 the forward, 1 the backward. */
+dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma, const char *fn);
 
 /* Maps a CUDA error to DFA_ERR_BACKEND (or DFA_ERR_OUT_OF_MEMORY) with CUDA's own message. */
 dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what);

@@ -2,7 +2,7 @@
  * library, on fresh random inputs with poisoned outputs: sequence lengths 1, 17,
  * 128, 1000, 4097; causal masks with offsets (rows that see nothing included);
  * GQA/MQA; every head-dim class; bf16 and f16; every forward kernel the device
- * has (mma.sync everywhere, wgmma for head dims 64/128 on sm_90), forward and
+ * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 forward), forward and
  * backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
  * The internal launchers' float32 outputs (out_f32 = 1, for the sequence-parallel
@@ -248,9 +248,11 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     void *od = dev_alloc((size_t)nq * es);
     float *ld = dev_alloc(4 * (size_t)nl);
 
+    /* the Hopper kernels: forward at head dims 64, 128 and 256, backward at 64 and 128 */
     const int wgmma_ok = cc == 90 && (d->head_dim == 64 || d->head_dim == 128);
+    const int wgmma_fwd_ok = wgmma_ok || (cc == 90 && d->head_dim == 256);
     const char *kernels[2] = {"mma", "wgmma"};
-    for (int kern = 0; kern < 1 + wgmma_ok; kern++) {
+    for (int kern = 0; kern < 1 + wgmma_fwd_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;
         dfa__cuda_force_family(families[kern]);
         for (int rep = 0; rep < 2; rep++) {

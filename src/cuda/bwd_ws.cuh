@@ -87,8 +87,12 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
 /* DQ_MODE: 0 no dQ here (the deterministic dq pass follows), 1 dQ tiles added as they come,
    2 dQ tiles added in key-block order (deterministic). MASKED: documents or a window (mask.cuh);
    the unmasked kernel keeps the plain causal rule, whose code was measured faster (the mask
-   helpers' interval tests cost the unmasked blocks too: BENCHMARKS.md, issue 11). */
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED>
+   helpers' interval tests cost the unmasked blocks too: BENCHMARKS.md, issue 11).
+   VARIANT (kernel lab, 0 in the library): bit 0 (DQ_MODE != 0) issues the dQ product right
+   behind dV/dK, so the tensor pipe does not drain between them; bit 1 (DQ_MODE 1) adds each
+   thread's dQ straight from registers with vector float32 reductions (red.global.add.v2.f32)
+   instead of staging the tile in shared memory for the TMA reduce-add. */
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = 0>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -98,6 +102,7 @@ __global__ void __launch_bounds__(384, 1)
     typedef dfa__bwd_ws_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
     constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ;
+    constexpr int CHAIN = DQ_ATOMIC && (VARIANT & 1), RED = DQ_MODE == 1 && (VARIANT & 2);
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -177,7 +182,7 @@ __global__ void __launch_bounds__(384, 1)
                     dfa__mbar_arrive(FULL(s));
                 }
             }
-        } else if (warp == 1 && DQ_ATOMIC && lane == 0) {
+        } else if (warp == 1 && DQ_ATOMIC && !RED && lane == 0) {
             const int nm = (p.sh.seqlen_q + BM - 1) / BM;
             for (int it = 0; it < total; it++) {
                 const int i = it % NDQ, h = kvh * group + it / nmb, mi = mb_begin + it % nmb, m0 = mi * BM;
@@ -325,7 +330,23 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc(q_s + kk * 16 * 128, BM * 128), 1);
         }
         dfa__wgmma_commit();
-        dfa__wgmma_wait<0>();
+        float dq[32];
+#define DFA__BWD_ISSUE_DQ()                                                                                     \
+    do {                                                                                                        \
+        _Pragma("unroll") for (int i = 0; i < 32; i++) dq[i] = 0.0f;                                            \
+        dfa__mbar_wait(DS_READY(1 - c, buf), (uint32_t)(it >> 1) & 1u);                                         \
+        dfa__wgmma_fence();                                                                                     \
+        _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                               \
+            const uint64_t da = dfa__wgmma_desc(ds_s + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);          \
+            const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);            \
+            if (BF16) dfa__wgmma_ss_tt_bf16_n64(dq, da, db, kk > 0);                                            \
+            else dfa__wgmma_ss_tt_f16_n64(dq, da, db, kk > 0);                                                  \
+        }                                                                                                       \
+        dfa__wgmma_commit();                                                                                    \
+    } while (0)
+        if (CHAIN) DFA__BWD_ISSUE_DQ(); /* behind dV/dK: the pipe does not drain in between */
+        if (CHAIN) dfa__wgmma_wait<1>();
+        else dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D8 * 4; i++) {
             dfa__reg_fence(dk[i]);
@@ -333,22 +354,26 @@ __global__ void __launch_bounds__(384, 1)
         }
         dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse and D of this stage are no longer read */
         if (DQ_ATOMIC) {
-            float dq[32];
-#pragma unroll
-            for (int i = 0; i < 32; i++) dq[i] = 0.0f;
-            dfa__mbar_wait(DS_READY(1 - c, buf), (uint32_t)(it >> 1) & 1u);
-            dfa__wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                const uint64_t da = dfa__wgmma_desc(ds_s + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);
-                const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);
-                if (BF16) dfa__wgmma_ss_tt_bf16_n64(dq, da, db, kk > 0);
-                else dfa__wgmma_ss_tt_f16_n64(dq, da, db, kk > 0);
-            }
-            dfa__wgmma_commit();
+            if (!CHAIN) DFA__BWD_ISSUE_DQ();
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
+            if (RED) { /* straight from registers into the float32 accumulator (L2 reductions) */
+                const int h = kvh * group + it / nmb;
+                float *dqg = p.dq_acc + ((long long)b * p.sh.seqlen_q * p.sh.num_heads + h) * D;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = m0 + dq_row0 + warp * 16 + g + 8 * r;
+                    if (row >= p.sh.seqlen_q) continue;
+                    float *dst = dqg + (long long)row * p.sh.num_heads * D + dq_col0 + 2 * t;
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst + 8 * j),
+                                     "f"(dq[4 * j + 2 * r] * p.sh.scale), "f"(dq[4 * j + 2 * r + 1] * p.sh.scale)
+                                     : "memory");
+                }
+                continue;
+            }
             /* staging tile it % NDQ is free once the writer has read what it held NDQ tiles ago */
             const int di = it % NDQ;
             if (it >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)((it - NDQ) / NDQ) & 1u);
@@ -385,6 +410,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__store2<BF16>(dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
         }
     }
+#undef DFA__BWD_ISSUE_DQ
 #undef KV_FULL
 #undef FULL
 #undef EMPTY

@@ -69,9 +69,8 @@ static const variant variants[] = {
     {"bwd wgmma v0 atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_V0, 0},
     {"bwd wgmma v0 determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WGMMA_V0, 0},
     {"bwd ws + dq pass determ.", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS_DQ_PASS, 0},
+    {"bwd ws plain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_PLAIN, 0},
     {"bwd ws chain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN, 0},
-    {"bwd ws red", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RED, 0},
-    {"bwd ws chain red", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN_RED, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

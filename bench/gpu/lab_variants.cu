@@ -90,16 +90,16 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[8][2][2] = {
+static const dfa__bwd_launcher lab_kv[7][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
     {{dfa__bwd_kv_wgmma<0, 0, 0>, dfa__bwd_kv_wgmma<0, 1, 0>}, {dfa__bwd_kv_wgmma<1, 0, 0>, dfa__bwd_kv_wgmma<1, 1, 0>}},
     {{dfa__bwd_kv_ws<0, 0, 0>, dfa__bwd_kv_ws<0, 1, 0>}, {NULL, NULL}}, /* deterministic only: dq by the dq pass */
-    /* the warp-specialised kernel's variants (bwd_ws.cuh VARIANT 1-3), atomic dq only */
+    /* the warp-specialised kernel's variants (bwd_ws.cuh VARIANT 0: the library's until run 14;
+       1: dQ chained, staging with bank conflicts), atomic dq only */
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 0>, dfa__bwd_kv_ws<1, 1, 0, 0>}},
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1>, dfa__bwd_kv_ws<1, 1, 0, 1>}},
-    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 2>, dfa__bwd_kv_ws<1, 1, 0, 2>}},
-    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 3>, dfa__bwd_kv_ws<1, 1, 0, 3>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -117,9 +117,8 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WGMMA_BULK_FUSED: row = 2; break;
     case LAB_BWD_WGMMA_V0: row = 3; break;
     case LAB_BWD_WS_DQ_PASS: row = 4; break;
-    case LAB_BWD_WS_CHAIN: row = 5; break;
-    case LAB_BWD_WS_RED: row = 6; break;
-    case LAB_BWD_WS_CHAIN_RED: row = 7; break;
+    case LAB_BWD_WS_PLAIN: row = 5; break;
+    case LAB_BWD_WS_CHAIN: row = 6; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

@@ -35,9 +35,9 @@ enum {
     LAB_FWD_WGMMA_D256_PP,    /* head dim 256 on the Hopper forward with ping-pong consumers */
     LAB_FWD_WGMMA_HEADS_ORDER, /* the library's forward with the grid's old order (every head in one section:
                                   resident CTAs on different heads; dfa__fwd_tile_order) */
-    LAB_BWD_WS_CHAIN,         /* the warp-specialised backward, dQ issued behind dV/dK (bwd_ws.cuh VARIANT 1) */
-    LAB_BWD_WS_RED,           /* ... dQ added from registers by red.global.add.v2.f32 (VARIANT 2) */
-    LAB_BWD_WS_CHAIN_RED,     /* both (VARIANT 3) */
+    LAB_BWD_WS_PLAIN,         /* the warp-specialised backward as the library had it until run 14 (bwd_ws.cuh
+                                 VARIANT 0: dQ after dV/dK have landed, staging with bank conflicts) */
+    LAB_BWD_WS_CHAIN,         /* dQ issued behind dV/dK, staging with bank conflicts (VARIANT 1) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -88,11 +88,13 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    2 dQ tiles added in key-block order (deterministic). MASKED: documents or a window (mask.cuh);
    the unmasked kernel keeps the plain causal rule, whose code was measured faster (the mask
    helpers' interval tests cost the unmasked blocks too: BENCHMARKS.md, issue 11).
-   VARIANT (kernel lab, 0 in the library): bit 0 (DQ_MODE != 0) issues the dQ product right
-   behind dV/dK, so the tensor pipe does not drain between them; bit 1 (DQ_MODE 1) adds each
-   thread's dQ straight from registers with vector float32 reductions (red.global.add.v2.f32)
-   instead of staging the tile in shared memory for the TMA reduce-add. */
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = 0>
+   VARIANT (with dQ here; the library's is DFA__BWD_WS_LIBRARY, the kernel lab measures the
+   others): bit 0 issues the dQ product right behind dV/dK, so the tensor pipe does not drain
+   between them (+2-4% at d = 128, +5-7% at d = 64; 2026-12-01 run 14); bit 2 writes the dQ
+   staging tile without bank conflicts (below). A bit 1 that added dQ from registers with
+   red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. */
+#define DFA__BWD_WS_LIBRARY 5
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(384, 1)
     typedef dfa__bwd_ws_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
     constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ;
-    constexpr int CHAIN = DQ_ATOMIC && (VARIANT & 1), RED = DQ_MODE == 1 && (VARIANT & 2);
+    constexpr int CHAIN = DQ_ATOMIC && (VARIANT & 1), SWZ = (VARIANT & 4) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(384, 1)
                     dfa__mbar_arrive(FULL(s));
                 }
             }
-        } else if (warp == 1 && DQ_ATOMIC && !RED && lane == 0) {
+        } else if (warp == 1 && DQ_ATOMIC && lane == 0) {
             const int nm = (p.sh.seqlen_q + BM - 1) / BM;
             for (int it = 0; it < total; it++) {
                 const int i = it % NDQ, h = kvh * group + it / nmb, mi = mb_begin + it % nmb, m0 = mi * BM;
@@ -358,36 +360,28 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
-            if (RED) { /* straight from registers into the float32 accumulator (L2 reductions) */
-                const int h = kvh * group + it / nmb;
-                float *dqg = p.dq_acc + ((long long)b * p.sh.seqlen_q * p.sh.num_heads + h) * D;
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = m0 + dq_row0 + warp * 16 + g + 8 * r;
-                    if (row >= p.sh.seqlen_q) continue;
-                    float *dst = dqg + (long long)row * p.sh.num_heads * D + dq_col0 + 2 * t;
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst + 8 * j),
-                                     "f"(dq[4 * j + 2 * r] * p.sh.scale), "f"(dq[4 * j + 2 * r + 1] * p.sh.scale)
-                                     : "memory");
-                }
-                continue;
-            }
             /* staging tile it % NDQ is free once the writer has read what it held NDQ tiles ago */
             const int di = it % NDQ;
             if (it >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)((it - NDQ) / NDQ) & 1u);
+            /* 8-byte stores go out a half-warp (rows g = 0..3 or 4..7, lanes t = 0..3) at a time. In
+               the tile's 128-byte swizzle a lane's pair of columns 8j + 2t lands in 16-byte chunk
+               (2j + t / 2) ^ g, so with every lane at the same j the half-warp's 8 pairs of lanes
+               share 4 chunks: 2-way conflicts, half the store bandwidth (ncu, run 14). With SWZ the
+               lanes of odd rows store column block j ^ 2 when the others store j: chunk bits
+               (t / 2 ^ g0, j0 ^ g1, j1 ^ g0 ^ g2) then differ across the half-warp. */
+            const int odd = SWZ ? (g & 1) : 0;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int row = dq_row0 + warp * 16 + g + 8 * r;
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
+                for (int i = 0; i < 8; i++) {
+                    const int j = odd ? i ^ 2 : i;
+                    const float x = odd ? dq[4 * (i ^ 2) + 2 * r] : dq[4 * i + 2 * r];
+                    const float y = odd ? dq[4 * (i ^ 2) + 2 * r + 1] : dq[4 * i + 2 * r + 1];
                     const int col = dq_col0 + 8 * j + 2 * t, box = col >> 5, cc = col & 31;
                     const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +
                                        ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a),
-                                 "f"(dq[4 * j + 2 * r] * p.sh.scale),
-                                 "f"(dq[4 * j + 2 * r + 1] * p.sh.scale)
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(x * p.sh.scale), "f"(y * p.sh.scale)
                                  : "memory");
                 }
             }

@@ -31,7 +31,7 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
                        "backward dq kernel launch", p);
 }
 
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT = 0>
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
     const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
@@ -61,8 +61,8 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, con
 /* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 (128-row query
    blocks) and 128 (64-row: 128 is over the register budget). DQ_MODE: 0 no dQ (a dq pass
    follows), 1 dQ added as it comes, 2 in key-block order (deterministic). VARIANT: the kernel
-   lab's (bwd_ws.cuh), 0 in the library. */
-template <int DQ_MODE, int BF16, int OUT32, int VARIANT = 0>
+   lab's (bwd_ws.cuh); the library's by default. */
+template <int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32, VARIANT>(p, st, fn);
     return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32, VARIANT>(p, st, fn);

@@ -60,6 +60,8 @@ static const variant variants[] = {
     {"fwd wgmma persist pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_PP, 8192},
     {"fwd wgmma d256 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_D256_PP, 0},
     {"fwd wgmma heads order", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_HEADS_ORDER, 0},
+    {"fwd wgmma l2 half", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_HALF, 0},
+    {"fwd wgmma l2 double", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_DOUBLE, 0},
     {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED, 0},
@@ -70,7 +72,7 @@ static const variant variants[] = {
     {"bwd wgmma v0 determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WGMMA_V0, 0},
     {"bwd ws + dq pass determ.", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS_DQ_PASS, 0},
     {"bwd ws plain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_PLAIN, 0},
-    {"bwd ws chain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN, 0},
+    {"bwd ws chain swz", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN_SWZ, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -56,7 +56,10 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     const long long l2 = dfa__cuda_l2_bytes(fn, &l2_st);
     if (l2 < 0) return l2_st;
     dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse, l2);
-    if (variant == LAB_FWD_WGMMA_HEADS_ORDER) p.l2_heads = s.batch * s.num_heads; /* one section: every head */
+    const int heads = s.batch * s.num_heads, group = s.num_heads / s.num_kv_heads;
+    if (variant == LAB_FWD_WGMMA_HEADS_ORDER) p.l2_heads = heads; /* one section: every head */
+    if (variant == LAB_FWD_WGMMA_L2_HALF) p.l2_heads = p.l2_heads / 2 < group ? group : p.l2_heads / 2;
+    if (variant == LAB_FWD_WGMMA_L2_DOUBLE) p.l2_heads = 2 * p.l2_heads > heads ? heads : 2 * p.l2_heads;
     if (variant == LAB_FWD_WGMMA_D256_PP)
         return s.bf16 ? lab_fwd_d256<1, 3>(s, p, stream, fn) : lab_fwd_d256<0, 3>(s, p, stream, fn);
     int wgmma = 0;
@@ -64,6 +67,8 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     if (st) return st;
     switch (variant) {
     case LAB_FWD_WGMMA_HEADS_ORDER:
+    case LAB_FWD_WGMMA_L2_HALF:
+    case LAB_FWD_WGMMA_L2_DOUBLE:
         return s.bf16 ? dfa__fwd_wgmma<1, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0>(p, stream, fn);
     case LAB_FWD_WGMMA_PLAIN:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 0, 0>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 0, 0>(p, stream, fn);
@@ -97,9 +102,9 @@ static const dfa__bwd_launcher lab_kv[7][2][2] = {
     {{dfa__bwd_kv_wgmma<0, 0, 0>, dfa__bwd_kv_wgmma<0, 1, 0>}, {dfa__bwd_kv_wgmma<1, 0, 0>, dfa__bwd_kv_wgmma<1, 1, 0>}},
     {{dfa__bwd_kv_ws<0, 0, 0>, dfa__bwd_kv_ws<0, 1, 0>}, {NULL, NULL}}, /* deterministic only: dq by the dq pass */
     /* the warp-specialised kernel's variants (bwd_ws.cuh VARIANT 0: the library's until run 14;
-       1: dQ chained, staging with bank conflicts), atomic dq only */
+       5: the library's (dQ chained) with the conflict-free staging stores), atomic dq only */
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 0>, dfa__bwd_kv_ws<1, 1, 0, 0>}},
-    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1>, dfa__bwd_kv_ws<1, 1, 0, 1>}},
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 5>, dfa__bwd_kv_ws<1, 1, 0, 5>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -118,7 +123,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WGMMA_V0: row = 3; break;
     case LAB_BWD_WS_DQ_PASS: row = 4; break;
     case LAB_BWD_WS_PLAIN: row = 5; break;
-    case LAB_BWD_WS_CHAIN: row = 6; break;
+    case LAB_BWD_WS_CHAIN_SWZ: row = 6; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

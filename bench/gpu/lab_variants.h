@@ -37,7 +37,10 @@ enum {
                                   resident CTAs on different heads; dfa__fwd_tile_order) */
     LAB_BWD_WS_PLAIN,         /* the warp-specialised backward as the library had it until run 14 (bwd_ws.cuh
                                  VARIANT 0: dQ after dV/dK have landed, staging with bank conflicts) */
-    LAB_BWD_WS_CHAIN,         /* dQ issued behind dV/dK, staging with bank conflicts (VARIANT 1) */
+    LAB_BWD_WS_CHAIN_SWZ,     /* the library's (dQ issued behind dV/dK) with conflict-free dQ staging stores
+                                 (VARIANT 5; 4% slower in run 15) */
+    LAB_FWD_WGMMA_L2_HALF,    /* the library's forward with L2 sections of half as many heads */
+    LAB_FWD_WGMMA_L2_DOUBLE,  /* ... twice as many heads */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

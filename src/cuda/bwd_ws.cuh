@@ -90,10 +90,11 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    helpers' interval tests cost the unmasked blocks too: BENCHMARKS.md, issue 11).
    VARIANT (with dQ here; the library's is DFA__BWD_WS_LIBRARY, the kernel lab measures the
    others): bit 0 issues the dQ product right behind dV/dK, so the tensor pipe does not drain
-   between them (+2-4% at d = 128, +5-7% at d = 64; 2026-12-01 run 14); bit 2 writes the dQ
-   staging tile without bank conflicts (below). A bit 1 that added dQ from registers with
-   red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. */
-#define DFA__BWD_WS_LIBRARY 5
+   between them (+2-4% at d = 128, +3-7% at d = 64; 2026-12-01 runs 14, 15); bit 2 writes the
+   dQ staging tile without bank conflicts (below), which measured 4% slower (run 15: the
+   selects and addressing cost more than the conflicts). A bit 1 that added dQ from registers
+   with red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. */
+#define DFA__BWD_WS_LIBRARY 1
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

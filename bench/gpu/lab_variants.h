@@ -40,7 +40,8 @@ enum {
     LAB_BWD_WS_CHAIN_SWZ,     /* the library's (dQ issued behind dV/dK) with conflict-free dQ staging stores
                                  (VARIANT 5; 4% slower in run 15) */
     LAB_FWD_WGMMA_L2_HALF,    /* the library's forward with L2 sections of half as many heads */
-    LAB_FWD_WGMMA_L2_DOUBLE,  /* ... twice as many heads */
+    LAB_FWD_WGMMA_L2_DOUBLE,  /* ... twice as many heads (run 16 measured these against sections for two thirds
+                                 of the L2; the library then took half of those: a third) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -13,12 +13,14 @@
 typedef dfa_status (*dfa__fwd_launcher)(const dfa__fwd_params &p, cudaStream_t st, const char *fn);
 
 /* (batch, head) pairs per L2 section of the forward's grid (dfa__fwd_tile_order): as many kv
-   heads as have K and V in two thirds of the L2 (FlashAttention-3's scheduler keeps 32 MB of the
-   H100's 50 for them; the rest holds Q, o and the other tensors), at least one, times the query
-   heads that share each. l2_bytes: the device's L2 (dfa__cuda_l2_bytes). */
+   heads as have K and V in a third of the L2, at least one, times the query heads that share
+   each. Measured on the H200 (50 MB of L2; bench/gpu/NOTES.md, runs 13 and 16): one section
+   of every head (the old order) 15-22% slower at d = 128; sections for two thirds of the L2
+   (FlashAttention-3's choice, 32 MB of the H100's 50) equal or up to 8% slower than a third;
+   four thirds slower again. l2_bytes: the device's L2 (dfa__cuda_l2_bytes). */
 static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes) {
     const long long kv_head = (long long)s->seqlen_k * s->head_dim * 2 * 2, heads = (long long)s->batch * s->num_heads;
-    long long n = l2_bytes * 2 / 3 / (kv_head > 0 ? kv_head : 1);
+    long long n = l2_bytes / 3 / (kv_head > 0 ? kv_head : 1);
     n = (n < 1 ? 1 : n) * (s->num_heads / s->num_kv_heads);
     return (int)(n < heads ? n : heads);
 }

@@ -11,7 +11,15 @@
  * Same block loop as the library's pipelined path (PP bit 1; bit 0 ping-pong), with the stage
  * ring's position g (key blocks of the CTA's earlier tiles) added to every stage index. A copy,
  * kept here until measured (bench/gpu/NOTES.md): promoting it means moving the tile loop into
- * the library's kernel. */
+ * the library's kernel.
+ *
+ * DYN = 0: CTA i takes tiles i, i + gridDim.x, ... (measured in run 13: +5% at 2k, -7 to -13%
+ * at 8k and 32k: a fixed stride gives CTAs unequal work and pulls apart the ones that stream the
+ * same K/V). DYN = 1 (not yet run): the next tile comes from a global counter when the producer
+ * starts loading it (FlashAttention-3's dynamic scheduler for causal), so tiles start in the grid's
+ * order as CTAs free up, the non-persistent kernel's order, with set-up and epilogue overlapped;
+ * the producer hands each tile's number to the consumers through a two-slot mailbox in shared
+ * memory (tile_full / tile_empty barriers). */
 #ifndef DFA_LAB_FWD_PERSIST_CUH
 #define DFA_LAB_FWD_PERSIST_CUH
 
@@ -37,7 +45,10 @@ static __device__ __forceinline__ lab_fwd_tile lab_fwd_tile_of(const dfa__fwd_pa
     return T;
 }
 
-template <int D, int BN, int BF16, int PP, int NCW>
+/* DYN's tile counter: zeroed on the stream before each launch (lab_launch_fwd_persist). */
+__device__ unsigned int lab_fwd_tile_counter;
+
+template <int D, int BN, int BF16, int PP, int NCW, int DYN>
 __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     lab_fwd_persist_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                            const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
@@ -50,8 +61,14 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
-    const uint32_t bar = base + C::BAR_OFF; /* q_full, k_full[S], k_empty[S], v_full[S], v_empty[S], q_empty */
+    /* q_full, k_full[S], k_empty[S], v_full[S], v_empty[S], q_empty, tile_full[2], tile_empty[2], then
+       DYN's two tile-number slots */
+    const uint32_t bar = base + C::BAR_OFF;
     const uint32_t q_full = bar, q_empty = bar + 8u * (1 + 4 * STAGES);
+    volatile uint32_t *const tile_slot =
+        (volatile uint32_t *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + C::BAR_OFF + 8 * (6 + 4 * STAGES));
+#define TILE_FULL(i) (bar + 8u * (2 + 4 * STAGES + (i)))
+#define TILE_EMPTY(i) (bar + 8u * (4 + 4 * STAGES + (i)))
 #define K_FULL(s) (bar + 8u * (1 + (s)))
 #define K_EMPTY(s) (bar + 8u * (1 + STAGES + (s)))
 #define V_FULL(s) (bar + 8u * (1 + 2 * STAGES + (s)))
@@ -66,6 +83,10 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     if (tid == 0) {
         dfa__mbar_init(q_full, 1);
         dfa__mbar_init(q_empty, 128 * NCW);
+        for (int i = 0; i < 2; i++) {
+            dfa__mbar_init(TILE_FULL(i), 1);
+            dfa__mbar_init(TILE_EMPTY(i), 128 * NCW);
+        }
         for (int s = 0; s < STAGES; s++) {
             dfa__mbar_init(K_FULL(s), 1);
             dfa__mbar_init(V_FULL(s), 1);
@@ -82,7 +103,14 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         if (tid == 0) {
             int g = 0;       /* key blocks of earlier tiles: where the stage ring stands */
             uint32_t qn = 0; /* Q tiles loaded before */
-            for (uint32_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+            for (uint32_t t = blockIdx.x, k = 0;; t = DYN ? atomicAdd(&lab_fwd_tile_counter, 1u) + gridDim.x
+                                                        : t + gridDim.x, k++) {
+                if (DYN) { /* tile k's number to the consumers (ntiles or more: the end) */
+                    dfa__mbar_wait(TILE_EMPTY(k & 1u), ((k >> 1) & 1u) ^ 1u);
+                    tile_slot[k & 1u] = t;
+                    dfa__mbar_arrive(TILE_FULL(k & 1u));
+                }
+                if (t >= ntiles) break;
                 const lab_fwd_tile T = lab_fwd_tile_of<BM, BN>(p, t, nm, heads);
                 const int nblocks = T.kb1 - T.kb0;
                 if (nblocks <= 0) continue;
@@ -118,7 +146,14 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     if (PINGPONG && c == NCW - 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     int g = 0;
     uint32_t qn = 0;
-    for (uint32_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    for (uint32_t k = 0;; k++) {
+        uint32_t t = blockIdx.x + k * gridDim.x;
+        if (DYN) {
+            dfa__mbar_wait(TILE_FULL(k & 1u), (k >> 1) & 1u);
+            t = tile_slot[k & 1u];
+            dfa__mbar_arrive(TILE_EMPTY(k & 1u));
+        }
+        if (t >= ntiles) break;
         const lab_fwd_tile T = lab_fwd_tile_of<BM, BN>(p, t, nm, heads);
         const int b = T.b, m0 = T.m0, nblocks = T.kb1 - T.kb0, n_begin = T.kb0 * BN;
         uint16_t *og = (uint16_t *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)T.h * p.sh.head_dim;
@@ -231,6 +266,8 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
 #undef K_EMPTY
 #undef V_FULL
 #undef V_EMPTY
+#undef TILE_FULL
+#undef TILE_EMPTY
 #else
     (void)tq; (void)tk; (void)tv; (void)p;
     __trap();
@@ -238,29 +275,35 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
 }
 
 /* One CTA per SM (16-bit output only: the lab's). */
-template <int D, int BN, int BF16, int PP, int NCW>
+template <int D, int BN, int BF16, int PP, int NCW, int DYN>
 static dfa_status lab_launch_fwd_persist(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    static_assert(C::BAR_OFF + 8 * (2 + 4 * C::STAGES) <= C::SMEM - 1024, "room for the q_empty barrier");
+    static_assert(C::BAR_OFF + 8 * (6 + 4 * C::STAGES) + 8 <= C::SMEM - 1024, "room for the extra barriers and slots");
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
     if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaDeviceGetAttribute (multiprocessors)");
+    if (DYN) {
+        void *counter = NULL;
+        e = cudaGetSymbolAddress(&counter, lab_fwd_tile_counter);
+        if (e == cudaSuccess) e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), st);
+        if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "resetting the tile counter");
+    }
     CUtensorMap tq, tk, tv;
     const dfa_status st_maps = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
     if (st_maps) return st_maps;
-    return dfa__launch(lab_fwd_persist_kernel<D, BN, BF16, PP, NCW>, tiles < sms ? tiles : sms, C::NT, C::SMEM, st,
+    return dfa__launch(lab_fwd_persist_kernel<D, BN, BF16, PP, NCW, DYN>, tiles < sms ? tiles : sms, C::NT, C::SMEM, st,
                        fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, p);
 }
 
 /* Head dims 64 (192-row tiles) and 128, with the library's PP choices (PP64, PP128). */
-template <int BF16, int PP64, int PP128>
+template <int BF16, int PP64, int PP128, int DYN = 0>
 static dfa_status lab_fwd_persist(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.out_f32) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the persistent lab forward writes 16-bit o only");
-    if (p.sh.head_dim == 64) return lab_launch_fwd_persist<64, 128, BF16, PP64, 3>(p, st, fn);
-    return lab_launch_fwd_persist<128, 128, BF16, PP128, 2>(p, st, fn);
+    if (p.sh.head_dim == 64) return lab_launch_fwd_persist<64, 128, BF16, PP64, 3, DYN>(p, st, fn);
+    return lab_launch_fwd_persist<128, 128, BF16, PP128, 2, DYN>(p, st, fn);
 }
 
 #endif

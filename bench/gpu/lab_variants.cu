@@ -84,6 +84,10 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
         return s.bf16 ? lab_fwd_d64<1, 3, 2>(p, stream, fn) : lab_fwd_d64<0, 3, 2>(p, stream, fn);
     case LAB_FWD_WGMMA_PERSIST:
         return s.bf16 ? lab_fwd_persist<1, 3, 2>(p, stream, fn) : lab_fwd_persist<0, 3, 2>(p, stream, fn);
+    case LAB_FWD_WGMMA_PERSIST_DYN:
+        return s.bf16 ? lab_fwd_persist<1, 3, 2, 1>(p, stream, fn) : lab_fwd_persist<0, 3, 2, 1>(p, stream, fn);
+    case LAB_FWD_WGMMA_PERSIST_DYN_PP:
+        return s.bf16 ? lab_fwd_persist<1, 3, 3, 1>(p, stream, fn) : lab_fwd_persist<0, 3, 3, 1>(p, stream, fn);
     case LAB_FWD_WGMMA_PERSIST_PP:
         return s.bf16 ? lab_fwd_persist<1, 3, 3>(p, stream, fn) : lab_fwd_persist<0, 3, 3>(p, stream, fn);
     case LAB_FWD_WGMMA_CLUSTER:

@@ -39,6 +39,8 @@ enum {
                                  VARIANT 0: dQ after dV/dK have landed, staging with bank conflicts) */
     LAB_BWD_WS_CHAIN_SWZ,     /* the library's (dQ issued behind dV/dK) with conflict-free dQ staging stores
                                  (VARIANT 5; 4% slower in run 15) */
+    LAB_FWD_WGMMA_PERSIST_DYN, /* persistent, tiles from a global counter (lab_fwd_persist.cuh DYN = 1) */
+    LAB_FWD_WGMMA_PERSIST_DYN_PP, /* ... with ping-pong consumers at d = 128 too */
     LAB_FWD_WGMMA_L2_HALF,    /* the library's forward with L2 sections of half as many heads */
     LAB_FWD_WGMMA_L2_DOUBLE,  /* ... twice as many heads (run 16 measured these against sections for two thirds
                                  of the L2; the library then took half of those: a third) */

@@ -93,7 +93,8 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    between them (+2-4% at d = 128, +3-7% at d = 64; 2026-12-01 runs 14, 15); bit 2 writes the
    dQ staging tile without bank conflicts (below), which measured 4% slower (run 15: the
    selects and addressing cost more than the conflicts). A bit 1 that added dQ from registers
-   with red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. */
+   with red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. Bit 3
+   (not yet measured) recomputes P with ex2.approx.ftz alone (dfa__exp2_ftz). */
 #define DFA__BWD_WS_LIBRARY 1
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(384, 1)
     typedef dfa__bwd_ws_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
     constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ;
-    constexpr int CHAIN = DQ_ATOMIC && (VARIANT & 1), SWZ = (VARIANT & 4) != 0;
+    constexpr int CHAIN = DQ_ATOMIC && (VARIANT & 1), SWZ = (VARIANT & 4) != 0, FAST_EXP = (VARIANT & 8) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -283,7 +284,8 @@ __global__ void __launch_bounds__(384, 1)
             const float2 L = *(const float2 *)(ld + 8 * j + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float pv = exp2f(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
+                const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
+                float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                 const int q = m0 + 8 * j + 2 * t + (e & 1);
                 if (MASKED ? !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1]) : need_mask && q < qmin[e >> 1])
                     pv = 0.0f;

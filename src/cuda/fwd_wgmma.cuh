@@ -14,7 +14,8 @@
  * barriers); bit 1 (PIPELINE) issues S of block j + 1 before the softmax of block
  * j, which then runs under P V of block j (FlashAttention-3's intra-warpgroup
  * overlap); bit 2 (with bit 1) rescales o under S of the next block instead of
- * after P V. Which combinations the library ships is in launch_fwd.cuh; the
+ * after P V; bit 3 takes 2^x from ex2.approx.ftz alone (dfa__exp2_ftz) instead of exp2f's
+ * denormal-preserving sequence. Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
     constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0, LATE_RESCALE = PIPELINE && (PP & 4) != 0;
+    constexpr int FAST_EXP = (PP & 8) != 0;
     /* registers: the producer keeps what TMA issue needs, the consumers share the rest */
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
@@ -270,7 +272,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
         dfa__fwd_release<CLUSTER>(K_EMPTY(0), 0 < nshared, lane, peer);
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-        dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
+        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
                                  p.sh.offset, p.scale_log2, lane, alpha);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__fwd_release<CLUSTER>(K_EMPTY(s), it < nshared, lane, peer);
             const int n0 = n_begin + it * BN;
             if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-            dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
+            dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
                                      p.sh.offset, p.scale_log2, lane, alpha);
             dfa__wgmma_wait<0>();
 #pragma unroll
@@ -344,7 +346,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
 
         float(*s4)[4] = (float(*)[4])sc;
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-        dfa__softmax_step<BN, OT8>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset,
+        dfa__softmax_step<BN, OT8, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset,
                                    p.scale_log2, lane);
         uint32_t pf[BN / 16][4];
 #pragma unroll

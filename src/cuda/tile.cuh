@@ -78,8 +78,8 @@ static __device__ __forceinline__ int dfa__key_end(int m0, int rows, int seqlen_
    (g) and (g+8) of this warp's 16. s[] holds raw q.k; on return it holds unnormalised
    probabilities exp2(s * scale_log2 - m). m (scaled, base-2 units) and l (this lane's
    partial sum) are updated; the returned factors rescale the output rows.
-   Masked entries must already be -inf. */
-template <int NT8>
+   Masked entries must already be -inf. FAST_EXP: dfa__exp2_ftz instead of exp2f. */
+template <int NT8, int FAST_EXP = 0>
 static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m, float *l, float scale_log2,
                                                          float *alpha) {
 #pragma unroll
@@ -91,13 +91,14 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
         const float m_new = fmaxf(m[r], mx * scale_log2);
         /* a row that has seen nothing keeps m = -inf; subtract 0 then so no inf - inf */
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = exp2f(m[r] - m_use);
+        alpha[r] = FAST_EXP ? dfa__exp2_ftz(m[r] - m_use) : exp2f(m[r] - m_use);
         m[r] = m_new;
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < NT8; j++) {
-            s[j][2 * r] = exp2f(fmaf(s[j][2 * r], scale_log2, -m_use));
-            s[j][2 * r + 1] = exp2f(fmaf(s[j][2 * r + 1], scale_log2, -m_use));
+            const float x0 = fmaf(s[j][2 * r], scale_log2, -m_use), x1 = fmaf(s[j][2 * r + 1], scale_log2, -m_use);
+            s[j][2 * r] = FAST_EXP ? dfa__exp2_ftz(x0) : exp2f(x0);
+            s[j][2 * r + 1] = FAST_EXP ? dfa__exp2_ftz(x1) : exp2f(x1);
             sum += s[j][2 * r] + s[j][2 * r + 1];
         }
         l[r] = l[r] * alpha[r] + sum;
@@ -109,8 +110,9 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
    the end of the keys or the causal diagonal of the query tile at m0, turns them into
    probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum.
    alpha_out (optional) receives the two rows' rescale factors, for a caller that rescales its
-   output later (OT8 = 0: the pipelined forward, whose output is still being written). */
-template <int BN, int OT8>
+   output later (OT8 = 0: the pipelined forward, whose output is still being written). FAST_EXP:
+   as dfa__softmax_tile. */
+template <int BN, int OT8, int FAST_EXP = 0>
 static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*acc)[4], float *m, float *l,
                                                          const int *lim, int n0, int m0, int seqlen_k, int causal,
                                                          long long offset, float scale_log2, int lane,
@@ -127,7 +129,7 @@ static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*
             }
     }
     float alpha[2];
-    dfa__softmax_tile<NT8>(s, m, l, scale_log2, alpha);
+    dfa__softmax_tile<NT8, FAST_EXP>(s, m, l, scale_log2, alpha);
     if (alpha_out) {
         alpha_out[0] = alpha[0];
         alpha_out[1] = alpha[1];

@@ -99,11 +99,12 @@ if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, c
   ncu --clock-control none -k "regex:fwd_wgmma|bwd_ws" --launch-count 2 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
       --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters \
+      --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
       $B/tools/distflash-bench bench --device cuda --dims 128 --seqlens 32768 --causal 1 --warmup 0 --reps 1 \
       > "$OUT/profile.txt" 2>&1
   summary+=("profile rc=$?: $(grep -cE 'Duration|Warp Cycles' "$OUT/profile.txt") lines of timings")
   # pipe utilisation (tensor, XU = MUFU ex2, FMA, ALU) says which unit bounds the softmax overlap
-  grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued|Pipe|pipe" "$OUT/profile.txt" | cut -c1-160 | head -40
+  grep -E "dfa__|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Warp Cycles Per Issued|Pipe|pipe|DRAM Throughput|L1/TEX Cache|bank conflict" "$OUT/profile.txt" | cut -c1-160 | head -50
 fi
 if has shapes; then   # issue 11: GQA 4 and 8, f16, the distributed schedule's block kinds, next to square MHA
   stamp shapes

@@ -281,13 +281,12 @@ static dfa_status lab_launch_fwd_persist(const dfa__fwd_params &p, cudaStream_t 
     static_assert(C::BAR_OFF + 8 * (6 + 4 * C::STAGES) + 8 <= C::SMEM - 1024, "room for the extra barriers and slots");
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
     if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
-    int dev = 0, sms = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaDeviceGetAttribute (multiprocessors)");
+    dfa_status sms_st = DFA_OK;
+    const int sms = dfa__cuda_device_attr(cudaDevAttrMultiProcessorCount, fn, &sms_st);
+    if (sms < 0) return sms_st;
     if (DYN) {
         void *counter = NULL;
-        e = cudaGetSymbolAddress(&counter, lab_fwd_tile_counter);
+        cudaError_t e = cudaGetSymbolAddress(&counter, lab_fwd_tile_counter);
         if (e == cudaSuccess) e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), st);
         if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "resetting the tile counter");
     }

@@ -53,7 +53,7 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
     static const char fn[] = "lab_fwd";
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
     dfa_status l2_st = DFA_OK;
-    const long long l2 = dfa__cuda_l2_bytes(fn, &l2_st);
+    const int l2 = dfa__cuda_device_attr(cudaDevAttrL2CacheSize, fn, &l2_st);
     if (l2 < 0) return l2_st;
     dfa__fwd_params p = dfa__fwd_params_of(&s, q, k, v, o, lse, l2);
     const int heads = s.batch * s.num_heads, group = s.num_heads / s.num_kv_heads;

@@ -14,7 +14,7 @@ extern "C" dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, con
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 0, &wgmma, fn);
     if (st) return st;
-    const long long l2 = dfa__cuda_l2_bytes(fn, &st);
+    const int l2 = dfa__cuda_device_attr(cudaDevAttrL2CacheSize, fn, &st);
     if (l2 < 0) return st;
     return dfa__fwd_kernels[wgmma][s->bf16 != 0][s->out_f32 != 0](dfa__fwd_params_of(s, q, k, v, o, lse, l2), stream,
                                                                    fn);

@@ -31,15 +31,15 @@ extern "C" int dfa__cuda_device_cc(const char *fn, dfa_status *st) {
     return major * 10 + minor;
 }
 
-extern "C" long long dfa__cuda_l2_bytes(const char *fn, dfa_status *st) {
-    int dev = 0, bytes = 0;
+extern "C" int dfa__cuda_device_attr(enum cudaDeviceAttr attr, const char *fn, dfa_status *st) {
+    int dev = 0, value = 0;
     cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&value, attr, dev);
     if (e != cudaSuccess) {
-        *st = dfa__cuda_fail(e, fn, "querying the current CUDA device's L2 size");
+        *st = dfa__cuda_fail(e, fn, "querying the current CUDA device");
         return -1;
     }
-    return bytes;
+    return value;
 }
 
 /* Written by tests only (dfa__cuda_force_family); an atomic so that reading it on every call

@@ -119,8 +119,9 @@ dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what);
    (then the message is recorded). */
 int dfa__cuda_device_cc(const char *fn, dfa_status *st);
 
-/* The current device's L2 cache in bytes, or -1 with *st set (DFA_ERR_BACKEND). */
-long long dfa__cuda_l2_bytes(const char *fn, dfa_status *st);
+/* One attribute of the current device (cudaDevAttrL2CacheSize, ...; all are >= 0), or -1 with *st
+   set (DFA_ERR_BACKEND, CUDA's message). */
+int dfa__cuda_device_attr(enum cudaDeviceAttr attr, const char *fn, dfa_status *st);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@ typedef dfa_status (*dfa__fwd_launcher)(const dfa__fwd_params &p, cudaStream_t s
    each. Measured on the H200 (50 MB of L2; bench/gpu/NOTES.md, runs 13 and 16): one section
    of every head (the old order) 15-22% slower at d = 128; sections for two thirds of the L2
    (FlashAttention-3's choice, 32 MB of the H100's 50) equal or up to 8% slower than a third;
-   four thirds slower again. l2_bytes: the device's L2 (dfa__cuda_l2_bytes). */
+   four thirds slower again. l2_bytes: the device's L2 (cudaDevAttrL2CacheSize). */
 static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes) {
     const long long kv_head = (long long)s->seqlen_k * s->head_dim * 2 * 2, heads = (long long)s->batch * s->num_heads;
     long long n = l2_bytes / 3 / (kv_head > 0 ? kv_head : 1);
@@ -36,9 +36,8 @@ static inline dfa__fwd_params dfa__fwd_params_of(const dfa__cuda_shape *s, const
     p.lse = lse;
     p.sh = *s;
     p.scale_log2 = s->scale * DFA__LOG2E;
-    p.l2_heads = dfa__fwd_l2_heads(s, l2_bytes);
     const int forced = dfa__cuda_forced_l2_heads(), heads = s->batch * s->num_heads;
-    if (forced > 0) p.l2_heads = forced < heads ? forced : heads;
+    p.l2_heads = forced > 0 ? (forced < heads ? forced : heads) : dfa__fwd_l2_heads(s, l2_bytes);
     return p;
 }
 

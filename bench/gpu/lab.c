@@ -64,7 +64,7 @@ static const variant variants[] = {
     {"fwd wgmma heads order", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_HEADS_ORDER, 0},
     {"fwd wgmma l2 half", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_HALF, 0},
     {"fwd wgmma l2 double", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_DOUBLE, 0},
-    {"fwd wgmma ex2", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EX2, 0},
+    {"fwd wgmma exp2f", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EXP2F, 0},
     {"fwd wgmma ex2 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EX2_PP, 0},
     {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY, 0},
@@ -77,7 +77,7 @@ static const variant variants[] = {
     {"bwd ws + dq pass determ.", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS_DQ_PASS, 0},
     {"bwd ws plain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_PLAIN, 0},
     {"bwd ws chain swz", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN_SWZ, 0},
-    {"bwd ws ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EX2, 0},
+    {"bwd ws exp2f", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EXP2F, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -94,8 +94,10 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    dQ staging tile without bank conflicts (below), which measured 4% slower (run 15: the
    selects and addressing cost more than the conflicts). A bit 1 that added dQ from registers
    with red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. Bit 3
-   (not yet measured) recomputes P with ex2.approx.ftz alone (dfa__exp2_ftz). */
-#define DFA__BWD_WS_LIBRARY 1
+   recomputes P with ex2.approx.ftz alone (dfa__exp2_ftz): exp2f adds a denormal fix-up (a
+   compare and two multiplies) for results below 2^-126, which no softmax weight needs. The
+   library's is 9 (chain + ex2, run 18); the lab's "bwd ws exp2f" is 1, the kernel before it. */
+#define DFA__BWD_WS_LIBRARY 9
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

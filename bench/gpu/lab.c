@@ -77,7 +77,7 @@ static const variant variants[] = {
     {"bwd ws + dq pass determ.", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS_DQ_PASS, 0},
     {"bwd ws plain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_PLAIN, 0},
     {"bwd ws chain swz", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN_SWZ, 0},
-    {"bwd ws exp2f", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EXP2F, 0},
+    {"bwd ws ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EX2, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -113,8 +113,8 @@ static const dfa__bwd_launcher lab_kv[8][2][2] = {
        5: the library's (dQ chained) with the conflict-free staging stores), atomic dq only */
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 0>, dfa__bwd_kv_ws<1, 1, 0, 0>}},
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 5>, dfa__bwd_kv_ws<1, 1, 0, 5>}},
-    /* 1: the library's before P was recomputed by ex2.approx.ftz alone (exp2f) */
-    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1>, dfa__bwd_kv_ws<1, 1, 0, 1>}},
+    /* 9: the library's with P recomputed by ex2.approx.ftz alone */
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 9>, dfa__bwd_kv_ws<1, 1, 0, 9>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -134,7 +134,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_DQ_PASS: row = 4; break;
     case LAB_BWD_WS_PLAIN: row = 5; break;
     case LAB_BWD_WS_CHAIN_SWZ: row = 6; break;
-    case LAB_BWD_WS_EXP2F: row = 7; break;
+    case LAB_BWD_WS_EX2: row = 7; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

@@ -95,9 +95,10 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    selects and addressing cost more than the conflicts). A bit 1 that added dQ from registers
    with red.global.add.v2.f32 instead of staging it lost 20% (run 14) and was removed. Bit 3
    recomputes P with ex2.approx.ftz alone (dfa__exp2_ftz): exp2f adds a denormal fix-up (a
-   compare and two multiplies) for results below 2^-126, which no softmax weight needs. The
-   library's is 9 (chain + ex2, run 18); the lab's "bwd ws exp2f" is 1, the kernel before it. */
-#define DFA__BWD_WS_LIBRARY 9
+   compare and two multiplies) for results below 2^-126, which no softmax weight needs. Unlike
+   the forward's (+2-5% at d = 128, +11-16% at d = 64), it did not pay here (run 18, S = 32k:
+   -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's is 1, the lab's "bwd ws ex2" 9. */
+#define DFA__BWD_WS_LIBRARY 1
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

@@ -13,15 +13,21 @@ static int lower_bound(const int32_t *a, int n, int32_t x) {
     return lo;
 }
 
+/* The keys of query row i that the causal rule and the window leave: [*a, *z) (maybe empty). */
+static void row_span(const dfa_attn_desc *d, int i, int64_t *a, int64_t *z) {
+    const int64_t rel = d->q_start + i - d->k_start; /* the query's position in key rows */
+    *a = 0, *z = d->seqlen_k;
+    if (d->causal && rel + 1 < *z) *z = rel + 1;
+    if (d->flags & DFA_FLAG_WINDOW) {
+        if (d->window_left >= 0 && rel - d->window_left > *a) *a = rel - d->window_left;
+        if (d->window_right >= 0 && rel + d->window_right + 1 < *z) *z = rel + d->window_right + 1;
+    }
+}
+
 void dfa__row_keys(const dfa_attn_desc *d, int b, int i, int *lo, int *hi) {
     const int n = d->seqlen_k;
-    const int64_t rel = d->q_start + i - d->k_start; /* the query's position in key rows */
-    int64_t a = 0, z = n;
-    if (d->causal && rel + 1 < z) z = rel + 1;
-    if (d->flags & DFA_FLAG_WINDOW) {
-        if (d->window_left >= 0 && rel - d->window_left > a) a = rel - d->window_left;
-        if (d->window_right >= 0 && rel + d->window_right + 1 < z) z = rel + d->window_right + 1;
-    }
+    int64_t a, z;
+    row_span(d, i, &a, &z);
     if (d->q_doc && a < z) {
         const int32_t x = d->q_doc[(int64_t)b * d->seqlen_q + i], *kd = d->k_doc + (int64_t)b * n;
         const int first = lower_bound(kd, n, x);
@@ -55,13 +61,40 @@ dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn) {
     return st ? st : check_rows(d->k_doc, d->batch, d->seqlen_k, "d->k_doc", fn);
 }
 
+/* One sweep over the query rows: a row's document key range [first, end) only moves forward
+   as the (non-decreasing) ids do, so two pointers replace dfa__row_keys' two binary searches
+   per row. The masked distributed calls count every chunk pair's work this way on each call
+   (mask_plan.c), where the searches cost milliseconds at 64k rows per chunk. Rows whose id
+   drops (ids the caller promised non-decreasing but are not) fall back to the searches. */
 int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
-    int64_t n = 0;
-    for (int b = 0; b < d->batch; b++)
+    const int n = d->seqlen_k;
+    int64_t total = 0;
+    for (int b = 0; b < d->batch; b++) {
+        const int32_t *qd = d->q_doc ? d->q_doc + (int64_t)b * d->seqlen_q : NULL;
+        const int32_t *kd = d->q_doc ? d->k_doc + (int64_t)b * n : NULL;
+        int first = 0, end = 0;
+        int32_t last = INT32_MIN; /* the id that [first, end) belongs to */
         for (int i = 0; i < d->seqlen_q; i++) {
-            int lo, hi;
-            dfa__row_keys(d, b, i, &lo, &hi);
-            n += hi - lo;
+            int64_t a, z;
+            row_span(d, i, &a, &z);
+            if (qd && a < z) {
+                const int32_t x = qd[i];
+                if (x < last) {
+                    first = lower_bound(kd, n, x);
+                    end = x == INT32_MAX ? n : lower_bound(kd, n, x + 1);
+                } else {
+                    while (first < n && kd[first] < x) first++;
+                    if (end < first) end = first;
+                    while (end < n && kd[end] <= x) end++;
+                }
+                last = x;
+                if (first > a) a = first;
+                if (end < z) z = end;
+            }
+            if (a < 0) a = 0;
+            if (z > n) z = n;
+            if (z > a) total += z - a;
         }
-    return n;
+    }
+    return total;
 }

@@ -94,6 +94,13 @@ struct dfa_comm {
        caller's workspace). */
     void *mask_ids;
     size_t mask_ids_bytes;
+    /* Masked calls: the last plan's chunk-pair work ([P][P]) and what it was counted from (the
+       mask's fields of the descriptor, every rank's ids on the host). A training step repeats
+       one mask in every layer and in the backward: a match skips the count (executor.c). */
+    int64_t *mask_work;
+    dfa_attn_desc mask_key;
+    int32_t *mask_key_ids;
+    size_t mask_key_bytes;
     /* Device backends: the stream (cudaStream_t) and the name of the call in progress, set by
        the entry point. */
     void *stream;

@@ -375,7 +375,8 @@ attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 class AttnEager(torch.autograd.Function):
     """The same forward and backward as the ops above, for eager mode: the public function
-    takes this path unless torch.compile is tracing (then the ops, which the compiler sees).
+    takes this path unless torch.compile is tracing or a TorchDispatchMode is active (then the
+    ops, which the compiler and the mode see).
     The custom-op machinery (dispatch, schema checks, aliasing checks) costs tens to hundreds
     of microseconds per call on the host; a plain autograd.Function costs a few.
     apply(q, k, v, args): the non-tensor arguments and the document ids travel in one tuple,
@@ -407,11 +408,20 @@ class AttnEager(torch.autograd.Function):
         return dq, dk, dv, None
 
 
+# How many TorchDispatchModes are active (a C call of a few tens of nanoseconds). Private in
+# torch; a build without it gets 1: always the op, right but slower.
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+
+
 def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None,
                   window_left=NO_WINDOW, window_right=NO_WINDOW):
-    """o, lse for checked inputs, by the cheapest path that keeps autograd and torch.compile right."""
+    """o, lse for checked inputs, by the cheapest path that keeps autograd, torch.compile and
+    dispatch modes right: the op when the compiler traces or a TorchDispatchMode is active
+    (selective activation checkpointing, FakeTensorMode, ...), since a mode sees the op as one
+    call it can save or replay, where AttnEager's body shows it only allocations around an
+    opaque C call; else AttnEager, or plain fwd_impl when no gradient is wanted."""
     mask = (q_doc, k_doc, window_left, window_right)
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _dispatch_modes():
         return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return AttnEager.apply(q, k, v, (causal, softmax_scale, q_start, k_start) + mask)

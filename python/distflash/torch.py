@@ -9,11 +9,15 @@ caller's current stream, no host synchronisation). Inputs must be contiguous. Bo
 custom ops (distflash::attn_fwd, distflash::dist_attn_fwd) with a fake implementation and
 an autograd formula, so torch.compile(fullgraph=True) traces them without graph breaks; in
 eager mode attention() takes a plain autograd.Function with the same forward and backward,
-which costs the host far less per call.
+which costs the host far less per call (but the op while a TorchDispatchMode is active, so
+that the mode sees it: see checkpoint_context()).
 Errors of the C library raise DistflashError (status name + dfa_last_error()); inputs it
 cannot take raise TypeError/ValueError first.
 """
 import torch as _torch
+from torch.utils.checkpoint import CheckpointPolicy as _Policy
+from torch.utils.checkpoint import checkpoint as _checkpoint
+from torch.utils.checkpoint import create_selective_checkpoint_contexts as _selective_contexts
 
 from . import _capi, _dist, _ops
 from ._capi import DistflashError, DistflashInvalidArgument, DistflashLibraryError, DistflashUnsupported
@@ -21,8 +25,9 @@ from ._dist import destroy_comms
 
 _OFFSET_MAX = _ops._OFFSET_MAX
 
-__all__ = ["attention", "dist_attention", "dist_position", "destroy_comms", "DistflashError",
-           "DistflashInvalidArgument", "DistflashUnsupported", "DistflashLibraryError"]
+__all__ = ["attention", "dist_attention", "dist_position", "checkpoint", "checkpoint_context", "checkpoint_policy",
+           "destroy_comms", "DistflashError", "DistflashInvalidArgument", "DistflashUnsupported",
+           "DistflashLibraryError"]
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, return_lse=False, doc_ids=None,
@@ -144,3 +149,57 @@ def dist_position(schedule, rank, nranks, local_rows, i=None):
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= local_rows):
         raise ValueError(f"{fn}: row indices must lie in [0, {local_rows}); got [{int(idx.min())}, {int(idx.max())}]")
     return table.to(idx.device)[idx.long()]
+
+
+# --- rematerialization-aware checkpointing (DistFlashAttn's checkpoint at the attention output) ---
+
+_ATTENTION_FORWARDS = (_torch.ops.distflash.attn_fwd.default, _torch.ops.distflash.dist_attn_fwd.default)
+
+
+def checkpoint_policy(ctx, op, *args, **kwargs):
+    """The selective-checkpointing policy of checkpoint_context(): CheckpointPolicy.MUST_SAVE
+    for distflash's attention forwards (distflash::attn_fwd, distflash::dist_attn_fwd: their
+    outputs o and lse are kept), PREFER_RECOMPUTE for every other op. Public so that a policy
+    of your own can defer to it (`return distflash.torch.checkpoint_policy(ctx, op)`)."""
+    return _Policy.MUST_SAVE if op in _ATTENTION_FORWARDS else _Policy.PREFER_RECOMPUTE
+
+
+def checkpoint_context():
+    """The context_fn of torch.utils.checkpoint.checkpoint that checkpoints at the attention
+    output, DistFlashAttn's rematerialization-aware checkpointing:
+
+        x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False,
+                                              context_fn=distflash.torch.checkpoint_context)
+
+    Plain per-layer checkpointing keeps each layer's input and re-runs the whole layer in the
+    backward, attention forward included, before the layer's backward. With this policy
+    (selective activation checkpointing, checkpoint_policy()) the checkpointed region also
+    keeps the outputs of every attention()/dist_attention() call in it (o and lse: one more
+    [B, S, H, D] tensor and a float32 [B, H, S] one per call), and the recompute before the
+    backward replays them from there: it re-runs only the other ops (norms, projections, RoPE,
+    the MLP), never the attention forward, nor its communication in dist_attention. The
+    attention backward then runs once, as without checkpointing.
+
+    Needs use_reentrant=False (the default of checkpoint() below). Works under torch.compile
+    (checkpoint with a context_fn; the region must not hold in-place ops, torch's own rule for
+    selective checkpointing there): the policy tags the ops and the partitioner saves the
+    attention outputs. Returns the (forward, recompute) context pair of
+    torch.utils.checkpoint.create_selective_checkpoint_contexts."""
+    return _selective_contexts(checkpoint_policy)
+
+
+def checkpoint(fn, *args, **kwargs):
+    """fn(*args, **kwargs) under torch.utils.checkpoint.checkpoint with checkpoint_context():
+    activation checkpointing that keeps the attention outputs, so the backward's recompute of
+    fn skips every distflash attention forward in it. Typically per layer:
+
+        for layer in self.layers:
+            x = distflash.torch.checkpoint(layer, x, cos, sin)
+
+    Keyword arguments are torch.utils.checkpoint.checkpoint's: its own (preserve_rng_state,
+    determinism_check, debug) and the rest for fn; use_reentrant and context_fn are set here."""
+    for key in ("use_reentrant", "context_fn"):
+        if key in kwargs:
+            raise TypeError(f"distflash.torch.checkpoint: {key} is set by this function "
+                            "(use_reentrant=False, context_fn=checkpoint_context); do not pass it")
+    return _checkpoint(fn, *args, use_reentrant=False, context_fn=checkpoint_context, **kwargs)

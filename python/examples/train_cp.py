@@ -2,7 +2,8 @@
 sequence-parallel attention in place of PyTorch's context parallelism, and compare the two.
 
 The model is the peer's (copied; RMSNorm, RoPE, GQA, SwiGLU, bf16 autocast over float32 weights,
-fused AdamW, DDP for the weight gradients, per-layer checkpointing or none), in the flash-attn
+fused AdamW, DDP for the weight gradients, per-layer checkpointing or none; here also
+checkpointing at the attention output), in the flash-attn
 layout [batch, seq, heads, head_dim]. The attention is one line of Layer.forward:
 
     o = self.attend(q, k, v)   # distflash.torch.dist_attention  or  torch_attention (SDPA)
@@ -17,22 +18,43 @@ layout [batch, seq, heads, head_dim]. The attention is one line of Layer.forward
 On the GPU machine (library built with CMake in build/, from the repository root):
   PYTHONPATH=python python3 -m torch.distributed.run --nproc-per-node 2 python/examples/train_cp.py --context 131072 --attention both
   PYTHONPATH=python python3 python/examples/train_cp.py --context 32768 --attention both     # one GPU
+  ... train_cp.py --attention both --ckpt layer,attn-output    # torch, then distflash, each with both policies
 Options as train_peer.py: --layers --d-model --heads --kv-heads --ffn --context --batch --steps --warmup
---ckpt none|layer, plus --attention distflash|torch|both and --schedule balanced|ring.
-Prints one line per attention: tokens/s over all GPUs, median step time, peak memory per GPU,
-model FLOP utilisation (6·N·tokens + attention FLOPs against 989 TFLOP/s dense bf16 per GPU),
-the loss of the first and the last step (mean over ranks) -- or OOM.
+--ckpt, plus --attention distflash|torch|both and --schedule balanced|ring.
+
+  --ckpt none          no activation checkpointing.
+  --ckpt layer         per-layer checkpointing (the default): each layer's input is kept and the
+                       whole layer, attention forward included, re-runs before its backward.
+  --ckpt attn-output   per-layer checkpointing that also keeps each attention's output
+                       (DistFlashAttn's rematerialization-aware checkpointing): the recompute
+                       replays the attention forward from the saved o and lse and re-runs only
+                       the norms, projections, RoPE and MLP. distflash: context_fn
+                       distflash.torch.checkpoint_context (selective activation checkpointing
+                       saving distflash's attention ops); torch: the same policy saving the
+                       outputs of SDPA's aten ops instead (sdpa_checkpoint_context; under
+                       context_parallel too, where that op runs the whole ring attention).
+  --ckpt layer,attn-output   a comma list: every attention runs once per policy, in that order,
+                       in one launch (e.g. --attention both: torch, then distflash, each with both).
+
+Prints one line per run, "train_cp <attention> ... ckpt <policy>: ...": tokens/s over all GPUs,
+median step time, peak memory per GPU, model FLOP utilisation (6·N·tokens + attention FLOPs
+against 989 TFLOP/s dense bf16 per GPU; the recompute is not counted), the loss of the first and
+the last step (mean over ranks) -- or OOM.
 """
 import argparse
 import os
 import time
+from functools import partial
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 import distflash.torch
+
+CKPTS = ("none", "layer", "attn-output")
 
 
 def rope_tables(context, head_dim, device):
@@ -57,6 +79,21 @@ def torch_attention(q, k, v):
         k = k.repeat_interleave(h // kv, dim=1)
         v = v.repeat_interleave(h // kv, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+
+# SDPA's forward kernels as the dispatcher sees them below autograd (the one that runs depends on
+# the device and the backend; under context_parallel, the call that runs the ring attention).
+SDPA_FORWARDS = tuple(getattr(torch.ops.aten, name).default for name in (
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu"))
+
+
+def sdpa_policy(ctx, op, *args, **kwargs):
+    """distflash.torch.checkpoint_policy's rule for torch's attention: keep SDPA's outputs."""
+    return CheckpointPolicy.MUST_SAVE if op in SDPA_FORWARDS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+sdpa_checkpoint_context = partial(create_selective_checkpoint_contexts, sdpa_policy)
 
 
 class Layer(nn.Module):
@@ -87,34 +124,45 @@ class Layer(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, a, attend):
+    """a.ckpt: one of CKPTS. context_fn: the selective-checkpointing policy of "attn-output"
+    (distflash.torch.checkpoint_context, or sdpa_checkpoint_context for torch_attention)."""
+
+    def __init__(self, a, attend, context_fn=distflash.torch.checkpoint_context):
         super().__init__()
+        if a.ckpt not in CKPTS:
+            raise ValueError(f"ckpt = {a.ckpt!r}; it must be one of {CKPTS}")
         self.emb = nn.Embedding(256, a.d_model)
         self.layers = nn.ModuleList(Layer(a, attend) for _ in range(a.layers))
         self.norm = nn.RMSNorm(a.d_model)
         self.head = nn.Linear(a.d_model, 256, bias=False)
-        self.ckpt = a.ckpt
+        self.ckpt, self.context_fn = a.ckpt, context_fn
 
     def forward(self, tokens, labels, cos, sin):
         x = self.emb(tokens)
         for layer in self.layers:
             if self.ckpt == "layer":
                 x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
+            elif self.ckpt == "attn-output":  # the attention outputs kept: no attention forward in the recompute
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False,
+                                                      context_fn=self.context_fn)
             else:
                 x = layer(x, cos, sin)
         logits = self.head(self.norm(x)).float()
         return F.cross_entropy(logits.view(-1, 256), labels.reshape(-1))
 
 
-def run(a, attention, world, rank, dev):
-    """Trains a fresh model (seed 0) for warmup + steps optimizer steps; returns the rank-0 line."""
+def run(a, attention, ckpt, world, rank, dev):
+    """Trains a fresh model (seed 0) for warmup + steps optimizer steps with checkpointing policy
+    ckpt; returns the rank-0 line."""
     import torch.distributed as dist
     if attention == "distflash":
         attend = lambda q, k, v: distflash.torch.dist_attention(q, k, v, schedule=a.schedule)  # noqa: E731
+        context_fn = distflash.torch.checkpoint_context
     else:
-        attend = torch_attention
+        attend, context_fn = torch_attention, sdpa_checkpoint_context
+    a = argparse.Namespace(**{**vars(a), "ckpt": ckpt})
     torch.manual_seed(0)
-    model = Model(a, attend).to(dev)
+    model = Model(a, attend, context_fn).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     ddp = model
     if world > 1:
@@ -190,10 +238,18 @@ def main():
     p.add_argument("--heads", type=int, default=16); p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--ffn", type=int, default=5632); p.add_argument("--context", type=int, default=131072)
     p.add_argument("--batch", type=int, default=1); p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--warmup", type=int, default=2); p.add_argument("--ckpt", default="layer", choices=["none", "layer"])
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--ckpt", default="layer", help=f"checkpointing: one of {', '.join(CKPTS)}, or a comma list of "
+                   "them (each run in turn)")
     p.add_argument("--attention", default="distflash", choices=["distflash", "torch", "both"])
     p.add_argument("--schedule", default="balanced", choices=["balanced", "ring"])
     a = p.parse_args()
+    ckpts = [c.strip() for c in a.ckpt.split(",")]
+    for i, c in enumerate(ckpts):
+        if c not in CKPTS:
+            p.error(f"--ckpt {a.ckpt}: {c!r} is not a policy (one of {', '.join(CKPTS)}, or a comma list of them)")
+        if c in ckpts[:i]:
+            p.error(f"--ckpt {a.ckpt}: {c!r} is listed twice")
     world = int(os.environ.get("WORLD_SIZE", "1")); rank = int(os.environ.get("RANK", "0"))
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     torch.cuda.set_device(dev)
@@ -203,9 +259,10 @@ def main():
         import torch.distributed as dist
         dist.init_process_group("nccl", device_id=dev)
     for attention in (["torch", "distflash"] if a.attention == "both" else [a.attention]):
-        line = run(a, attention, world, rank, dev)
-        if rank == 0:
-            print(line, flush=True)
+        for ckpt in ckpts:
+            line = run(a, attention, ckpt, world, rank, dev)
+            if rank == 0:
+                print(line, flush=True)
     if world > 1:
         import torch.distributed as dist
         torch.cuda.synchronize()

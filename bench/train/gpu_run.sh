@@ -9,7 +9,8 @@
 #   STEPS      timed steps per run (default 3; the median is reported, the first step is one of them)
 #   PROFILE=1  the per-phase GPU time breakdown (matmul, attention, communication, element-wise,
 #              optimizer) in each bench log
-#   FIT="1048576"  contexts to try with one step each (the longest trainable context)
+#   FIT="1048576"  contexts to try with one step each (the longest trainable context);
+#              FIT_POLICY its checkpoint policy (default attn-output; layer needs less memory)
 # A device call is limited to 10 minutes, and build-gpu/ stays between calls: run the stages in
 # separate calls, e.g. STAGES="build test", then STAGES="smoke bench" CONTEXTS=65536, then
 # STAGES="bench peer" CONTEXTS=262144 POLICIES="attn-output layer" STEPS=2 (a 756M step at 256k
@@ -95,7 +96,7 @@ if has bench; then
 fi
 if has fit; then
   for ctx in ${FIT:-}; do
-    stamp "fit $ctx"; STEPS=1 rows+=("$(bench_one "$ctx" attn-output | sed 's/^distflash /fit       /')"); echo "${rows[-1]}"
+    stamp "fit $ctx"; STEPS=1 rows+=("$(bench_one "$ctx" "${FIT_POLICY:-attn-output}" | sed 's/^distflash /fit       /')"); echo "${rows[-1]}"
   done
 fi
 if has peer; then

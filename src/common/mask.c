@@ -67,8 +67,14 @@ dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn) {
    (mask_plan.c), where the searches cost milliseconds at 64k rows per chunk. Rows whose id
    drops (ids the caller promised non-decreasing but are not) fall back to the searches. */
 int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
+    int lo, hi;
+    return dfa__visible_pairs_rows(d, &lo, &hi);
+}
+
+int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi) {
     const int n = d->seqlen_k;
     int64_t total = 0;
+    int lo = d->seqlen_q, hi = 0;
     for (int b = 0; b < d->batch; b++) {
         const int32_t *qd = d->q_doc ? d->q_doc + (int64_t)b * d->seqlen_q : NULL;
         const int32_t *kd = d->q_doc ? d->k_doc + (int64_t)b * n : NULL;
@@ -93,8 +99,14 @@ int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
             }
             if (a < 0) a = 0;
             if (z > n) z = n;
-            if (z > a) total += z - a;
+            if (z > a) {
+                total += z - a;
+                if (i < lo) lo = i;
+                if (i + 1 > hi) hi = i + 1;
+            }
         }
     }
+    *row_lo = lo < hi ? lo : 0;
+    *row_hi = lo < hi ? hi : 0;
     return total;
 }

@@ -30,4 +30,8 @@ dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn);
    work a mask leaves (benchmarks count FLOPs over these). */
 int64_t dfa__visible_pairs(const dfa_attn_desc *d);
 
+/* The same, and in [*row_lo, *row_hi) the query rows that have a visible key in some batch row
+   (0, 0 when none has). */
+int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi);
+
 #endif

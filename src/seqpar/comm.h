@@ -94,10 +94,12 @@ struct dfa_comm {
        caller's workspace). */
     void *mask_ids;
     size_t mask_ids_bytes;
-    /* Masked calls: the last plan's chunk-pair work ([P][P]) and what it was counted from (the
-       mask's fields of the descriptor, every rank's ids on the host). A training step repeats
-       one mask in every layer and in the backward: a match skips the count (executor.c). */
+    /* Masked calls: the last plan's chunk-pair work ([P][P]) and visible query rows ([P][P][2])
+       and what they were counted from (the mask's fields of the descriptor, every rank's ids on
+       the host). A training step repeats one mask in every layer and in the backward: a match
+       skips the count (executor.c). */
     int64_t *mask_work;
+    int *mask_rows;
     dfa_attn_desc mask_key;
     int32_t *mask_key_ids;
     size_t mask_key_bytes;

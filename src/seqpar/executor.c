@@ -96,6 +96,7 @@ typedef struct {
     int masked;
     dfa__sched_plan mplan;
     int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
+    int *mrows;          /* [P][P][2] their visible query rows (dfa__sched_plan) */
     int32_t *ids;        /* [P][batch][n] every rank's document ids (host); NULL without documents */
     const int32_t *ids_b; /* the same in the backend's memory (what the blocks read): ids itself
                              on host backends, the communicator's mask_ids on device ones */
@@ -210,8 +211,10 @@ void dfa__comm_drop_cache(dfa_comm *c) {
     c->mask_ids = NULL;
     c->mask_ids_bytes = 0;
     free(c->mask_work);
+    free(c->mask_rows);
     free(c->mask_key_ids);
     c->mask_work = NULL;
+    c->mask_rows = NULL;
     c->mask_key_ids = NULL;
     c->mask_key_bytes = 0;
     if (c->ctx) c->compute->ctx_destroy(c->ctx);
@@ -357,6 +360,8 @@ static void release(exec *e) {
     free_plan(e);
     dfa__sched_plan_free(&e->mplan);
     free(e->mwork);
+    free(e->mrows);
+    e->mrows = NULL;
     free(e->ids);
     e->mwork = NULL;
     e->ids = NULL;
@@ -566,9 +571,10 @@ static void compute(exec *e, int t) {
     bd.causal = tk->causal_mask;
     bd.q_start = (int64_t)tk->q_chunk * e->n + tk->row0;
     bd.k_start = (int64_t)tk->k_chunk * e->n;
-    if (e->masked) { /* the chunks' document ids (masked plans compute whole chunks: rows == n) */
+    if (e->masked) { /* the chunks' document ids; a window of query rows has them from row0 on
+                           (masked plans make windows with documents only for one batch row) */
         const size_t chunk = (size_t)e->d.batch * (size_t)e->n;
-        bd.q_doc = e->ids_b ? e->ids_b + (size_t)tk->q_chunk * chunk : NULL;
+        bd.q_doc = e->ids_b ? e->ids_b + (size_t)tk->q_chunk * chunk + (size_t)tk->row0 : NULL;
         bd.k_doc = e->ids_b ? e->ids_b + (size_t)tk->k_chunk * chunk : NULL;
     }
     dfa_status st;
@@ -927,30 +933,36 @@ static int same_mask(const dfa_attn_desc *a, const dfa_attn_desc *b) {
            (a->q_doc != NULL) == (b->q_doc != NULL);
 }
 
-/* The chunk pairs' visible work (dfa__mask_pair_work), or the communicator's copy from the last
-   masked call when its mask and every rank's ids (`bytes` of them, 0 without documents) are the
+/* The chunk pairs' visible work and rows (dfa__mask_pair_work), or the communicator's copy from
+   the last masked call when its mask and every rank's ids (`bytes` of them, 0 without documents) are the
    same: the count walks every row, about a millisecond per call at 128k tokens, while the GPU
    waits for the plan. Every rank holds the same ids, so every rank hits or misses alike. On a
    failure to keep the copy the count stands and the next call counts again. */
-static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, int64_t *work) {
+static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, int64_t *work,
+                      int *rows) {
     const size_t cells = (size_t)c->size * (size_t)c->size;
     if (c->mask_work && same_mask(&c->mask_key, d) && c->mask_key_bytes == bytes &&
         (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0)) {
         memcpy(work, c->mask_work, sizeof *work * cells);
+        memcpy(rows, c->mask_rows, sizeof *rows * 2 * cells);
         return;
     }
-    dfa__mask_pair_work(d, c->size, ids, work);
+    dfa__mask_pair_work(d, c->size, ids, work, rows);
     free(c->mask_work);
+    free(c->mask_rows);
     free(c->mask_key_ids);
     c->mask_work = malloc(sizeof *work * cells);
+    c->mask_rows = malloc(sizeof *rows * 2 * cells);
     c->mask_key_ids = bytes ? malloc(bytes) : NULL;
-    if (!c->mask_work || (bytes && !c->mask_key_ids)) {
+    if (!c->mask_work || !c->mask_rows || (bytes && !c->mask_key_ids)) {
         free(c->mask_work);
+        free(c->mask_rows);
         free(c->mask_key_ids);
-        c->mask_work = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
+        c->mask_work = NULL, c->mask_rows = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
         return;
     }
     memcpy(c->mask_work, work, sizeof *work * cells);
+    memcpy(c->mask_rows, rows, sizeof *rows * 2 * cells);
     if (bytes) memcpy(c->mask_key_ids, ids, bytes);
     c->mask_key = *d;
     c->mask_key_bytes = bytes;
@@ -971,8 +983,9 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     const size_t chunk = (size_t)dd->attn.batch * (size_t)n, bytes = sizeof(int32_t) * chunk * (size_t)P;
     dfa_status st;
     e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
+    e->mrows = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
     if (docs) e->ids = malloc(bytes);
-    if (!e->mwork || (docs && !e->ids))
+    if (!e->mwork || !e->mrows || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
     if (docs && device && c->mask_ids_bytes < bytes) {
         /* (the context exists: the pass was prepared before this, with the same shapes) */
@@ -998,9 +1011,12 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
         }
     }
     if (!e->local) {
-        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork);
+        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
-        if (dfa__sched_plan_build(&s, e->mwork, &e->mplan))
+        /* query-row windows off the diagonal, where a window's document ids are one contiguous
+           run of the chunk's (compute: one batch row, or no documents) */
+        const int windows = !docs || dd->attn.batch == 1;
+        if (dfa__sched_plan_build(&s, e->mwork, windows ? e->mrows : NULL, &e->mplan))
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         else
             e->masked = 1;

@@ -33,7 +33,7 @@ void dfa__sched_plan_free(dfa__sched_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, dfa__sched_plan *out) {
+int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, dfa__sched_plan *out) {
     const int P = s->nranks, n = s->rows;
     memset(out, 0, sizeof *out);
     pair *pairs = malloc(sizeof *pairs * (size_t)P * (size_t)P + 1);
@@ -106,13 +106,17 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, dfa__sched_p
         for (int i = 0; i < np; i++)
             if (owner[i] == r) mine[m++] = pairs[i];
         qsort(mine, (size_t)m, sizeof *mine, by_distance);
-        for (int i = 0; i < m; i++)
-            out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, 0, n, mine[i].k, s->causal, mine[i].work};
+        for (int i = 0; i < m; i++) {
+            const size_t x = (size_t)mine[i].q * P + (size_t)mine[i].k;
+            const int r0 = rows ? rows[2 * x] : 0, r1 = rows ? rows[2 * x + 1] : n;
+            out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work};
+        }
     }
     free(mine);
     out->nranks = P;
     out->steps = steps;
     out->work = work;
+    out->rows = rows;
     rc = 0;
 done:
     free(pairs);
@@ -122,13 +126,15 @@ done:
     return rc;
 }
 
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work) {
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows) {
     const int n = d->seqlen_q, B = d->batch;
     const int window = (d->flags & DFA_FLAG_WINDOW) != 0;
     for (int q = 0; q < P; q++)
         for (int k = 0; k < P; k++) {
             int64_t *w = &work[(size_t)q * P + k];
+            int *rr = rows ? &rows[2 * ((size_t)q * P + k)] : NULL;
             *w = 0;
+            if (rr) rr[0] = rr[1] = 0;
             /* distances pi - pj over the pair: [(q - k) n - (n - 1), (q - k) n + (n - 1)] */
             const int64_t dmin = (int64_t)(q - k) * n - (n - 1), dmax = (int64_t)(q - k) * n + (n - 1);
             if (d->causal && dmax < 0) continue;
@@ -148,6 +154,8 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             x.k_start = (int64_t)k * n;
             x.q_doc = ids ? ids + (size_t)q * B * n : NULL;
             x.k_doc = ids ? ids + (size_t)k * B * n : NULL;
-            *w = dfa__visible_pairs(&x);
+            int lo, hi;
+            *w = dfa__visible_pairs_rows(&x, &lo, &hi);
+            if (rr) rr[0] = lo, rr[1] = hi;
         }
 }

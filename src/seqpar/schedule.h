@@ -131,26 +131,36 @@ int64_t dfa__task_pairs(const dfa__task *t, int rows);
  *    chunk (each holds half the inputs), BALANCED/PAPER: whichever has less work so far,
  *    counted in visible pairs (the work that remains, not blocks); RING: the query owner;
  *  - each rank then runs its pairs in order of key distance from step 1 on; the messages
- *    follow from the tasks as for every schedule.
- * work[q * P + k] = visible pairs of query chunk q against key chunk k (0: skip the pair).
+ *    follow from the tasks as for every schedule;
+ *  - with `rows` (the query rows of each pair that have a visible key), a pair off the
+ *    diagonal covers only those rows: a window shorter than a chunk leaves its first `window`
+ *    rows, a document straddling two chunks the rows of that document, so the query rows, the
+ *    partial results and their folds shrink alike (the diagonal stays whole: its results are
+ *    the accumulators' first, executor.c).
+ * work[q * P + k] = visible pairs of query chunk q against key chunk k (0: skip the pair);
+ * rows[2 (q * P + k)], rows[2 (q * P + k) + 1] = the first and one past the last query row of
+ * chunk q with a visible key in chunk k.
  */
 typedef struct dfa__sched_plan {
     int nranks, steps;
     dfa__task *tasks;     /* [steps][nranks]; q_chunk < 0: the rank idles */
     const int64_t *work;  /* [P][P], the caller's (kept for the checker) */
+    const int *rows;      /* [P][P][2] or NULL (whole chunks), the caller's (kept for the checker) */
 } dfa__sched_plan;
 
 /* Builds the plan of schedule s (kind, P, causal, rows; s->plan ignored) for the pair work
-   matrix; 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free. */
-int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, dfa__sched_plan *out);
+   matrix and, if not NULL, the pairs' visible query rows (tasks off the diagonal cover only
+   those); 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free. */
+int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, dfa__sched_plan *out);
 void dfa__sched_plan_free(dfa__sched_plan *p);
 
 /* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global
    sequence; d is the per-rank descriptor (seqlen_q = seqlen_k = n, causal, flags, window;
    positions and d's own document pointers are ignored); ids (NULL without documents) holds
-   every rank's document ids, [P][batch][n]. Fills work[P * P]. Pairs that chunk-level bounds
+   every rank's document ids, [P][batch][n]. Fills work[P * P] and, if not NULL, rows[P * P * 2]
+   (the visible query rows of each pair, as in dfa__sched_plan). Pairs that chunk-level bounds
    (causal, window distance, the chunks' first and last ids) rule out cost nothing; the others
    are counted row by row. */
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work);
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows);
 
 #endif

@@ -326,11 +326,13 @@ static void test_masked_plans(void) {
                                sizeof(int32_t) * (size_t)n);
             }
             int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P);
-            dfa__mask_pair_work(&d, P, ids, work);
+            int *prow = malloc(sizeof(int) * 2 * (size_t)P * P);
+            dfa__mask_pair_work(&d, P, ids, work, prow);
             int bad = 0;
             for (int q = 0; q < P && !bad; q++)
                 for (int k = 0; k < P && !bad; k++) {
                     int64_t count = 0;
+                    int lo = n, hi = 0; /* the query rows (of the chunk) with a visible key */
                     for (int b = 0; b < B; b++)
                         for (int i = q * n; i < (q + 1) * n; i++)
                             for (int j = k * n; j < (k + 1) * n; j++) {
@@ -339,7 +341,13 @@ static void test_masked_plans(void) {
                                 if (windowed && d.window_left >= 0 && i - j > d.window_left) continue;
                                 if (windowed && d.window_right >= 0 && j - i > d.window_right) continue;
                                 count++;
+                                if (i - q * n < lo) lo = i - q * n;
+                                if (i - q * n + 1 > hi) hi = i - q * n + 1;
                             }
+                    if (lo >= hi) lo = hi = 0;
+                    const int *pr = &prow[2 * ((size_t)q * P + k)];
+                    CHECK(pr[0] == lo && pr[1] == hi, "P=%d n=%d B=%d: q%d x k%d has visible rows [%d:%d], the plan [%d:%d]",
+                          P, n, B, q, k, lo, hi, pr[0], pr[1]);
                     bad = count != work[(size_t)q * P + k];
                     CHECK(!bad, "P=%d n=%d B=%d causal=%d docs=%d window=(%d,%d): q%d x k%d has %lld visible pairs, "
                           "the plan counts %lld", P, n, B, d.causal, docs, windowed ? d.window_left : -9,
@@ -348,8 +356,8 @@ static void test_masked_plans(void) {
             int64_t most[2] = {0, 0};
             for (int ki = 0; ki < 2; ki++) {
                 dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
-                dfa__sched_plan plan;
-                CHECK(dfa__sched_plan_build(&s, work, &plan) == 0, "plan build failed");
+                dfa__sched_plan plan; /* row windows off the diagonal in every other plan */
+                CHECK(dfa__sched_plan_build(&s, work, rep % 2 ? prow : NULL, &plan) == 0, "plan build failed");
                 s.plan = &plan;
                 for (int bwd = 0; bwd <= 1; bwd++) {
                     CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
@@ -374,7 +382,7 @@ static void test_masked_plans(void) {
             }
             CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
                   (long long)most[0], (long long)most[1]);
-            free(layout); free(ids); free(work);
+            free(layout); free(ids); free(work); free(prow);
         }
     printf("masked plans: %d checked\n", checked);
 }
@@ -390,7 +398,7 @@ static void test_masked_checker_catches(void) {
     }
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, work, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, work, NULL, &plan) == 0, "plan build failed");
     s.plan = &plan;
     dfa__placed_task base[64], t[65];
     int n = 0;

@@ -13,6 +13,13 @@ static int lower_bound(const int32_t *a, int n, int32_t x) {
     return lo;
 }
 
+/* The keys [*first, *end) of document x in the non-decreasing ids kd[0..n) (first == end when
+   no key has x). */
+static void doc_keys(const int32_t *kd, int n, int32_t x, int *first, int *end) {
+    *first = lower_bound(kd, n, x);
+    *end = x == INT32_MAX ? n : lower_bound(kd, n, x + 1);
+}
+
 /* The keys of query row i that the causal rule and the window leave: [*a, *z) (maybe empty). */
 static void row_span(const dfa_attn_desc *d, int i, int64_t *a, int64_t *z) {
     const int64_t rel = d->q_start + i - d->k_start; /* the query's position in key rows */
@@ -29,9 +36,8 @@ void dfa__row_keys(const dfa_attn_desc *d, int b, int i, int *lo, int *hi) {
     int64_t a, z;
     row_span(d, i, &a, &z);
     if (d->q_doc && a < z) {
-        const int32_t x = d->q_doc[(int64_t)b * d->seqlen_q + i], *kd = d->k_doc + (int64_t)b * n;
-        const int first = lower_bound(kd, n, x);
-        const int end = x == INT32_MAX ? n : lower_bound(kd, n, x + 1); /* == first when no key has x */
+        int first, end;
+        doc_keys(d->k_doc + (int64_t)b * n, n, d->q_doc[(int64_t)b * d->seqlen_q + i], &first, &end);
         if (first > a) a = first;
         if (end < z) z = end;
     }
@@ -78,7 +84,7 @@ int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi
     for (int b = 0; b < d->batch; b++) {
         const int32_t *qd = d->q_doc ? d->q_doc + (int64_t)b * d->seqlen_q : NULL;
         const int32_t *kd = d->q_doc ? d->k_doc + (int64_t)b * n : NULL;
-        int first = 0, end = 0;
+        int first = 0, end = 0, first_row = -1, last_row = -1;
         int32_t last = INT32_MIN; /* the id that [first, end) belongs to */
         for (int i = 0; i < d->seqlen_q; i++) {
             int64_t a, z;
@@ -86,8 +92,7 @@ int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi
             if (qd && a < z) {
                 const int32_t x = qd[i];
                 if (x < last) {
-                    first = lower_bound(kd, n, x);
-                    end = x == INT32_MAX ? n : lower_bound(kd, n, x + 1);
+                    doc_keys(kd, n, x, &first, &end);
                 } else {
                     while (first < n && kd[first] < x) first++;
                     if (end < first) end = first;
@@ -101,10 +106,13 @@ int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi
             if (z > n) z = n;
             if (z > a) {
                 total += z - a;
-                if (i < lo) lo = i;
-                if (i + 1 > hi) hi = i + 1;
+                last_row = i;
+                if (first_row < 0) first_row = i;
             }
         }
+        /* rows ascend within a batch row: its first and last visible rows bound the range */
+        if (first_row >= 0 && first_row < lo) lo = first_row;
+        if (last_row + 1 > hi) hi = last_row + 1;
     }
     *row_lo = lo < hi ? lo : 0;
     *row_hi = lo < hi ? hi : 0;

@@ -74,8 +74,6 @@ typedef struct {
     char *work;          /* this rank's own packed window and own partial results */
     size_t work_results; /* offset of the partial results in work */
     int own_window;      /* some own task covers only part of this rank's rows */
-    int direct0;         /* step 0 is this rank's whole diagonal block: its results go straight into
-                            the accumulators (first_is_diagonal) */
     float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
     char *ghost_buf;     /* device backends: what a ghost sends instead of the caller's memory */
     int async;           /* the communicator agrees on the device (comm.h agree_async) */
@@ -204,19 +202,21 @@ static void free_plan(exec *e) {
     e->steps = NULL;
 }
 
+/* Forgets the last masked plan's counts (mask_work). */
+static void mask_cache_clear(dfa_comm *c) {
+    free(c->mask_work);
+    free(c->mask_rows);
+    free(c->mask_key_ids);
+    c->mask_work = NULL, c->mask_rows = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
+}
+
 void dfa__comm_drop_cache(dfa_comm *c) {
     if (!c) return;
     if (c->ws && !c->ws_external) c->compute->release(c->ctx, c->ws);
     if (c->mask_ids) c->compute->release(c->ctx, c->mask_ids);
     c->mask_ids = NULL;
     c->mask_ids_bytes = 0;
-    free(c->mask_work);
-    free(c->mask_rows);
-    free(c->mask_key_ids);
-    c->mask_work = NULL;
-    c->mask_rows = NULL;
-    c->mask_key_ids = NULL;
-    c->mask_key_bytes = 0;
+    mask_cache_clear(c);
     if (c->ctx) c->compute->ctx_destroy(c->ctx);
     if (!c->ws_external) {
         c->ws = NULL;
@@ -341,7 +341,7 @@ static int first_is_diagonal(const exec *e) {
 /* The float32 accumulators before a group's steps: nothing seen yet (unless step 0 writes them
    whole: first_is_diagonal). */
 static void reset_acc(exec *e) {
-    if (e->direct0) return;
+    if (first_is_diagonal(e)) return;
     const dfa_attn_desc *d = &e->d;
     const int64_t nq = (int64_t)d->batch * e->n * d->num_heads * d->head_dim;
     const int64_t nk = (int64_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
@@ -512,7 +512,7 @@ static void compute(exec *e, int t) {
     if (!ps->has_task || e->local) return;
     const dfa__task *tk = &ps->task;
     const int rows = rows_of(tk), qmine = tk->q_chunk == e->rank, kmine = tk->k_chunk == e->rank;
-    const int direct = t == 0 && e->direct0; /* into the accumulators themselves */
+    const int direct = t == 0 && first_is_diagonal(e); /* into the accumulators themselves */
     void *qs[4], *kv[2], *qres[2], *kres[2];
     if (qmine && rows == e->n) {
         qs[0] = (void *)e->io->q;
@@ -832,7 +832,6 @@ static dfa_status prepare(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind
     shape_pass(e, dd, kind, e->c->size, groups);
     dfa_status st = plan(e, fn);
     if (!st) st = allocate(e, fn);
-    e->direct0 = !st && first_is_diagonal(e);
     e->ready = st == DFA_OK;
     return st;
 }
@@ -948,17 +947,12 @@ static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, s
         return;
     }
     dfa__mask_pair_work(d, c->size, ids, work, rows);
-    free(c->mask_work);
-    free(c->mask_rows);
-    free(c->mask_key_ids);
+    mask_cache_clear(c);
     c->mask_work = malloc(sizeof *work * cells);
     c->mask_rows = malloc(sizeof *rows * 2 * cells);
     c->mask_key_ids = bytes ? malloc(bytes) : NULL;
     if (!c->mask_work || !c->mask_rows || (bytes && !c->mask_key_ids)) {
-        free(c->mask_work);
-        free(c->mask_rows);
-        free(c->mask_key_ids);
-        c->mask_work = NULL, c->mask_rows = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
+        mask_cache_clear(c);
         return;
     }
     memcpy(c->mask_work, work, sizeof *work * cells);

@@ -421,15 +421,13 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
     int rc = 0;
     for (int i = 0; i < ntask && !rc; i++) {
         const dfa__task *t = &all[i].t;
-        const size_t x = (size_t)t->q_chunk * P + (size_t)t->k_chunk;
+        const int chunks_ok = t->q_chunk >= 0 && t->q_chunk < P && t->k_chunk >= 0 && t->k_chunk < P;
         /* whole chunks, or off the diagonal the pair's visible query rows (the plan's rows) */
-        const int *want = s->plan->rows && t->q_chunk != t->k_chunk && t->q_chunk >= 0 && t->q_chunk < P &&
-                                  t->k_chunk >= 0 && t->k_chunk < P
-                              ? &s->plan->rows[2 * x]
+        const int *want = chunks_ok && s->plan->rows && t->q_chunk != t->k_chunk
+                              ? &s->plan->rows[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)]
                               : NULL;
         const int r0 = want ? want[0] : 0, r1 = want ? want[1] : n;
-        if (t->q_chunk < 0 || t->q_chunk >= P || t->k_chunk < 0 || t->k_chunk >= P || t->row0 != r0 || t->row1 != r1 ||
-            r0 < 0 || r1 > n || r0 >= r1)
+        if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1)
             rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d (rows [%d:%d] expected)", all[i].rank,
                       all[i].step, t->q_chunk, t->row0, t->row1, t->k_chunk, r0, r1);
         else if (work[(size_t)t->q_chunk * P + t->k_chunk] <= 0)

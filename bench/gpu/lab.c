@@ -78,6 +78,10 @@ static const variant variants[] = {
     {"bwd ws plain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_PLAIN, 0},
     {"bwd ws chain swz", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN_SWZ, 0},
     {"bwd ws ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EX2, 0},
+    {"bwd ws defer dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER, 0},
+    {"bwd ws defer dq ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_EX2, 0},
+    {"bwd ws defer pp", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP, 0},
+    {"bwd ws defer pp ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP_EX2, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

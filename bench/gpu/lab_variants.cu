@@ -103,7 +103,7 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[8][2][2] = {
+static const dfa__bwd_launcher lab_kv[12][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -115,6 +115,12 @@ static const dfa__bwd_launcher lab_kv[8][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 5>, dfa__bwd_kv_ws<1, 1, 0, 5>}},
     /* 9: the library's with P recomputed by ex2.approx.ftz alone */
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 9>, dfa__bwd_kv_ws<1, 1, 0, 9>}},
+    /* 17: each block's dQ issued with the next block's S^T (DEFER); 25: and ex2 */
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 17>, dfa__bwd_kv_ws<1, 1, 0, 17>}},
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 25>, dfa__bwd_kv_ws<1, 1, 0, 25>}},
+    /* 49, 57: DEFER with the consumers taking turns (PP); 57 with ex2 */
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 49>, dfa__bwd_kv_ws<1, 1, 0, 49>}},
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 57>, dfa__bwd_kv_ws<1, 1, 0, 57>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -135,6 +141,10 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_PLAIN: row = 5; break;
     case LAB_BWD_WS_CHAIN_SWZ: row = 6; break;
     case LAB_BWD_WS_EX2: row = 7; break;
+    case LAB_BWD_WS_DEFER: row = 8; break;
+    case LAB_BWD_WS_DEFER_EX2: row = 9; break;
+    case LAB_BWD_WS_DEFER_PP: row = 10; break;
+    case LAB_BWD_WS_DEFER_PP_EX2: row = 11; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

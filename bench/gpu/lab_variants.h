@@ -49,6 +49,11 @@ enum {
     LAB_FWD_WGMMA_L2_HALF,    /* the library's forward with L2 sections of half as many heads */
     LAB_FWD_WGMMA_L2_DOUBLE,  /* ... twice as many heads (run 16 measured these against sections for two thirds
                                  of the L2; the library then took half of those: a third) */
+    LAB_BWD_WS_DEFER,         /* the library's backward with each block's dQ issued with the next block's S^T,
+                                 its tile staged under S^T (VARIANT 17) */
+    LAB_BWD_WS_DEFER_EX2,     /* ... and P by ex2.approx.ftz (VARIANT 25) */
+    LAB_BWD_WS_DEFER_PP,      /* ... dQ deferred and the two consumers taking turns issuing (VARIANT 49) */
+    LAB_BWD_WS_DEFER_PP_EX2,  /* ... and P by ex2.approx.ftz (VARIANT 57) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -110,6 +110,14 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
     constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ;
     constexpr int CHAIN = DQ_ATOMIC && (VARIANT & 1), SWZ = (VARIANT & 4) != 0, FAST_EXP = (VARIANT & 8) != 0;
+    /* DEFER: block it's dQ product goes in with block it + 1's S^T, so that its staging stores
+       run under S^T and nothing is in flight across iterations (see the loop) */
+    constexpr int DEFER = CHAIN && (VARIANT & 16) != 0;
+    /* PP: the two consumer warpgroups take turns issuing their products (named barriers 1 and 2,
+       consumer 0 first), so that one's softmax and stores run under the other's products instead
+       of both waiting at once; DP_EARLY: dP^T goes in with dQ and S^T (two turns per block, not
+       three) */
+    constexpr int PP = DEFER && (VARIANT & 32) != 0, DP_EARLY = DEFER && (VARIANT & 64) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -253,7 +261,57 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < D8 * 4; i++) dk[i] = dv[i] = 0.0f;
 
+    /* dQ of block J: dS K over both warpgroups' halves of dS^T (buffer J & 1), after the other
+       warpgroup published its half (WAIT) */
+#define DFA__BWD_ISSUE_DQ(J, WAIT)                                                                              \
+    do {                                                                                                        \
+        _Pragma("unroll") for (int i = 0; i < 32; i++) dq[i] = 0.0f;                                            \
+        if (WAIT) dfa__mbar_wait(DS_READY(1 - c, (J) & 1), (uint32_t)((J) >> 1) & 1u);                          \
+        dfa__wgmma_fence();                                                                                     \
+        const uint32_t ds_j = sS + ((J) & 1) * C::DSBYTES;                                                      \
+        _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                               \
+            const uint64_t da = dfa__wgmma_desc(ds_j + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);          \
+            const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);            \
+            if (BF16) dfa__wgmma_ss_tt_bf16_n64(dq, da, db, kk > 0);                                            \
+            else dfa__wgmma_ss_tt_f16_n64(dq, da, db, kk > 0);                                                  \
+        }                                                                                                       \
+        dfa__wgmma_commit();                                                                                    \
+    } while (0)
+    /* The dQ tile of block J (its product retired) into staging tile J % NDQ for the writer warp.
+       8-byte stores go out a half-warp (rows g = 0..3 or 4..7, lanes t = 0..3) at a time. In the
+       tile's 128-byte swizzle a lane's pair of columns 8j + 2t lands in 16-byte chunk
+       (2j + t / 2) ^ g, so with every lane at the same j the half-warp's 8 pairs of lanes share 4
+       chunks: 2-way conflicts, half the store bandwidth (ncu, run 14). With SWZ the lanes of odd
+       rows store column block j ^ 2 when the others store j: chunk bits (t / 2 ^ g0, j0 ^ g1,
+       j1 ^ g0 ^ g2) then differ across the half-warp. */
+#define DFA__BWD_STAGE_DQ(J)                                                                                    \
+    do {                                                                                                        \
+        _Pragma("unroll") for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);                                   \
+        /* staging tile J % NDQ is free once the writer has read what it held NDQ tiles ago */                  \
+        const int di = (J) % NDQ;                                                                               \
+        if ((J) >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)(((J) - NDQ) / NDQ) & 1u);                       \
+        const int odd = SWZ ? (g & 1) : 0;                                                                      \
+        _Pragma("unroll") for (int r = 0; r < 2; r++) {                                                        \
+            const int row = dq_row0 + warp * 16 + g + 8 * r;                                                    \
+            _Pragma("unroll") for (int i = 0; i < 8; i++) {                                                    \
+                const int j = odd ? i ^ 2 : i;                                                                  \
+                const float x = odd ? dq[4 * (i ^ 2) + 2 * r] : dq[4 * i + 2 * r];                              \
+                const float y = odd ? dq[4 * (i ^ 2) + 2 * r + 1] : dq[4 * i + 2 * r + 1];                      \
+                const int col = dq_col0 + 8 * j + 2 * t, box = col >> 5, cc = col & 31;                         \
+                const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +                         \
+                                   ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;                             \
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(x * p.sh.scale),                 \
+                             "f"(y * p.sh.scale)                                                                \
+                             : "memory");                                                                       \
+            }                                                                                                   \
+        }                                                                                                       \
+        dfa__fence_proxy_async();                                                                               \
+        dfa__mbar_arrive(DQ_FULL(di));                                                                          \
+    } while (0)
+
     dfa__mbar_wait(KV_FULL, 0);
+    if (PP && c == 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
+    float dq[32];
     for (int it = 0; it < total; it++) {
         const int s = it % STAGES, m0 = (mb_begin + it % nmb) * BM;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
@@ -261,6 +319,11 @@ __global__ void __launch_bounds__(384, 1)
         dfa__mbar_wait(FULL(s), ph);
         const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::QBYTES;
         const float *ld = sLD + s * 2 * BM;
+        /* DEFER: the previous block's dQ first (at it = 0 a product on an unwritten buffer whose
+           result is dropped: a wgmma under a data-dependent branch makes ptxas serialise them),
+           then S^T, under which the previous dQ tile is staged */
+        if (PP) dfa__named_sync(1 + c, 256);
+        if (DEFER) DFA__BWD_ISSUE_DQ(it - 1, it > 0);
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
@@ -269,6 +332,13 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc(sK + koff, 16), dfa__wgmma_desc(q_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
+        if (DEFER && !DP_EARLY) {
+            if (PP) dfa__named_arrive(2 - c, 256);
+            dfa__wgmma_wait<1>();
+            if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
+            if (PP) dfa__named_sync(1 + c, 256);
+            dfa__wgmma_fence();
+        }
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             const uint32_t koff = (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
@@ -276,6 +346,11 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc(sV + koff, 16), dfa__wgmma_desc(o_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
+        if (PP) dfa__named_arrive(2 - c, 256);
+        if (DP_EARLY) {
+            dfa__wgmma_wait<2>();
+            if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
+        }
         const bool need_mask = n0 + BN > p.sh.seqlen_k || MASKED ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
         /* P^T while dP^T is still being computed */
@@ -331,6 +406,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__fence_proxy_async();
             dfa__mbar_arrive(DS_READY(c, buf));
         }
+        if (PP) dfa__named_sync(1 + c, 256);
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
@@ -338,22 +414,9 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc(q_s + kk * 16 * 128, BM * 128), 1);
         }
         dfa__wgmma_commit();
-        float dq[32];
-#define DFA__BWD_ISSUE_DQ()                                                                                     \
-    do {                                                                                                        \
-        _Pragma("unroll") for (int i = 0; i < 32; i++) dq[i] = 0.0f;                                            \
-        dfa__mbar_wait(DS_READY(1 - c, buf), (uint32_t)(it >> 1) & 1u);                                         \
-        dfa__wgmma_fence();                                                                                     \
-        _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                               \
-            const uint64_t da = dfa__wgmma_desc(ds_s + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);          \
-            const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);            \
-            if (BF16) dfa__wgmma_ss_tt_bf16_n64(dq, da, db, kk > 0);                                            \
-            else dfa__wgmma_ss_tt_f16_n64(dq, da, db, kk > 0);                                                  \
-        }                                                                                                       \
-        dfa__wgmma_commit();                                                                                    \
-    } while (0)
-        if (CHAIN) DFA__BWD_ISSUE_DQ(); /* behind dV/dK: the pipe does not drain in between */
-        if (CHAIN) dfa__wgmma_wait<1>();
+        if (PP) dfa__named_arrive(2 - c, 256);
+        if (CHAIN && !DEFER) DFA__BWD_ISSUE_DQ(it, 1); /* behind dV/dK: the pipe does not drain in between */
+        if (CHAIN && !DEFER) dfa__wgmma_wait<1>();
         else dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D8 * 4; i++) {
@@ -361,39 +424,16 @@ __global__ void __launch_bounds__(384, 1)
             dfa__reg_fence(dv[i]);
         }
         dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse and D of this stage are no longer read */
-        if (DQ_ATOMIC) {
-            if (!CHAIN) DFA__BWD_ISSUE_DQ();
+        if (DQ_ATOMIC && !DEFER) {
+            if (!CHAIN) DFA__BWD_ISSUE_DQ(it, 1);
             dfa__wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);
-            /* staging tile it % NDQ is free once the writer has read what it held NDQ tiles ago */
-            const int di = it % NDQ;
-            if (it >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)((it - NDQ) / NDQ) & 1u);
-            /* 8-byte stores go out a half-warp (rows g = 0..3 or 4..7, lanes t = 0..3) at a time. In
-               the tile's 128-byte swizzle a lane's pair of columns 8j + 2t lands in 16-byte chunk
-               (2j + t / 2) ^ g, so with every lane at the same j the half-warp's 8 pairs of lanes
-               share 4 chunks: 2-way conflicts, half the store bandwidth (ncu, run 14). With SWZ the
-               lanes of odd rows store column block j ^ 2 when the others store j: chunk bits
-               (t / 2 ^ g0, j0 ^ g1, j1 ^ g0 ^ g2) then differ across the half-warp. */
-            const int odd = SWZ ? (g & 1) : 0;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = dq_row0 + warp * 16 + g + 8 * r;
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    const int j = odd ? i ^ 2 : i;
-                    const float x = odd ? dq[4 * (i ^ 2) + 2 * r] : dq[4 * i + 2 * r];
-                    const float y = odd ? dq[4 * (i ^ 2) + 2 * r + 1] : dq[4 * i + 2 * r + 1];
-                    const int col = dq_col0 + 8 * j + 2 * t, box = col >> 5, cc = col & 31;
-                    const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +
-                                       ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(x * p.sh.scale), "f"(y * p.sh.scale)
-                                 : "memory");
-                }
-            }
-            dfa__fence_proxy_async();
-            dfa__mbar_arrive(DQ_FULL(di));
+            DFA__BWD_STAGE_DQ(it);
         }
+    }
+    if (DEFER) { /* the last block's dQ (none: a dropped product, as at it = 0) */
+        DFA__BWD_ISSUE_DQ(total - 1, total > 0);
+        dfa__wgmma_wait<0>();
+        if (total > 0) DFA__BWD_STAGE_DQ(total - 1);
     }
 
     OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
@@ -411,6 +451,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
 #undef DFA__BWD_ISSUE_DQ
+#undef DFA__BWD_STAGE_DQ
 #undef KV_FULL
 #undef FULL
 #undef EMPTY

@@ -130,6 +130,16 @@ static void *dev_random(size_t n, uint16_t **host_copy) {
 
 static void set_variant(const variant *v) { dfa__cuda_force_family(v->family); }
 
+/* --window W: every pass with a causal sliding window of W keys back (0: none). The check runs
+   with at most a third of its length, so that the window cuts into its rows. */
+static int g_window = 0;
+static void set_window(dfa_attn_desc *d, int S, int checking) {
+    if (!g_window || !d->causal) return;
+    d->flags |= DFA_FLAG_WINDOW;
+    d->window_left = checking && g_window > S / 3 ? S / 3 : g_window;
+    d->window_right = -1;
+}
+
 static double rel_diff(const uint16_t *a, const uint16_t *ref, size_t n) {
     double m = 0, r = 0;
     for (size_t i = 0; i < n; i++) {
@@ -147,6 +157,7 @@ static double check(const variant *v, int D, int S, int causal) {
     d.dtype = DFA_BF16;
     d.causal = causal;
     d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    set_window(&d, S, 1);
     const size_t nq = (size_t)S * 4 * D, nk = (size_t)S * 2 * D, nl = (size_t)4 * S;
     uint16_t *hq, *hk, *hv, *hdo;
     void *q = dev_random(nq, &hq), *k = dev_random(nk, &hk), *v_ = dev_random(nk, &hv), *dout = dev_random(nq, &hdo);
@@ -195,7 +206,9 @@ static double check(const variant *v, int D, int S, int causal) {
 /* FLOPs of the variant's pass on the bench shape (h = 4096/D heads, b = max(1, 32768/S)). */
 static double bench_flops(const variant *v, int D, int S, int causal) {
     const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
-    return 4.0 * b * h * (double)S * S * D * (causal ? 0.5 : 1.0) * (v->bwd ? 2.5 : 1.0);
+    const double W = g_window, pairs = causal && g_window && g_window < S ? W * (W + 1) / 2 + (S - W) * (W + 1)
+                                       : (double)S * S * (causal ? 0.5 : 1.0);
+    return 4.0 * b * h * pairs * D * (v->bwd ? 2.5 : 1.0);
 }
 
 static int cmpf(const void *a, const void *b) {
@@ -210,6 +223,7 @@ static float timeit(const variant *v, int D, int S, int causal, int reps) {
     d.dtype = DFA_BF16;
     d.causal = causal;
     d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    set_window(&d, S, 0);
     const size_t n = (size_t)b * S * h * D;
     void *q = dev_random(n, NULL), *k = dev_random(n, NULL), *vv = dev_random(n, NULL), *dout = dev_random(n, NULL);
     void *o, *dq, *dk, *dv;
@@ -287,9 +301,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
+        else if (!strcmp(argv[i], "--window")) g_window = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] "
-                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic']\n");
+                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W]\n");
             return 2;
         }
     }

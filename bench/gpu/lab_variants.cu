@@ -48,10 +48,29 @@ static dfa_status lab_fwd_d256(const dfa__cuda_shape &s, const dfa__fwd_params &
     return dfa__launch_fwd_wgmma<256, 64, BF16, PP, 0>(p, st, fn);
 }
 
+static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const void *q, const void *k, const void *v,
+                                void *o, float *lse, cudaStream_t stream);
+
+/* Masked calls (documents, windows) get their intervals first, as the library's calls do. */
 extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                               void *o, float *lse, cudaStream_t stream) {
     static const char fn[] = "lab_fwd";
-    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    if (!s.masked) return lab_fwd_shape(variant, s, q, k, v, o, lse, stream);
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    void *buf = NULL;
+    cudaError_t e = cudaMallocAsync(&buf, dfa__cuda_mask_bytes(&m), stream);
+    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
+    dfa_status st = dfa__cuda_mask_prepare(&m, buf, &s, stream, fn);
+    if (!st) st = lab_fwd_shape(variant, s, q, k, v, o, lse, stream);
+    e = cudaFreeAsync(buf, stream);
+    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
+    return st;
+}
+
+static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const void *q, const void *k, const void *v,
+                                void *o, float *lse, cudaStream_t stream) {
+    static const char fn[] = "lab_fwd";
     dfa_status l2_st = DFA_OK;
     const int l2 = dfa__cuda_device_attr(cudaDevAttrL2CacheSize, fn, &l2_st);
     if (l2 < 0) return l2_st;
@@ -128,6 +147,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
                               cudaStream_t stream) {
     static const char fn[] = "lab_bwd";
     const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    if (s.masked) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the lab's backward variants take no masks (yet)");
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, 1, &wgmma, fn);
     if (st) return st;

@@ -32,8 +32,8 @@ extern "C" {
  * thread at a time uses a given dfa_comm. Rank order of comm is the sequence
  * order: rank r holds chunk r (dfa_dist_position).
  *
- * Memory: a distributed call needs a few chunks' worth of scratch (three
- * message slots, float32 accumulators); the communicator keeps it between
+ * Memory: a distributed call needs a few chunks' worth of scratch (message
+ * slots for three consecutive steps, float32 accumulators); the communicator keeps it between
  * calls, so that a training step calling layer after layer with the same
  * shapes does not allocate and fault it in every time. dfa_comm_destroy frees it.
  *

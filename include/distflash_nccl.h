@@ -72,7 +72,8 @@
  * unless d->attn.flags has DFA_FLAG_DETERMINISTIC (then every output is, and overlap on and
  * off give the same bits).
  *
- * Memory. A call needs a workspace of a few chunks (three message slots, float32
+ * Memory. A call needs a workspace of a few chunks (message slots for three consecutive steps,
+ * each as large as the steps it serves: at two ranks one step's messages; float32
  * accumulators, partial results: dfa_dist_attn_cuda_workspace_bytes). The communicator
  * allocates it on first use and keeps it between calls (grown when a larger shape comes);
  * or the caller hands it one with dfa_comm_set_workspace.

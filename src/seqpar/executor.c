@@ -68,9 +68,11 @@ typedef struct {
     const dfa__dist_io *io;
     planned_step *steps;
     /* A buffer belongs to the compute step s it serves: inputs are received during step s-1,
-       results sent during step s+1; three slots (s mod 3) never overlap in time. */
+       results sent during step s+1; three slots (s mod 3) never overlap in time. Each slot is
+       as large as the largest step it serves: with two steps (P = 2) only step 1 moves
+       anything, so one slot holds all the messages and the other two take no memory. */
     char *arena[3];
-    size_t arena_bytes;
+    size_t slot_bytes[3];
     char *work;          /* this rank's own packed window and own partial results */
     size_t work_results; /* offset of the partial results in work */
     int own_window;      /* some own task covers only part of this rank's rows */
@@ -161,7 +163,7 @@ static dfa_status plan(exec *e, const char *fn) {
         free(tmp);
         return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the schedule's plan");
     }
-    e->arena_bytes = 0;
+    for (int i = 0; i < 3; i++) e->slot_bytes[i] = 0;
     e->own_window = 0;
     for (int t = 0; t < e->T; t++) {
         planned_step *ps = &e->steps[t];
@@ -189,7 +191,7 @@ static dfa_status plan(exec *e, const char *fn) {
                 ps->msgs[i].off = NO_BUFFER;
             }
         }
-        if (off > e->arena_bytes) e->arena_bytes = off;
+        if (off > e->slot_bytes[t % 3]) e->slot_bytes[t % 3] = off;
     }
     free(tmp);
     return DFA_OK;
@@ -234,7 +236,7 @@ static int same_shapes(const dfa_attn_desc *a, const dfa_attn_desc *b) {
 
 /* Bytes of the workspace one pass needs, and the sizes of its parts. */
 typedef struct {
-    size_t arena, window_results, acc[3], ghost, scratch, pack, total;
+    size_t slot[3], window_results, acc[3], ghost, scratch, pack, total;
 } layout;
 
 static layout layout_of(const exec *e) {
@@ -244,7 +246,7 @@ static layout layout_of(const exec *e) {
     const size_t nq = (size_t)d->batch * e->n * d->num_heads * d->head_dim;
     const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
-    L.arena = align_up(e->arena_bytes);
+    for (int i = 0; i < 3; i++) L.slot[i] = align_up(e->slot_bytes[i]);
     const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
     const size_t results = parts_total(msg_parts(e, DFA__MSG_QRESULT, e->n)) +
                            (e->bwd ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
@@ -256,7 +258,7 @@ static layout layout_of(const exec *e) {
     L.scratch = e->ops->scratch_bytes ? align_up(e->ops->scratch_bytes(d)) : 0;
     /* a group's packed inputs: q (and o, dout, lse in the backward), k, v */
     L.pack = e->G > 1 ? align_up(nq * es) * (e->bwd ? 3 : 1) + 2 * align_up(nk * es) + (e->bwd ? align_up(nl * 4) : 0) : 0;
-    L.total = 3 * L.arena + L.window_results + L.ghost + L.scratch + L.pack;
+    L.total = L.slot[0] + L.slot[1] + L.slot[2] + L.window_results + L.ghost + L.scratch + L.pack;
     for (int i = 0; i < 3; i++) L.acc[i] = sizeof(float) * L.acc[i], L.total += align_up(L.acc[i]);
     return L;
 }
@@ -288,7 +290,7 @@ static dfa_status allocate(exec *e, const char *fn) {
     }
     e->ctx = c->ctx;
     const layout L = layout_of(e);
-    const size_t total = L.total, arena = L.arena;
+    const size_t total = L.total, slots = L.slot[0] + L.slot[1] + L.slot[2];
     if (c->ws_external && c->ws_bytes < total)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "the workspace given to this communicator has %zu bytes; this call needs %zu "
@@ -304,12 +306,15 @@ static dfa_status allocate(exec *e, const char *fn) {
         c->ws_bytes = c->ws ? total : 0;
         if (!c->ws)
             return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn,
-                             "cannot allocate %zu bytes for the distributed pass (3 message slots of %zu bytes, "
+                             "cannot allocate %zu bytes for the distributed pass (%zu of message slots, "
                              "float32 accumulators, partial results)",
-                             total, e->arena_bytes);
+                             total, slots);
     }
     char *p = c->ws;
-    for (int i = 0; i < 3; i++, p += arena) e->arena[i] = p;
+    for (int i = 0; i < 3; i++) {
+        e->arena[i] = p;
+        p += L.slot[i];
+    }
     e->work_results = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
     e->work = p;
     p += L.window_results;
@@ -738,7 +743,8 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
             const size_t kr = bwd ? parts_total(msg_parts(&e, DFA__MSG_KVRESULT, e.n)) : 0;
             e.rank = 0;
             e.own_window = 0;
-            e.arena_bytes = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr);
+            const size_t step = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr);
+            for (int i = 0; i < 3; i++) e.slot_bytes[i] = step;
             const size_t t = layout_of(&e).total;
             if (t > total) total = t;
         }

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "testlib.h"
+#include "seqpar/compute.h"
+#include "seqpar/executor.h"
 #include "seqpar/schedule.h"
 #include "seqpar/simulate.h"
 
@@ -429,8 +431,31 @@ static void test_masked_checker_catches(void) {
     dfa__sched_plan_free(&plan);
 }
 
+/* The executor's message slots: three of them (a step's buffers live from the step before it to
+   the step after), each as large as the largest step it serves. At P = 2 only step 1 moves
+   anything, so the messages take one step's bytes, not three. The trainer's shape (16 heads,
+   8 kv, 128, bf16), backward, per row: float32 accumulators dq, dk, dv 16 KiB; the own window
+   and own partial results 28 KiB; step 1's messages at most 22 KiB (k, v in; a half-chunk of
+   q, o, dout out; dk, dv out; half a chunk of dq in). With three slots it was 114 KiB. */
+static void test_workspace_slots(void) {
+    const int n = 4096;
+    dfa_dist_desc d = dfa_dist_desc_init(1, n, 16, 8, 128);
+    d.attn.causal = 1;
+    d.attn.dtype = DFA_BF16;
+    const size_t p2 = dfa__dist_workspace_bytes(2, &d, dfa__compute_cpu(), 0);
+    const size_t p8 = dfa__dist_workspace_bytes(8, &d, dfa__compute_cpu(), 0);
+    const double kib2 = (double)p2 / 1024.0 / n, kib8 = (double)p8 / 1024.0 / n;
+    CHECK(kib2 >= 60.0 && kib2 <= 72.0, "P = 2 workspace %.1f KiB per row, expected 66 (16 + 28 + 22)", kib2);
+    CHECK(kib8 > kib2, "P = 8 workspace %.1f KiB per row, not above P = 2's %.1f", kib8, kib2);
+    d.attn.flags |= DFA_FLAG_WINDOW; /* masked: the steps are not known ahead, every slot is bounded */
+    d.attn.window_left = 64;
+    d.attn.window_right = -1;
+    CHECK(dfa__dist_workspace_bytes(2, &d, dfa__compute_cpu(), 0) >= p2, "a masked call's bound below the unmasked");
+}
+
 int main(void) {
     tl_init("test_schedule");
+    test_workspace_slots();
     test_correctness();
     test_checker_catches();
     test_masked_plans();

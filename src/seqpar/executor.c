@@ -75,7 +75,10 @@ typedef struct {
     size_t slot_bytes[3];
     char *work;          /* this rank's own packed window and own partial results */
     size_t work_results; /* offset of the partial results in work */
-    int own_window;      /* some own task covers only part of this rank's rows */
+    /* What the own tasks need in work (plan): the packed query rows of a window of this rank's
+       rows (own_window: its most rows), the partial query results of own tasks that do not write
+       the accumulators themselves (own_q_rows: their most rows), a partial dk/dv (own_kv). */
+    int own_window, own_q_rows, own_kv;
     float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
     char *ghost_buf;     /* device backends: what a ghost sends instead of the caller's memory */
     int async;           /* the communicator agrees on the device (comm.h agree_async) */
@@ -164,11 +167,18 @@ static dfa_status plan(exec *e, const char *fn) {
         return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the schedule's plan");
     }
     for (int i = 0; i < 3; i++) e->slot_bytes[i] = 0;
-    e->own_window = 0;
+    e->own_window = e->own_q_rows = e->own_kv = 0;
     for (int t = 0; t < e->T; t++) {
         planned_step *ps = &e->steps[t];
         ps->has_task = dfa__sched_task(&e->s, e->rank, t, &ps->task);
-        if (ps->has_task && ps->task.q_chunk == e->rank && rows_of(&ps->task) != e->n) e->own_window = 1;
+        if (ps->has_task) {
+            const dfa__task *tk = &ps->task;
+            const int rows = rows_of(tk), qmine = tk->q_chunk == e->rank, kmine = tk->k_chunk == e->rank;
+            const int direct = t == 0 && qmine && kmine && rows == e->n; /* first_is_diagonal */
+            if (qmine && rows != e->n && rows > e->own_window) e->own_window = rows;
+            if (qmine && !direct && rows > e->own_q_rows) e->own_q_rows = rows;
+            if (kmine && !direct && e->bwd) e->own_kv = 1;
+        }
         const int nm = dfa__sched_messages(&e->s, e->bwd, e->rank, t, tmp, cap);
         if (nm < 0) {
             free(tmp);
@@ -247,9 +257,9 @@ static layout layout_of(const exec *e) {
     const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
     for (int i = 0; i < 3; i++) L.slot[i] = align_up(e->slot_bytes[i]);
-    const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
-    const size_t results = parts_total(msg_parts(e, DFA__MSG_QRESULT, e->n)) +
-                           (e->bwd ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
+    const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->own_window)) : 0;
+    const size_t results = (e->own_q_rows ? parts_total(msg_parts(e, DFA__MSG_QRESULT, e->own_q_rows)) : 0) +
+                           (e->own_kv ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
     L.window_results = align_up(window + results);
     L.acc[0] = nq; /* bwd: dq, dk, dv; fwd: o, lse */
     L.acc[1] = e->bwd ? nk : nl;
@@ -315,7 +325,7 @@ static dfa_status allocate(exec *e, const char *fn) {
         e->arena[i] = p;
         p += L.slot[i];
     }
-    e->work_results = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->n)) : 0;
+    e->work_results = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->own_window)) : 0;
     e->work = p;
     p += L.window_results;
     for (int i = 0; i < 3; i++) {
@@ -551,7 +561,7 @@ static void compute(exec *e, int t) {
     }
     /* own partial results go to scratch and are folded at once; others' into the send slot */
     char *own = e->work + e->work_results;
-    const parts pq = msg_parts(e, DFA__MSG_QRESULT, e->n);
+    const parts pq = msg_parts(e, DFA__MSG_QRESULT, rows);
     void *b4[4];
     if (direct) {
         b4[0] = e->acc[0], b4[1] = e->bwd ? NULL : e->acc[1];
@@ -564,7 +574,7 @@ static void compute(exec *e, int t) {
     qres[1] = b4[1];
     if (e->bwd) {
         if (direct) b4[0] = e->acc[1], b4[1] = e->acc[2];
-        else if (kmine) parts_at(msg_parts(e, DFA__MSG_KVRESULT, e->n), own + parts_total(pq), b4);
+        else if (kmine) parts_at(msg_parts(e, DFA__MSG_KVRESULT, e->n), own + (qmine ? parts_total(pq) : 0), b4);
         else msg_buffers(e, t, find(ps, DFA__MSG_KVRESULT, 1), b4);
         kres[0] = b4[0];
         kres[1] = b4[1];
@@ -742,7 +752,10 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
             const size_t qr = parts_total(msg_parts(&e, DFA__MSG_QRESULT, e.n));
             const size_t kr = bwd ? parts_total(msg_parts(&e, DFA__MSG_KVRESULT, e.n)) : 0;
             e.rank = 0;
-            e.own_window = 0;
+            /* own tasks: a window of up to a chunk of this rank's rows (pairs off the diagonal
+               cover only their visible rows), its partial results, a partial dk / dv */
+            e.own_window = e.own_q_rows = e.n;
+            e.own_kv = bwd;
             const size_t step = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr);
             for (int i = 0; i < 3; i++) e.slot_bytes[i] = step;
             const size_t t = layout_of(&e).total;

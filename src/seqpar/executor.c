@@ -149,13 +149,30 @@ static void record(exec *e, dfa_status st) {
     snprintf(e->msg, sizeof e->msg, "%s", dfa_last_error());
 }
 
+/* A window of query rows [r0, r0 + rows) of one batch row is a contiguous slice of q, o and
+   dout ([1, n, heads, D]): it is used in place, and only its lse ([heads, n]: strided) is packed.
+   With more batch rows every part is packed. */
+static int window_in_place(const exec *e) { return e->d.batch == 1; }
+
+/* Bytes of packed buffer a window of `rows` query rows needs. */
+static size_t window_bytes(const exec *e, int rows) {
+    if (!window_in_place(e)) return parts_total(msg_parts(e, DFA__MSG_QUERY, rows));
+    return e->bwd ? align_up((size_t)e->d.num_heads * (size_t)rows * 4) : 0;
+}
+
 /* Messages that need a buffer of their own: everything received, and whatever is sent from
    something other than the caller's contiguous rows (packed windows, partial results). */
 static int needs_buffer(const exec *e, const dfa__msg *m) {
     if (!m->send) return 1;
     if (m->kind == DFA__MSG_KV) return 0;
-    if (m->kind == DFA__MSG_QUERY) return rows_of(&m->task) != e->n;
+    if (m->kind == DFA__MSG_QUERY) return rows_of(&m->task) != e->n && window_bytes(e, rows_of(&m->task)) > 0;
     return 1;
+}
+
+/* Bytes of a message's buffer (needs_buffer): a sent window only what window_bytes packs. */
+static size_t buffer_bytes(const exec *e, const dfa__msg *m) {
+    if (m->send && m->kind == DFA__MSG_QUERY) return window_bytes(e, rows_of(&m->task));
+    return parts_total(msg_parts(e, m->kind, rows_of(&m->task)));
 }
 
 static dfa_status plan(exec *e, const char *fn) {
@@ -196,7 +213,7 @@ static dfa_status plan(exec *e, const char *fn) {
             ps->msgs[i].m = tmp[i];
             if (needs_buffer(e, &tmp[i])) {
                 ps->msgs[i].off = off;
-                off += parts_total(msg_parts(e, tmp[i].kind, rows_of(&tmp[i].task)));
+                off += buffer_bytes(e, &tmp[i]);
             } else {
                 ps->msgs[i].off = NO_BUFFER;
             }
@@ -257,7 +274,7 @@ static layout layout_of(const exec *e) {
     const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
     for (int i = 0; i < 3; i++) L.slot[i] = align_up(e->slot_bytes[i]);
-    const size_t window = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->own_window)) : 0;
+    const size_t window = e->own_window ? window_bytes(e, e->own_window) : 0;
     const size_t results = (e->own_q_rows ? parts_total(msg_parts(e, DFA__MSG_QRESULT, e->own_q_rows)) : 0) +
                            (e->own_kv ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
     L.window_results = align_up(window + results);
@@ -325,7 +342,7 @@ static dfa_status allocate(exec *e, const char *fn) {
         e->arena[i] = p;
         p += L.slot[i];
     }
-    e->work_results = e->own_window ? parts_total(msg_parts(e, DFA__MSG_QUERY, e->own_window)) : 0;
+    e->work_results = e->own_window ? window_bytes(e, e->own_window) : 0;
     e->work = p;
     p += L.window_results;
     for (int i = 0; i < 3; i++) {
@@ -384,14 +401,27 @@ static void release(exec *e) {
     e->masked = 0;
 }
 
-/* Copies rows [r0, r0 + rows) of this rank's query side (fwd: q; bwd: q, o, dout, lse) into
-   packed parts. */
+/* The parts of a window of this rank's query rows [r0, r0 + rows) (fwd: q; bwd: q, o, dout,
+   lse): in the caller's tensors where window_in_place, else in buf (window_bytes of it). */
+static void window_parts(exec *e, int r0, int rows, char *buf, void *out[4]) {
+    if (!window_in_place(e)) {
+        parts_at(msg_parts(e, DFA__MSG_QUERY, rows), buf, out);
+        return;
+    }
+    const size_t row = (size_t)e->d.num_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype), off = (size_t)r0 * row;
+    out[0] = (char *)(void *)e->io->q + off;
+    out[1] = e->bwd ? (char *)(void *)e->io->o + off : NULL;
+    out[2] = e->bwd ? (char *)(void *)e->io->dout + off : NULL;
+    out[3] = e->bwd ? buf : NULL;
+}
+
+/* Copies what window_parts keeps in its buffer: every part, or (in place) the lse rows. */
 static void pack_query(exec *e, int r0, int rows, void *dst[4]) {
     const dfa_attn_desc *d = &e->d;
     const size_t row = (size_t)d->num_heads * d->head_dim * dfa__dtype_size(d->dtype);
     const size_t n = (size_t)e->n, r = (size_t)rows, B = (size_t)d->batch;
     const void *src[3] = {e->io->q, e->io->o, e->io->dout};
-    for (int i = 0; i < (e->bwd ? 3 : 1); i++)
+    for (int i = 0; i < (e->bwd ? 3 : 1) && !window_in_place(e); i++)
         e->ops->copy2d(e->ctx, dst[i], r * row, (const char *)src[i] + (size_t)r0 * row, n * row, r * row, B);
     if (e->bwd)
         e->ops->copy2d(e->ctx, dst[3], r * 4, e->io->lse + r0, n * 4, r * 4, B * (size_t)d->num_heads);
@@ -410,7 +440,13 @@ static int tag_of(int step, dfa__msg_kind kind, int part) { return ((step & 1023
 /* The buffers of a message's parts. */
 static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
     const parts p = msg_parts(e, pm->m.kind, rows_of(&pm->m.task));
-    if (pm->off != NO_BUFFER) {
+    if (pm->m.send && pm->m.kind == DFA__MSG_QUERY && rows_of(&pm->m.task) != e->n && !e->ghost) {
+        /* a window of this rank's rows: in place or packed (window_parts) */
+        window_parts(e, pm->m.task.row0, rows_of(&pm->m.task),
+                     pm->off != NO_BUFFER ? e->arena[step % 3] + pm->off : NULL, out);
+        return;
+    }
+    if (pm->off != NO_BUFFER && !(e->ghost && pm->m.send && pm->m.kind == DFA__MSG_QUERY)) {
         parts_at(p, e->arena[step % 3] + pm->off, out);
         return;
     }
@@ -535,7 +571,7 @@ static void compute(exec *e, int t) {
         qs[2] = (void *)e->io->dout;
         qs[3] = (void *)e->io->lse;
     } else if (qmine) {
-        parts_at(msg_parts(e, DFA__MSG_QUERY, rows), e->work, qs);
+        window_parts(e, tk->row0, rows, e->work, qs);
         pack_query(e, tk->row0, rows, qs);
     } else {
         planned_msg *pm = find(ps, DFA__MSG_QUERY, 0);

@@ -45,7 +45,7 @@ static void free_batch(batch_data *b) { free(b->tok), free(b->tgt), free(b->w), 
 
 /* GPU loss and gradients of one forward/backward under a policy; 0 on success */
 static int gpu_grads(const dft_model_config *c, const float *params, dft_ckpt_policy policy, const batch_data *b,
-                     float scale, double *loss, float *grads, long calls[2], int groups) {
+                     float scale, double *loss, float *grads, long calls[2], int groups, int dn_rows) {
     char err[512] = "";
     dft_gpu_model m;
     if (dft_gpu_model_init(&m, c, 1, 0, err, sizeof err)) {
@@ -55,6 +55,7 @@ static int gpu_grads(const dft_model_config *c, const float *params, dft_ckpt_po
     int rc = -1;
     dft_gpu_acts *a = NULL;
     m.attn_groups = groups;
+    m.dn_rows = dn_rows;
     dft_attention at = {.comm = NULL, .schedule = DFA_SCHEDULE_BALANCED, .overlap = 1};
     if (dft_gpu_model_upload(&m, params, NULL, NULL, err, sizeof err)) goto done;
     if (!(a = dft_gpu_acts_create(&m, policy, b->batch, b->rows, b->pos, err, sizeof err))) goto done;
@@ -107,7 +108,7 @@ static void compare_with_cpu(const dft_model_config *c, int batch) {
     for (int p = 0; p < 3; p++) {
         g[p] = malloc(sizeof(float) * total);
         tl_poison(g[p], sizeof(float) * total);
-        ok &= gpu_grads(c, params, (dft_ckpt_policy)p, &b, scale, &loss[p], g[p], calls[p], 0) == 0;
+        ok &= gpu_grads(c, params, (dft_ckpt_policy)p, &b, scale, &loss[p], g[p], calls[p], 0, 0) == 0;
     }
     int hd = c->d_model / c->n_heads;
     if (ok) {
@@ -134,9 +135,16 @@ static void compare_with_cpu(const dft_model_config *c, int batch) {
         float *gg = malloc(sizeof(float) * total);
         double lg = 0;
         long cg[2];
-        if (G > 1 && gpu_grads(c, params, DFT_CKPT_ATTN_OUTPUT, &b, scale, &lg, gg, cg, G) == 0)
+        if (G > 1 && gpu_grads(c, params, DFT_CKPT_ATTN_OUTPUT, &b, scale, &lg, gg, cg, G, 0) == 0)
             CHECK(lg == loss[2] && memcmp(gg, g[2], sizeof(float) * total) == 0 && cg[0] == calls[2][0],
                   "hd %d: attention in %d head groups differs from one call (loss %.9g vs %.9g)", hd, G, lg, loss[2]);
+        /* the norms' float32 gradients a few rows at a time (long contexts take 65536): the same
+           loss; the gradients within float rounding (the norm gains sum in other groupings) */
+        if (gpu_grads(c, params, DFT_CKPT_LAYER, &b, scale, &lg, gg, cg, 0, 7) == 0) {
+            const double e = rel_l2(gg, g[1], total);
+            CHECK(lg == loss[1] && e < 1e-5, "hd %d: dn 7 rows at a time: loss %.9g (%.9g), gradients differ by %.3g", hd,
+                  lg, loss[1], e);
+        }
         free(gg);
         /* attention calls per step, as the CPU model counts them */
         int L = c->n_layers;

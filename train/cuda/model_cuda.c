@@ -21,6 +21,7 @@
    long contexts is most of the activation memory. Every policy uses the same chunks, so all
    three compute the same sums in the same order. */
 #define MLP_CHUNK 65536
+#define DN_CHUNK MLP_CHUNK /* rows of dn at a time (the MLP's chunks use it whole) */
 
 static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
     snprintf(err, errlen, "%s failed: %s", what, cudaGetErrorString(e));
@@ -202,6 +203,7 @@ struct dft_gpu_acts {
     float *dres, *dn, *norm_partial;
     dft_bf16 *dres_bf, *dout, *dq, *dk, *dv; /* (the MLP's gradients reuse a, b and g) */
     int groups;                              /* attention calls per layer and pass: head groups */
+    long dn_chunk;                           /* rows of dn per step of the head's and attention's backward */
     dft_bf16 *gq, *gk, *gv, *go, *gdo, *gdq, *gdk, *gdv; /* one head group's tensors (groups > 1) */
     float *glse;
     void **blocks;
@@ -312,7 +314,10 @@ dft_gpu_acts *dft_gpu_acts_create(dft_gpu_model *m, dft_ckpt_policy policy, int 
     a->weights = take(a, n * S, &failed);
     a->sorted = take(a, n * sizeof(int), &failed), a->offsets = take(a, (DFT_VOCAB + 1) * sizeof(int), &failed);
     a->cosv = take(a, (size_t)rows * (a->hd / 2) * S, &failed), a->sinv = take(a, (size_t)rows * (a->hd / 2) * S, &failed);
-    a->dres = take(a, n * d * S, &failed), a->dn = take(a, n * d * S, &failed);
+    /* dn, the float32 gradient into a norm, is consumed by the norm's backward row by row: it is
+       computed and consumed one chunk of rows at a time (8 KiB a row less at d = 2048) */
+    a->dn_chunk = m->dn_rows > 0 && m->dn_rows < DN_CHUNK ? m->dn_rows : DN_CHUNK;
+    a->dres = take(a, n * d * S, &failed), a->dn = take(a, (n < DN_CHUNK ? n : DN_CHUNK) * d * S, &failed);
     a->norm_partial = take(a, (size_t)dftk_rmsnorm_bwd_blocks((long)n) * d * S, &failed);
     a->dres_bf = take(a, n * d * B, &failed);
     a->dout = take(a, n * qd * B, &failed);
@@ -571,7 +576,7 @@ static int mlp_backward(dft_gpu_model *m, const layer_offsets *w, dft_gpu_acts *
     int d = a->d, F = a->F;
     dft_bf16 *n2 = mlp_rows(a, la->n2, r0, d), *da = mlp_rows(a, la->a, r0, F), *db = mlp_rows(a, la->b, r0, F);
     dft_bf16 *dg = mlp_rows(a, la->g, r0, F), *dres_bf = a->dres_bf + r0 * d;
-    float *dn = a->dn + r0 * d;
+    float *dn = a->dn; /* rows <= MLP_CHUNK = DN_CHUNK */
     OK(mm_dw(m, w->w2, dg, dres_bf, rows, F, d, err, errlen)); /* g, before dg takes its place */
     OK(mm_dx(m, dg, DFT_OUT_BF16, dres_bf, w->w2, rows, F, d, 0, err, errlen));
     dft_prof_mark(m, DFT_PH_ELEM);
@@ -649,13 +654,16 @@ int dft_gpu_backward(dft_gpu_model *m, dft_gpu_acts *a, dft_attention *at, char 
     long n = a->n;
     int d = a->d, qd = a->qd, kvd = a->kvd;
 
-    /* head and final norm; dlogits from the forward */
+    /* head and final norm; dlogits from the forward; dn a chunk of rows at a time */
     OK(mm_dw(m, p->wout, a->nf, a->dlogits, n, d, DFT_VOCAB, err, errlen));
-    OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dlogits, p->wout, n, d, DFT_VOCAB, 0, err, errlen));
-    dft_prof_mark(m, DFT_PH_ELEM);
     CK(cudaMemsetAsync(a->dres, 0, sizeof(float) * (size_t)n * d, s));
-    CK(dftk_rmsnorm_bwd(a->dres, a->dres_bf, m->grads + p->final_norm, a->norm_partial, a->dn, a->xfinal, a->rstdf,
-                        m->params + p->final_norm, n, d, s));
+    for (long r0 = 0; r0 < n; r0 += a->dn_chunk) {
+        long rows = n - r0 < a->dn_chunk ? n - r0 : a->dn_chunk;
+        OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dlogits + r0 * DFT_VOCAB, p->wout, rows, d, DFT_VOCAB, 0, err, errlen));
+        dft_prof_mark(m, DFT_PH_ELEM);
+        CK(dftk_rmsnorm_bwd(a->dres + r0 * d, a->dres_bf + r0 * d, m->grads + p->final_norm, a->norm_partial, a->dn,
+                            a->xfinal + r0 * d, a->rstdf + r0, m->params + p->final_norm, rows, d, s));
+    }
 
     for (int l = c->n_layers - 1; l >= 0; l--) {
         layer_offsets w = offsets_of(m, l);
@@ -681,12 +689,15 @@ int dft_gpu_backward(dft_gpu_model *m, dft_gpu_acts *a, dft_attention *at, char 
         OK(mm_dw(m, w.wq, la->n1, a->dq, n, d, qd, err, errlen));
         OK(mm_dw(m, w.wk, la->n1, a->dk, n, d, kvd, err, errlen));
         OK(mm_dw(m, w.wv, la->n1, a->dv, n, d, kvd, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dq, w.wq, n, d, qd, 0, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dk, w.wk, n, d, kvd, 1, err, errlen));
-        OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dv, w.wv, n, d, kvd, 1, err, errlen));
-        dft_prof_mark(m, DFT_PH_ELEM);
-        CK(dftk_rmsnorm_bwd(a->dres, a->dres_bf, m->grads + w.attn_norm, a->norm_partial, a->dn, la->x, la->rstd1,
-                            m->params + w.attn_norm, n, d, s));
+        for (long r0 = 0; r0 < n; r0 += a->dn_chunk) {
+            long rows = n - r0 < a->dn_chunk ? n - r0 : a->dn_chunk;
+            OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dq + r0 * qd, w.wq, rows, d, qd, 0, err, errlen));
+            OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dk + r0 * kvd, w.wk, rows, d, kvd, 1, err, errlen));
+            OK(mm_dx(m, a->dn, DFT_OUT_F32, a->dv + r0 * kvd, w.wv, rows, d, kvd, 1, err, errlen));
+            dft_prof_mark(m, DFT_PH_ELEM);
+            CK(dftk_rmsnorm_bwd(a->dres + r0 * d, a->dres_bf + r0 * d, m->grads + w.attn_norm, a->norm_partial, a->dn,
+                                la->x + r0 * d, la->rstd1 + r0, m->params + w.attn_norm, rows, d, s));
+        }
     }
     CK(dftk_embed_bwd(m->grads + p->wte, a->dres, a->sorted, a->offsets, d, s));
     return 0;

@@ -46,6 +46,8 @@ typedef struct {
                                   creating activations for several) */
     int attn_groups;           /* 0 (after init): the fewest head groups per attention call with which
                                   the run fits the device; else this many (a divisor of the kv heads) */
+    int dn_rows;               /* rows per chunk of the float32 norm gradients in the backward: 0 (after
+                                  init) 65536; tests take a few, to run the chunks' edges */
 } dft_gpu_model;
 
 /* On the current device. 0, or -1 with a message (e.g. "ffn = 100: the GPU model needs a multiple of 8"). */

@@ -82,6 +82,7 @@ static const variant variants[] = {
     {"bwd ws defer dq ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_EX2, 0},
     {"bwd ws defer pp", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP, 0},
     {"bwd ws defer pp ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP_EX2, 0},
+    {"bwd ws mask skip", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_SKIP, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -122,7 +122,7 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[12][2][2] = {
+static const dfa__bwd_launcher lab_kv[13][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -140,14 +140,15 @@ static const dfa__bwd_launcher lab_kv[12][2][2] = {
     /* 49, 57: DEFER with the consumers taking turns (PP); 57 with ex2 */
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 49>, dfa__bwd_kv_ws<1, 1, 0, 49>}},
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 57>, dfa__bwd_kv_ws<1, 1, 0, 57>}},
+    /* 129: the library's, masked calls testing elements only in blocks that need it */
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 129>, dfa__bwd_kv_ws<1, 1, 0, 129>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                               const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
                               cudaStream_t stream) {
     static const char fn[] = "lab_bwd";
-    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
-    if (s.masked) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the lab's backward variants take no masks (yet)");
+    dfa__cuda_shape s = dfa__cuda_shape_of(d);
     int wgmma = 0;
     dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, 1, &wgmma, fn);
     if (st) return st;
@@ -165,10 +166,21 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_DEFER_EX2: row = 9; break;
     case LAB_BWD_WS_DEFER_PP: row = 10; break;
     case LAB_BWD_WS_DEFER_PP_EX2: row = 11; break;
+    case LAB_BWD_WS_MASK_SKIP: row = 12; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);
     const dfa__bwd_launcher kv = lab_kv[row][atomic][s.bf16 != 0];
     if (!kv) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "backward variant %d does not take this dq path", variant);
-    return dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
+    if (!s.masked) return dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
+    /* masked: the intervals first, as the library's calls do */
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    void *buf = NULL;
+    cudaError_t e = cudaMallocAsync(&buf, dfa__cuda_mask_bytes(&m), stream);
+    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
+    st = dfa__cuda_mask_prepare(&m, buf, &s, stream, fn);
+    if (!st) st = dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
+    e = cudaFreeAsync(buf, stream);
+    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
+    return st;
 }

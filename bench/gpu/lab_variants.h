@@ -54,6 +54,8 @@ enum {
     LAB_BWD_WS_DEFER_EX2,     /* ... and P by ex2.approx.ftz (VARIANT 25) */
     LAB_BWD_WS_DEFER_PP,      /* ... dQ deferred and the two consumers taking turns issuing (VARIANT 49) */
     LAB_BWD_WS_DEFER_PP_EX2,  /* ... and P by ex2.approx.ftz (VARIANT 57) */
+    LAB_BWD_WS_MASK_SKIP,     /* the library's backward; masked calls test elements only in the blocks that need it
+                                 (VARIANT 129) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -118,6 +118,10 @@ __global__ void __launch_bounds__(384, 1)
        of both waiting at once; DP_EARLY: dP^T goes in with dQ and S^T (two turns per block, not
        three) */
     constexpr int PP = DEFER && (VARIANT & 32) != 0, DP_EARLY = DEFER && (VARIANT & 64) != 0;
+    /* MASK_SKIP (masked instances): the per-element visibility test only in blocks where some
+       lane of the warp holds a key that not every query row of the block sees; inside a window
+       or a long document (most blocks) the warp skips it */
+    constexpr int MASK_SKIP = MASKED && (VARIANT & 128) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -351,7 +355,9 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<2>();
             if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
         }
-        const bool need_mask = n0 + BN > p.sh.seqlen_k || MASKED ||
+        const bool need_mask = n0 + BN > p.sh.seqlen_k || (MASKED && !MASK_SKIP) ||
+                               (MASK_SKIP && !__all_sync(0xffffffffu, m0 >= qmin[0] && m0 >= qmin[1] &&
+                                                                         m0 + BM <= qmax[0] && m0 + BM <= qmax[1])) ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
         /* P^T while dP^T is still being computed */
         dfa__wgmma_wait<1>();
@@ -365,7 +371,8 @@ __global__ void __launch_bounds__(384, 1)
                 const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
                 float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                 const int q = m0 + 8 * j + 2 * t + (e & 1);
-                if (MASKED ? !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1]) : need_mask && q < qmin[e >> 1])
+                if (MASKED ? (!MASK_SKIP || need_mask) && !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])
+                           : need_mask && q < qmin[e >> 1])
                     pv = 0.0f;
                 st[4 * j + e] = pv;
             }

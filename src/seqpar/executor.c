@@ -781,8 +781,9 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
         if (dfa__has_mask(&d->attn)) {
             /* A masked plan's steps follow the document ids, unknown here: bound a step's
                buffers. A rank computes one whole-chunk pair a step (one input: the other
-               chunk's keys or queries; one result it sends), and each peer's pair may send
-               it one result. */
+               chunk's keys or queries; one result it sends), each peer's pair may send it one
+               result, and each peer computing rows of this rank's chunk gets them from a window
+               this rank packs (window_bytes: all of it with several batch rows, else its lse). */
             const size_t q_in = parts_total(msg_parts(&e, DFA__MSG_QUERY, e.n));
             const size_t kv_in = parts_total(msg_parts(&e, DFA__MSG_KV, e.n));
             const size_t qr = parts_total(msg_parts(&e, DFA__MSG_QRESULT, e.n));
@@ -792,7 +793,8 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
                cover only their visible rows), its partial results, a partial dk / dv */
             e.own_window = e.own_q_rows = e.n;
             e.own_kv = bwd;
-            const size_t step = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr);
+            const size_t step = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr) +
+                                (size_t)(nranks - 1) * window_bytes(&e, e.n);
             for (int i = 0; i < 3; i++) e.slot_bytes[i] = step;
             const size_t t = layout_of(&e).total;
             if (t > total) total = t;

@@ -22,6 +22,7 @@
    three compute the same sums in the same order. */
 #define MLP_CHUNK 65536
 #define DN_CHUNK MLP_CHUNK /* rows of dn at a time (the MLP's chunks use it whole) */
+_Static_assert(MLP_CHUNK <= DN_CHUNK, "mlp_backward uses dn for a whole MLP chunk of rows");
 
 static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
     snprintf(err, errlen, "%s failed: %s", what, cudaGetErrorString(e));

@@ -156,8 +156,15 @@ static int window_in_place(const exec *e) { return e->d.batch == 1; }
 
 /* Bytes of packed buffer a window of `rows` query rows needs. */
 static size_t window_bytes(const exec *e, int rows) {
-    if (!window_in_place(e)) return parts_total(msg_parts(e, DFA__MSG_QUERY, rows));
-    return e->bwd ? align_up((size_t)e->d.num_heads * (size_t)rows * 4) : 0;
+    const parts p = msg_parts(e, DFA__MSG_QUERY, rows);
+    if (!window_in_place(e)) return parts_total(p);
+    return e->bwd ? align_up(p.bytes[3]) : 0; /* the lse part */
+}
+
+/* A task that is this rank's own whole diagonal (its query and key chunk, every row): at step 0
+   its block writes the accumulators itself (first_is_diagonal). */
+static int whole_own_diagonal(const exec *e, const dfa__task *t) {
+    return t->q_chunk == e->rank && t->k_chunk == e->rank && rows_of(t) == e->n;
 }
 
 /* Messages that need a buffer of their own: everything received, and whatever is sent from
@@ -191,7 +198,7 @@ static dfa_status plan(exec *e, const char *fn) {
         if (ps->has_task) {
             const dfa__task *tk = &ps->task;
             const int rows = rows_of(tk), qmine = tk->q_chunk == e->rank, kmine = tk->k_chunk == e->rank;
-            const int direct = t == 0 && qmine && kmine && rows == e->n; /* first_is_diagonal */
+            const int direct = t == 0 && whole_own_diagonal(e, tk); /* first_is_diagonal */
             if (qmine && rows != e->n && rows > e->own_window) e->own_window = rows;
             if (qmine && !direct && rows > e->own_q_rows) e->own_q_rows = rows;
             if (kmine && !direct && e->bwd) e->own_kv = 1;
@@ -366,8 +373,7 @@ static dfa_status allocate(exec *e, const char *fn) {
    gives that result, so the outputs keep their values. */
 static int first_is_diagonal(const exec *e) {
     if (e->T < 1 || !e->steps || !e->steps[0].has_task) return 0;
-    const dfa__task *t = &e->steps[0].task;
-    return t->q_chunk == e->rank && t->k_chunk == e->rank && rows_of(t) == e->n;
+    return whole_own_diagonal(e, &e->steps[0].task);
 }
 
 /* The float32 accumulators before a group's steps: nothing seen yet (unless step 0 writes them
@@ -440,13 +446,14 @@ static int tag_of(int step, dfa__msg_kind kind, int part) { return ((step & 1023
 /* The buffers of a message's parts. */
 static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
     const parts p = msg_parts(e, pm->m.kind, rows_of(&pm->m.task));
-    if (pm->m.send && pm->m.kind == DFA__MSG_QUERY && rows_of(&pm->m.task) != e->n && !e->ghost) {
-        /* a window of this rank's rows: in place or packed (window_parts) */
+    /* a window of this rank's rows: in place or packed (window_parts); a ghost's from ghost_buf */
+    const int window_send = pm->m.send && pm->m.kind == DFA__MSG_QUERY && rows_of(&pm->m.task) != e->n;
+    if (window_send && !e->ghost) {
         window_parts(e, pm->m.task.row0, rows_of(&pm->m.task),
                      pm->off != NO_BUFFER ? e->arena[step % 3] + pm->off : NULL, out);
         return;
     }
-    if (pm->off != NO_BUFFER && !(e->ghost && pm->m.send && pm->m.kind == DFA__MSG_QUERY)) {
+    if (pm->off != NO_BUFFER && !window_send) {
         parts_at(p, e->arena[step % 3] + pm->off, out);
         return;
     }

@@ -56,16 +56,10 @@ extern "C" dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q
                               void *o, float *lse, cudaStream_t stream) {
     static const char fn[] = "lab_fwd";
     dfa__cuda_shape s = dfa__cuda_shape_of(d);
-    if (!s.masked) return lab_fwd_shape(variant, s, q, k, v, o, lse, stream);
-    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
     void *buf = NULL;
-    cudaError_t e = cudaMallocAsync(&buf, dfa__cuda_mask_bytes(&m), stream);
-    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
-    dfa_status st = dfa__cuda_mask_prepare(&m, buf, &s, stream, fn);
-    if (!st) st = lab_fwd_shape(variant, s, q, k, v, o, lse, stream);
-    e = cudaFreeAsync(buf, stream);
-    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
-    return st;
+    dfa_status st = s.masked ? dfa__cuda_mask_begin(d, &s, &buf, stream, fn) : DFA_OK;
+    if (st) return st;
+    return dfa__cuda_mask_end(buf, lab_fwd_shape(variant, s, q, k, v, o, lse, stream), stream, fn);
 }
 
 static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const void *q, const void *k, const void *v,
@@ -172,15 +166,8 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);
     const dfa__bwd_launcher kv = lab_kv[row][atomic][s.bf16 != 0];
     if (!kv) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "backward variant %d does not take this dq path", variant);
-    if (!s.masked) return dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
-    /* masked: the intervals first, as the library's calls do */
-    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
-    void *buf = NULL;
-    cudaError_t e = cudaMallocAsync(&buf, dfa__cuda_mask_bytes(&m), stream);
-    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
-    st = dfa__cuda_mask_prepare(&m, buf, &s, stream, fn);
-    if (!st) st = dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
-    e = cudaFreeAsync(buf, stream);
-    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
-    return st;
+    void *buf = NULL; /* masked: the intervals first, as the library's calls do */
+    if (s.masked && (st = dfa__cuda_mask_begin(d, &s, &buf, stream, fn))) return st;
+    st = dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
+    return dfa__cuda_mask_end(buf, st, stream, fn);
 }

@@ -46,31 +46,6 @@ static dfa_status check_docs(const dfa_attn_desc *d, const char *fn) {
     return d->q_doc ? dfa__cuda_check_device_ptrs(ps, 2, fn) : DFA_OK;
 }
 
-/* A masked call: the visible intervals of its rows and keys, in stream-ordered scratch
-   (*buf, given back by mask_end). */
-static dfa_status mask_begin(const dfa_attn_desc *d, dfa__cuda_shape *s, void **buf, cudaStream_t stream,
-                             const char *fn) {
-    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
-    cudaError_t e = cudaMallocAsync(buf, dfa__cuda_mask_bytes(&m), stream);
-    if (e != cudaSuccess) {
-        *buf = NULL;
-        return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
-    }
-    const dfa_status st = dfa__cuda_mask_prepare(&m, *buf, s, stream, fn);
-    if (st) {
-        (void)cudaFreeAsync(*buf, stream); /* the launch failed, nothing uses it; its status is the one to report */
-        *buf = NULL;
-    }
-    return st;
-}
-
-static dfa_status mask_end(void *buf, dfa_status st, cudaStream_t stream, const char *fn) {
-    if (!buf) return st;
-    const cudaError_t e = cudaFreeAsync(buf, stream);
-    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
-    return st;
-}
-
 dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
                              float *lse, cudaStream_t stream) {
     static const char fn[] = "dfa_attn_fwd_cuda";
@@ -83,9 +58,9 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     if ((st = check_docs(&d, fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     void *mbuf = NULL;
-    if (s.masked && (st = mask_begin(&d, &s, &mbuf, stream, fn))) return st;
+    if (s.masked && (st = dfa__cuda_mask_begin(&d, &s, &mbuf, stream, fn))) return st;
     st = dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
-    return mask_end(mbuf, st, stream, fn);
+    return dfa__cuda_mask_end(mbuf, st, stream, fn);
 }
 
 dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
@@ -101,9 +76,9 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     if ((st = check_docs(&d, fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     void *mbuf = NULL;
-    if (s.masked && (st = mask_begin(&d, &s, &mbuf, stream, fn))) return st;
+    if (s.masked && (st = dfa__cuda_mask_begin(&d, &s, &mbuf, stream, fn))) return st;
     st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, stream, fn);
-    return mask_end(mbuf, st, stream, fn);
+    return dfa__cuda_mask_end(mbuf, st, stream, fn);
 }
 
 dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *lse_acc, const void *o_part,

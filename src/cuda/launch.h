@@ -62,6 +62,13 @@ size_t dfa__cuda_mask_bytes(const dfa__cuda_mask *m);
 dfa_status dfa__cuda_mask_prepare(const dfa__cuda_mask *m, void *buf, dfa__cuda_shape *s, cudaStream_t stream,
                                   const char *fn);
 
+/* A masked call's intervals in stream-ordered scratch: *buf (cudaMallocAsync on stream, NULL on
+   failure) prepared for s; dfa__cuda_mask_end gives it back after the call's launches and returns
+   st, or the failure to free when st is DFA_OK. */
+dfa_status dfa__cuda_mask_begin(const dfa_attn_desc *d, dfa__cuda_shape *s, void **buf, cudaStream_t stream,
+                                const char *fn);
+dfa_status dfa__cuda_mask_end(void *buf, dfa_status st, cudaStream_t stream, const char *fn);
+
 /* o (and lse, which may be NULL) of one forward, enqueued on stream. */
 dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, void *o,
                          float *lse, cudaStream_t stream, const char *fn);

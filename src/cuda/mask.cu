@@ -43,3 +43,26 @@ extern "C" dfa_status dfa__cuda_mask_prepare(const dfa__cuda_mask *m, void *buf,
     s->mask_keys = (const int *)keys;
     return DFA_OK;
 }
+
+extern "C" dfa_status dfa__cuda_mask_begin(const dfa_attn_desc *d, dfa__cuda_shape *s, void **buf, cudaStream_t stream,
+                                           const char *fn) {
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    cudaError_t e = cudaMallocAsync(buf, dfa__cuda_mask_bytes(&m), stream);
+    if (e != cudaSuccess) {
+        *buf = NULL;
+        return dfa__cuda_fail(e, fn, "cudaMallocAsync of the mask intervals");
+    }
+    const dfa_status st = dfa__cuda_mask_prepare(&m, *buf, s, stream, fn);
+    if (st) {
+        (void)cudaFreeAsync(*buf, stream); /* the launch failed, nothing uses it; its status is the one to report */
+        *buf = NULL;
+    }
+    return st;
+}
+
+extern "C" dfa_status dfa__cuda_mask_end(void *buf, dfa_status st, cudaStream_t stream, const char *fn) {
+    if (!buf) return st;
+    const cudaError_t e = cudaFreeAsync(buf, stream);
+    if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the mask intervals");
+    return st;
+}

@@ -71,13 +71,10 @@ dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn) {
    as the (non-decreasing) ids do, so two pointers replace dfa__row_keys' two binary searches
    per row. The masked distributed calls count every chunk pair's work this way on each call
    (mask_plan.c), where the searches cost milliseconds at 64k rows per chunk. Rows whose id
-   drops (ids the caller promised non-decreasing but are not) fall back to the searches. */
-int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
-    int lo, hi;
-    return dfa__visible_pairs_rows(d, &lo, &hi);
-}
-
-int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi) {
+   drops (ids the caller promised non-decreasing but are not) fall back to the searches.
+   With cum, each row's pairs also go into the bucket of the first sample x_j = j seqlen_q /
+   samples above it (dfa__visible_pairs_prefix). */
+static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, int samples, int64_t *cum) {
     const int n = d->seqlen_k;
     int64_t total = 0;
     int lo = d->seqlen_q, hi = 0;
@@ -106,6 +103,8 @@ int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi
             if (z > n) z = n;
             if (z > a) {
                 total += z - a;
+                if (cum) /* the first j with j seqlen_q / samples > i */
+                    cum[((int64_t)(i + 1) * samples + d->seqlen_q - 1) / d->seqlen_q] += z - a;
                 last_row = i;
                 if (first_row < 0) first_row = i;
             }
@@ -116,5 +115,21 @@ int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi
     }
     *row_lo = lo < hi ? lo : 0;
     *row_hi = lo < hi ? hi : 0;
+    return total;
+}
+
+int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
+    int lo, hi;
+    return sweep(d, &lo, &hi, 0, NULL);
+}
+
+int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi) {
+    return sweep(d, row_lo, row_hi, 0, NULL);
+}
+
+int64_t dfa__visible_pairs_prefix(const dfa_attn_desc *d, int samples, int64_t *cum, int *row_lo, int *row_hi) {
+    for (int j = 0; j <= samples; j++) cum[j] = 0;
+    const int64_t total = sweep(d, row_lo, row_hi, samples, cum);
+    for (int j = 1; j <= samples; j++) cum[j] += cum[j - 1];
     return total;
 }

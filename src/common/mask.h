@@ -34,4 +34,12 @@ int64_t dfa__visible_pairs(const dfa_attn_desc *d);
    (0, 0 when none has). */
 int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi);
 
+/* The visible pairs of the query rows below each of samples + 1 sample rows: cum[j] counts rows
+   [0, x_j) with x_j = j seqlen_q / samples (integer division; cum[0] = 0, cum[samples] the
+   total). On a causal block with q_start == k_start (a diagonal block) a row sees no key at or
+   after itself, so cum[j] is also the work of rows [0, x_j) against keys [0, x_j): what the
+   masked plans delegate of a busy diagonal (mask_plan.c). Returns the total and the rows as
+   dfa__visible_pairs_rows does. */
+int64_t dfa__visible_pairs_prefix(const dfa_attn_desc *d, int samples, int64_t *cum, int *row_lo, int *row_hi);
+
 #endif

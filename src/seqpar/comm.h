@@ -100,6 +100,7 @@ struct dfa_comm {
        skips the count (executor.c). */
     int64_t *mask_work;
     int *mask_rows;
+    int64_t *mask_prefix; /* the diagonals' prefix work (NULL when the plan did not need it) */
     dfa_attn_desc mask_key;
     int32_t *mask_key_ids;
     size_t mask_key_bytes;

@@ -79,6 +79,8 @@ typedef struct {
        rows (own_window: its most rows), the partial query results of own tasks that do not write
        the accumulators themselves (own_q_rows: their most rows), a partial dk/dv (own_kv). */
     int own_window, own_q_rows, own_kv;
+    int own_lse;         /* forward: the rows of an own diagonal that lent its first rows (its lse is
+                            written here, then into the accumulator's rows) */
     float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
     char *ghost_buf;     /* device backends: what a ghost sends instead of the caller's memory */
     int async;           /* the communicator agrees on the device (comm.h agree_async) */
@@ -100,6 +102,7 @@ typedef struct {
     dfa__sched_plan mplan;
     int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
     int *mrows;          /* [P][P][2] their visible query rows (dfa__sched_plan) */
+    int64_t *mprefix;    /* [P][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
     int32_t *ids;        /* [P][batch][n] every rank's document ids (host); NULL without documents */
     const int32_t *ids_b; /* the same in the backend's memory (what the blocks read): ids itself
                              on host backends, the communicator's mask_ids on device ones */
@@ -111,10 +114,11 @@ typedef struct {
 
 static size_t align_up(size_t x) { return (x + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN; }
 
-static parts msg_parts(const exec *e, dfa__msg_kind kind, int rows) {
+/* The parts of a message of `rows` query rows and `krows` key rows. */
+static parts msg_parts(const exec *e, dfa__msg_kind kind, int rows, int krows) {
     const dfa_attn_desc *d = &e->d;
     const size_t B = (size_t)d->batch, H = (size_t)d->num_heads, D = (size_t)d->head_dim;
-    const size_t es = dfa__dtype_size(d->dtype), n = (size_t)e->n, r = (size_t)rows;
+    const size_t es = dfa__dtype_size(d->dtype), n = (size_t)krows, r = (size_t)rows;
     const size_t q = B * r * H * D * es, lse = B * H * r * 4, q32 = B * r * H * D * 4;
     const size_t kv = B * n * (size_t)d->num_kv_heads * D * es, kv32 = kv / es * 4;
     parts p = {0, {0, 0, 0, 0}};
@@ -142,6 +146,11 @@ static void parts_at(parts p, char *base, void *out[4]) {
 
 static int rows_of(const dfa__task *t) { return t->row1 - t->row0; }
 
+/* The parts of a message that serves task t. */
+static parts task_parts(const exec *e, dfa__msg_kind kind, const dfa__task *t) {
+    return msg_parts(e, kind, rows_of(t), dfa__task_key_rows(t, e->n));
+}
+
 /* Records the first failure on this rank, with its message. */
 static void record(exec *e, dfa_status st) {
     if (e->local != DFA_OK || st == DFA_OK) return;
@@ -156,22 +165,24 @@ static int window_in_place(const exec *e) { return e->d.batch == 1; }
 
 /* Bytes of packed buffer a window of `rows` query rows needs. */
 static size_t window_bytes(const exec *e, int rows) {
-    const parts p = msg_parts(e, DFA__MSG_QUERY, rows);
+    const parts p = msg_parts(e, DFA__MSG_QUERY, rows, e->n);
     if (!window_in_place(e)) return parts_total(p);
     return e->bwd ? align_up(p.bytes[3]) : 0; /* the lse part */
 }
 
-/* A task that is this rank's own whole diagonal (its query and key chunk, every row): at step 0
+/* A task that is this rank's own diagonal against all its keys, every row or (one batch row: the
+   rows are then contiguous) the rows after those it lent (schedule.h, busy diagonals): at step 0
    its block writes the accumulators itself (first_is_diagonal). */
-static int whole_own_diagonal(const exec *e, const dfa__task *t) {
-    return t->q_chunk == e->rank && t->k_chunk == e->rank && rows_of(t) == e->n;
+static int own_diagonal_direct(const exec *e, const dfa__task *t) {
+    return t->q_chunk == e->rank && t->k_chunk == e->rank && t->row1 == e->n && !t->k_rows &&
+           (t->row0 == 0 || e->d.batch == 1);
 }
 
 /* Messages that need a buffer of their own: everything received, and whatever is sent from
    something other than the caller's contiguous rows (packed windows, partial results). */
 static int needs_buffer(const exec *e, const dfa__msg *m) {
     if (!m->send) return 1;
-    if (m->kind == DFA__MSG_KV) return 0;
+    if (m->kind == DFA__MSG_KV) return 0; /* the chunk, or its first rows (lent diagonals: one batch row) */
     if (m->kind == DFA__MSG_QUERY) return rows_of(&m->task) != e->n && window_bytes(e, rows_of(&m->task)) > 0;
     return 1;
 }
@@ -179,7 +190,7 @@ static int needs_buffer(const exec *e, const dfa__msg *m) {
 /* Bytes of a message's buffer (needs_buffer): a sent window only what window_bytes packs. */
 static size_t buffer_bytes(const exec *e, const dfa__msg *m) {
     if (m->send && m->kind == DFA__MSG_QUERY) return window_bytes(e, rows_of(&m->task));
-    return parts_total(msg_parts(e, m->kind, rows_of(&m->task)));
+    return parts_total(task_parts(e, m->kind, &m->task));
 }
 
 static dfa_status plan(exec *e, const char *fn) {
@@ -191,16 +202,17 @@ static dfa_status plan(exec *e, const char *fn) {
         return dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the schedule's plan");
     }
     for (int i = 0; i < 3; i++) e->slot_bytes[i] = 0;
-    e->own_window = e->own_q_rows = e->own_kv = 0;
+    e->own_window = e->own_q_rows = e->own_kv = e->own_lse = 0;
     for (int t = 0; t < e->T; t++) {
         planned_step *ps = &e->steps[t];
         ps->has_task = dfa__sched_task(&e->s, e->rank, t, &ps->task);
         if (ps->has_task) {
             const dfa__task *tk = &ps->task;
             const int rows = rows_of(tk), qmine = tk->q_chunk == e->rank, kmine = tk->k_chunk == e->rank;
-            const int direct = t == 0 && whole_own_diagonal(e, tk); /* first_is_diagonal */
+            const int direct = t == 0 && own_diagonal_direct(e, tk); /* first_is_diagonal */
             if (qmine && rows != e->n && rows > e->own_window) e->own_window = rows;
             if (qmine && !direct && rows > e->own_q_rows) e->own_q_rows = rows;
+            if (direct && rows != e->n && !e->bwd) e->own_lse = rows; /* its lse, before it goes in */
             if (kmine && !direct && e->bwd) e->own_kv = 1;
         }
         const int nm = dfa__sched_messages(&e->s, e->bwd, e->rank, t, tmp, cap);
@@ -242,8 +254,9 @@ static void free_plan(exec *e) {
 static void mask_cache_clear(dfa_comm *c) {
     free(c->mask_work);
     free(c->mask_rows);
+    free(c->mask_prefix);
     free(c->mask_key_ids);
-    c->mask_work = NULL, c->mask_rows = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
+    c->mask_work = NULL, c->mask_rows = NULL, c->mask_prefix = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
 }
 
 void dfa__comm_drop_cache(dfa_comm *c) {
@@ -282,8 +295,9 @@ static layout layout_of(const exec *e) {
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
     for (int i = 0; i < 3; i++) L.slot[i] = align_up(e->slot_bytes[i]);
     const size_t window = e->own_window ? window_bytes(e, e->own_window) : 0;
-    const size_t results = (e->own_q_rows ? parts_total(msg_parts(e, DFA__MSG_QRESULT, e->own_q_rows)) : 0) +
-                           (e->own_kv ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n)) : 0);
+    const size_t results = (e->own_q_rows ? parts_total(msg_parts(e, DFA__MSG_QRESULT, e->own_q_rows, e->n)) : 0) +
+                           (e->own_kv ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n, e->n)) : 0) +
+                           align_up((size_t)d->batch * d->num_heads * e->own_lse * 4);
     L.window_results = align_up(window + results);
     L.acc[0] = nq; /* bwd: dq, dk, dv; fwd: o, lse */
     L.acc[1] = e->bwd ? nk : nl;
@@ -373,14 +387,23 @@ static dfa_status allocate(exec *e, const char *fn) {
    gives that result, so the outputs keep their values. */
 static int first_is_diagonal(const exec *e) {
     if (e->T < 1 || !e->steps || !e->steps[0].has_task) return 0;
-    return whole_own_diagonal(e, &e->steps[0].task);
+    return own_diagonal_direct(e, &e->steps[0].task);
 }
 
 /* The float32 accumulators before a group's steps: nothing seen yet (unless step 0 writes them
    whole: first_is_diagonal). */
 static void reset_acc(exec *e) {
-    if (first_is_diagonal(e)) return;
     const dfa_attn_desc *d = &e->d;
+    if (first_is_diagonal(e)) {
+        /* rows it lent (one batch row): nothing seen there yet; the forward's lse rows are not
+           contiguous, so all of them start empty and the block's go in after it */
+        const int lent = e->steps[0].task.row0;
+        if (lent) {
+            e->ops->fill_f32(e->ctx, e->acc[0], (int64_t)lent * d->num_heads * d->head_dim, 0.0f);
+            if (!e->bwd) e->ops->fill_f32(e->ctx, e->acc[1], (int64_t)d->batch * d->num_heads * e->n, -INFINITY);
+        }
+        return;
+    }
     const int64_t nq = (int64_t)d->batch * e->n * d->num_heads * d->head_dim;
     const int64_t nk = (int64_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
     if (e->bwd) {
@@ -399,7 +422,9 @@ static void release(exec *e) {
     dfa__sched_plan_free(&e->mplan);
     free(e->mwork);
     free(e->mrows);
+    free(e->mprefix);
     e->mrows = NULL;
+    e->mprefix = NULL;
     free(e->ids);
     e->mwork = NULL;
     e->ids = NULL;
@@ -411,7 +436,7 @@ static void release(exec *e) {
    lse): in the caller's tensors where window_in_place, else in buf (window_bytes of it). */
 static void window_parts(exec *e, int r0, int rows, char *buf, void *out[4]) {
     if (!window_in_place(e)) {
-        parts_at(msg_parts(e, DFA__MSG_QUERY, rows), buf, out);
+        parts_at(msg_parts(e, DFA__MSG_QUERY, rows, e->n), buf, out);
         return;
     }
     const size_t row = (size_t)e->d.num_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype), off = (size_t)r0 * row;
@@ -445,7 +470,7 @@ static int tag_of(int step, dfa__msg_kind kind, int part) { return ((step & 1023
 
 /* The buffers of a message's parts. */
 static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
-    const parts p = msg_parts(e, pm->m.kind, rows_of(&pm->m.task));
+    const parts p = task_parts(e, pm->m.kind, &pm->m.task);
     /* a window of this rank's rows: in place or packed (window_parts); a ghost's from ghost_buf */
     const int window_send = pm->m.send && pm->m.kind == DFA__MSG_QUERY && rows_of(&pm->m.task) != e->n;
     if (window_send && !e->ghost) {
@@ -495,7 +520,7 @@ static dfa_status post(exec *e, int in_step, int res_step, void **pending) {
             planned_msg *pm = &ps->msgs[i];
             if (dfa__msg_is_input(pm->m.kind) != (g == 0)) continue;
             const dfa__task *t = &pm->m.task;
-            const parts p = msg_parts(e, pm->m.kind, rows_of(t));
+            const parts p = task_parts(e, pm->m.kind, t);
             void *buf[4];
             msg_buffers(e, of, pm, buf);
             if (pm->m.send && pm->m.kind == DFA__MSG_QUERY && pm->off != NO_BUFFER && !e->ghost)
@@ -529,10 +554,13 @@ static void fold_query(exec *e, const dfa__task *t, void *res[2]) {
                            e->acc[1], res[0], res[1]);
 }
 
-static void fold_keys(exec *e, void *res[2]) {
-    const int64_t nk = (int64_t)e->d.batch * e->n * e->d.num_kv_heads * e->d.head_dim;
-    e->ops->add_f32(e->ctx, e->acc[1], res[0], nk);
-    e->ops->add_f32(e->ctx, e->acc[2], res[1], nk);
+/* Folds a partial dk, dv of this rank's keys (all, or the first rows a lent diagonal read). */
+static void fold_keys(exec *e, const dfa__task *t, void *res[2]) {
+    const int kr = dfa__task_key_rows(t, e->n);
+    const int64_t width = (int64_t)e->d.num_kv_heads * e->d.head_dim;
+    for (int i = 0; i < 2; i++)
+        if (kr == e->n) e->ops->add_f32(e->ctx, e->acc[1 + i], res[i], (int64_t)e->d.batch * e->n * width);
+        else add_rows(e, e->acc[1 + i], res[i], 0, kr, width);
 }
 
 /* Folds the results of compute step s that other ranks sent here. */
@@ -545,7 +573,7 @@ static void consume(exec *e, int s) {
         void *buf[4];
         msg_buffers(e, s, pm, buf);
         if (pm->m.kind == DFA__MSG_QRESULT) fold_query(e, &pm->m.task, buf);
-        else fold_keys(e, buf);
+        else fold_keys(e, &pm->m.task, buf);
     }
 }
 
@@ -557,7 +585,7 @@ static void poison_results(exec *e, int t) {
     for (int i = 0; i < ps->nmsg; i++) {
         planned_msg *pm = &ps->msgs[i];
         if (!pm->m.send || dfa__msg_is_input(pm->m.kind) || pm->off == NO_BUFFER) continue;
-        const parts p = msg_parts(e, pm->m.kind, rows_of(&pm->m.task));
+        const parts p = task_parts(e, pm->m.kind, &pm->m.task);
         e->ops->fill_f32(e->ctx, (float *)(void *)(e->arena[t % 3] + pm->off), (int64_t)(parts_total(p) / sizeof(float)),
                          NAN);
     }
@@ -604,10 +632,11 @@ static void compute(exec *e, int t) {
     }
     /* own partial results go to scratch and are folded at once; others' into the send slot */
     char *own = e->work + e->work_results;
-    const parts pq = msg_parts(e, DFA__MSG_QRESULT, rows);
+    const parts pq = task_parts(e, DFA__MSG_QRESULT, tk);
     void *b4[4];
-    if (direct) {
-        b4[0] = e->acc[0], b4[1] = e->bwd ? NULL : e->acc[1];
+    if (direct) { /* (rows after lent ones: one batch row, so the rows are contiguous; the lse is not) */
+        b4[0] = e->acc[0] + (size_t)tk->row0 * e->d.num_heads * e->d.head_dim;
+        b4[1] = e->bwd ? NULL : tk->row0 ? (void *)own : e->acc[1];
     } else if (qmine) {
         parts_at(pq, own, b4);
     } else {
@@ -617,7 +646,7 @@ static void compute(exec *e, int t) {
     qres[1] = b4[1];
     if (e->bwd) {
         if (direct) b4[0] = e->acc[1], b4[1] = e->acc[2];
-        else if (kmine) parts_at(msg_parts(e, DFA__MSG_KVRESULT, e->n), own + (qmine ? parts_total(pq) : 0), b4);
+        else if (kmine) parts_at(task_parts(e, DFA__MSG_KVRESULT, tk), own + (qmine ? parts_total(pq) : 0), b4);
         else msg_buffers(e, t, find(ps, DFA__MSG_KVRESULT, 1), b4);
         kres[0] = b4[0];
         kres[1] = b4[1];
@@ -625,7 +654,7 @@ static void compute(exec *e, int t) {
 
     dfa_attn_desc bd = e->d;
     bd.seqlen_q = rows;
-    bd.seqlen_k = e->n;
+    bd.seqlen_k = dfa__task_key_rows(tk, e->n);
     bd.causal = tk->causal_mask;
     bd.q_start = (int64_t)tk->q_chunk * e->n + tk->row0;
     bd.k_start = (int64_t)tk->k_chunk * e->n;
@@ -645,9 +674,14 @@ static void compute(exec *e, int t) {
         poison_results(e, t);
         return;
     }
-    if (direct) return;
+    if (direct) {
+        if (!e->bwd && tk->row0) /* the lse rows [row0, n) of each head */
+            e->ops->copy2d(e->ctx, e->acc[1] + tk->row0, (size_t)e->n * 4, own, (size_t)rows * 4, (size_t)rows * 4,
+                           (size_t)e->d.batch * e->d.num_heads);
+        return;
+    }
     if (qmine) fold_query(e, tk, qres);
-    if (e->bwd && kmine) fold_keys(e, kres);
+    if (e->bwd && kmine) fold_keys(e, tk, kres);
 }
 
 static dfa_status wait_timed(exec *e, void *pending) {
@@ -790,18 +824,22 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
                buffers. A rank computes one whole-chunk pair a step (one input: the other
                chunk's keys or queries; one result it sends), each peer's pair may send it one
                result, and each peer computing rows of this rank's chunk gets them from a window
-               this rank packs (window_bytes: all of it with several batch rows, else its lse). */
-            const size_t q_in = parts_total(msg_parts(&e, DFA__MSG_QUERY, e.n));
-            const size_t kv_in = parts_total(msg_parts(&e, DFA__MSG_KV, e.n));
-            const size_t qr = parts_total(msg_parts(&e, DFA__MSG_QRESULT, e.n));
-            const size_t kr = bwd ? parts_total(msg_parts(&e, DFA__MSG_KVRESULT, e.n)) : 0;
+               this rank packs (window_bytes: all of it with several batch rows, else its lse).
+               A diagonal's lent rows (at most half a chunk, schedule.h) take both inputs and send
+               both results, each at most half a chunk's: within the same bound, but for the
+               rounding of their parts (the slack). */
+            const size_t q_in = parts_total(msg_parts(&e, DFA__MSG_QUERY, e.n, e.n));
+            const size_t kv_in = parts_total(msg_parts(&e, DFA__MSG_KV, e.n, e.n));
+            const size_t qr = parts_total(msg_parts(&e, DFA__MSG_QRESULT, e.n, e.n));
+            const size_t kr = bwd ? parts_total(msg_parts(&e, DFA__MSG_KVRESULT, e.n, e.n)) : 0;
             e.rank = 0;
             /* own tasks: a window of up to a chunk of this rank's rows (pairs off the diagonal
                cover only their visible rows), its partial results, a partial dk / dv */
             e.own_window = e.own_q_rows = e.n;
             e.own_kv = bwd;
+            e.own_lse = bwd ? 0 : e.n;
             const size_t step = (q_in > kv_in ? q_in : kv_in) + (size_t)nranks * (qr > kr ? qr : kr) +
-                                (size_t)(nranks - 1) * window_bytes(&e, e.n);
+                                (size_t)(nranks - 1) * window_bytes(&e, e.n) + (size_t)(nranks + 1) * 8 * PART_ALIGN;
             for (int i = 0; i < 3; i++) e.slot_bytes[i] = step;
             const size_t t = layout_of(&e).total;
             if (t > total) total = t;
@@ -1002,25 +1040,28 @@ static int same_mask(const dfa_attn_desc *a, const dfa_attn_desc *b) {
    waits for the plan. Every rank holds the same ids, so every rank hits or misses alike. On a
    failure to keep the copy the count stands and the next call counts again. */
 static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, int64_t *work,
-                      int *rows) {
-    const size_t cells = (size_t)c->size * (size_t)c->size;
+                      int *rows, int64_t *prefix) {
+    const size_t cells = (size_t)c->size * (size_t)c->size, samples = (size_t)c->size * (DFA__DIAG_SAMPLES + 1);
     if (c->mask_work && same_mask(&c->mask_key, d) && c->mask_key_bytes == bytes &&
-        (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0)) {
+        (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0) && (c->mask_prefix != NULL) == (prefix != NULL)) {
         memcpy(work, c->mask_work, sizeof *work * cells);
         memcpy(rows, c->mask_rows, sizeof *rows * 2 * cells);
+        if (prefix) memcpy(prefix, c->mask_prefix, sizeof *prefix * samples);
         return;
     }
-    dfa__mask_pair_work(d, c->size, ids, work, rows);
+    dfa__mask_pair_work(d, c->size, ids, work, rows, prefix);
     mask_cache_clear(c);
     c->mask_work = malloc(sizeof *work * cells);
     c->mask_rows = malloc(sizeof *rows * 2 * cells);
+    c->mask_prefix = prefix ? malloc(sizeof *prefix * samples) : NULL;
     c->mask_key_ids = bytes ? malloc(bytes) : NULL;
-    if (!c->mask_work || !c->mask_rows || (bytes && !c->mask_key_ids)) {
+    if (!c->mask_work || !c->mask_rows || (prefix && !c->mask_prefix) || (bytes && !c->mask_key_ids)) {
         mask_cache_clear(c);
         return;
     }
     memcpy(c->mask_work, work, sizeof *work * cells);
     memcpy(c->mask_rows, rows, sizeof *rows * 2 * cells);
+    if (prefix) memcpy(c->mask_prefix, prefix, sizeof *prefix * samples);
     if (bytes) memcpy(c->mask_key_ids, ids, bytes);
     c->mask_key = *d;
     c->mask_key_bytes = bytes;
@@ -1040,10 +1081,14 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     const int P = c->size, n = dd->attn.seqlen_q, docs = dd->attn.q_doc != NULL, device = e->ops->to_host != NULL;
     const size_t chunk = (size_t)dd->attn.batch * (size_t)n, bytes = sizeof(int32_t) * chunk * (size_t)P;
     dfa_status st;
+    /* a busy diagonal may lend its first rows (schedule.h): causal, one batch row (the rows, keys
+       and ids they read are then contiguous prefixes of the chunk's) */
+    const int lend = dd->attn.causal && dd->attn.batch == 1 && kind != DFA__SCHED_RING;
     e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
     e->mrows = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
+    if (lend) e->mprefix = malloc(sizeof(int64_t) * (size_t)P * (DFA__DIAG_SAMPLES + 1));
     if (docs) e->ids = malloc(bytes);
-    if (!e->mwork || !e->mrows || (docs && !e->ids))
+    if (!e->mwork || !e->mrows || (lend && !e->mprefix) || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
     if (docs && device && c->mask_ids_bytes < bytes) {
         /* (the context exists: the pass was prepared before this, with the same shapes) */
@@ -1069,12 +1114,12 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
         }
     }
     if (!e->local) {
-        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows);
+        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows, e->mprefix);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
         /* query-row windows off the diagonal, where a window's document ids are one contiguous
            run of the chunk's (compute: one batch row, or no documents) */
         const int windows = !docs || dd->attn.batch == 1;
-        if (dfa__sched_plan_build(&s, e->mwork, windows ? e->mrows : NULL, &e->mplan))
+        if (dfa__sched_plan_build(&s, e->mwork, windows ? e->mrows : NULL, e->mprefix, &e->mplan))
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         else
             e->masked = 1;

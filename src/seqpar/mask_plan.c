@@ -10,6 +10,7 @@
 typedef struct {
     int q, k;
     int64_t work;
+    int lent; /* a diagonal's first rows lent to another rank (its keys too), else 0 */
 } pair;
 
 static int by_work(const void *a, const void *b) { /* heaviest first; ties by (q, k): deterministic */
@@ -33,19 +34,54 @@ void dfa__sched_plan_free(dfa__sched_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, dfa__sched_plan *out) {
+/* Busy diagonals (schedule.h): while it lowers the busiest rank's load by 2% or more, its
+   diagonal lends its first lent[r] rows (a sample row, at most n / 2; their work in
+   lent_work[r]) to the least busy rank, lent_to[r]. Updates load. */
+static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int64_t *load,
+                           int *lent, int *lent_to, int64_t *lent_work) {
+    const int P = s->nranks, n = s->rows;
+    for (int iter = 0; iter < P; iter++) {
+        int top = 0, low = 0;
+        for (int r = 1; r < P; r++) {
+            top = load[r] > load[top] ? r : top;
+            low = load[r] < load[low] ? r : low;
+        }
+        const int64_t diag = work[(size_t)top * P + top];
+        if (top == low || lent[top] || diag <= 0) return;
+        const int64_t *cum = diag_prefix + (size_t)top * (DFA__DIAG_SAMPLES + 1);
+        int best_j = 0;
+        int64_t best = load[top];
+        for (int j = 1; j <= DFA__DIAG_SAMPLES; j++) {
+            const int x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
+            if (x < 1 || 2 * x > n || cum[j] <= 0 || cum[j] >= diag) continue;
+            const int64_t a = load[top] - cum[j], b = load[low] + cum[j], most = a > b ? a : b;
+            if (most < best) best = most, best_j = j;
+        }
+        if (!best_j || best > load[top] - load[top] / 50) return;
+        lent[top] = (int)((int64_t)best_j * n / DFA__DIAG_SAMPLES);
+        lent_to[top] = low;
+        lent_work[top] = cum[best_j];
+        load[top] -= cum[best_j];
+        load[low] += cum[best_j];
+    }
+}
+
+int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, const int64_t *diag_prefix,
+                          dfa__sched_plan *out) {
     const int P = s->nranks, n = s->rows;
     memset(out, 0, sizeof *out);
-    pair *pairs = malloc(sizeof *pairs * (size_t)P * (size_t)P + 1);
-    int *owner = malloc(sizeof *owner * (size_t)P * (size_t)P + 1), *count = calloc((size_t)P, sizeof *count);
+    pair *pairs = malloc(sizeof *pairs * ((size_t)P * (size_t)P + (size_t)P) + 1);
+    int *lent = calloc((size_t)P, sizeof *lent), *lent_to = calloc((size_t)P, sizeof *lent_to);
+    int64_t *lent_work = calloc((size_t)P, sizeof *lent_work);
+    int *owner = malloc(sizeof *owner * ((size_t)P * (size_t)P + (size_t)P) + 1), *count = calloc((size_t)P, sizeof *count);
     int64_t *load = calloc((size_t)P, sizeof *load);
     int rc = -1;
-    if (!pairs || !owner || !count || !load) goto done;
+    if (!pairs || !owner || !count || !load || !lent || !lent_to || !lent_work) goto done;
     int np = 0;
     for (int q = 0; q < P; q++) {
         load[q] = work[(size_t)q * P + q]; /* the diagonal: its own rank, step 0 */
         for (int k = 0; k < P; k++)
-            if (k != q && work[(size_t)q * P + k] > 0) pairs[np++] = (pair){q, k, work[(size_t)q * P + k]};
+            if (k != q && work[(size_t)q * P + k] > 0) pairs[np++] = (pair){q, k, work[(size_t)q * P + k], 0};
     }
     qsort(pairs, (size_t)np, sizeof *pairs, by_work);
     int64_t *base = malloc(sizeof *base * (size_t)P + 1);
@@ -86,15 +122,24 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
         }
     }
     free(base);
+    if (diag_prefix && s->causal && s->kind != DFA__SCHED_RING) {
+        lend_diagonals(s, work, diag_prefix, load, lent, lent_to, lent_work);
+        for (int r = 0; r < P; r++)
+            if (lent[r]) {
+                owner[np] = lent_to[r];
+                pairs[np++] = (pair){r, r, lent_work[r], lent[r]};
+            }
+    }
     for (int i = 0; i < np; i++) count[owner[i]]++;
     int steps = 1;
     for (int r = 0; r < P; r++)
         if (1 + count[r] > steps) steps = 1 + count[r];
     out->tasks = malloc(sizeof *out->tasks * (size_t)steps * (size_t)P);
     if (!out->tasks) goto done;
-    for (size_t i = 0; i < (size_t)steps * (size_t)P; i++) out->tasks[i] = (dfa__task){-1, 0, 0, -1, 0, 0};
-    for (int r = 0; r < P; r++)
-        if (work[(size_t)r * P + r] > 0) out->tasks[r] = (dfa__task){r, 0, n, r, s->causal, work[(size_t)r * P + r]};
+    for (size_t i = 0; i < (size_t)steps * (size_t)P; i++) out->tasks[i] = (dfa__task){-1, 0, 0, -1, 0, 0, 0};
+    for (int r = 0; r < P; r++) /* the diagonal, less the rows it lent */
+        if (work[(size_t)r * P + r] > 0)
+            out->tasks[r] = (dfa__task){r, lent[r], n, r, s->causal, work[(size_t)r * P + r] - lent_work[r], 0};
     /* each rank's pairs by key distance (neighbours first), from step 1 */
     pair *mine = malloc(sizeof *mine * (size_t)np + 1);
     if (!mine) {
@@ -108,8 +153,10 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
         qsort(mine, (size_t)m, sizeof *mine, by_distance);
         for (int i = 0; i < m; i++) {
             const size_t x = (size_t)mine[i].q * P + (size_t)mine[i].k;
-            const int r0 = rows ? rows[2 * x] : 0, r1 = rows ? rows[2 * x + 1] : n;
-            out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work};
+            const int r0 = rows && !mine[i].lent ? rows[2 * x] : 0;
+            const int r1 = mine[i].lent ? mine[i].lent : rows ? rows[2 * x + 1] : n;
+            out->tasks[(size_t)(1 + i) * P + r] =
+                (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work, mine[i].lent};
         }
     }
     free(mine);
@@ -119,6 +166,9 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
     out->rows = rows;
     rc = 0;
 done:
+    free(lent);
+    free(lent_to);
+    free(lent_work);
     free(pairs);
     free(owner);
     free(count);
@@ -126,15 +176,18 @@ done:
     return rc;
 }
 
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows) {
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows,
+                         int64_t *diag_prefix) {
     const int n = d->seqlen_q, B = d->batch;
     const int window = (d->flags & DFA_FLAG_WINDOW) != 0;
     for (int q = 0; q < P; q++)
         for (int k = 0; k < P; k++) {
             int64_t *w = &work[(size_t)q * P + k];
             int *rr = rows ? &rows[2 * ((size_t)q * P + k)] : NULL;
+            int64_t *cum = diag_prefix && d->causal && q == k ? diag_prefix + (size_t)q * (DFA__DIAG_SAMPLES + 1) : NULL;
             *w = 0;
             if (rr) rr[0] = rr[1] = 0;
+            if (cum) memset(cum, 0, sizeof *cum * (DFA__DIAG_SAMPLES + 1));
             /* distances pi - pj over the pair: [(q - k) n - (n - 1), (q - k) n + (n - 1)] */
             const int64_t dmin = (int64_t)(q - k) * n - (n - 1), dmax = (int64_t)(q - k) * n + (n - 1);
             if (d->causal && dmax < 0) continue;
@@ -155,7 +208,7 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             x.q_doc = ids ? ids + (size_t)q * B * n : NULL;
             x.k_doc = ids ? ids + (size_t)k * B * n : NULL;
             int lo, hi;
-            *w = dfa__visible_pairs_rows(&x, &lo, &hi);
+            *w = cum ? dfa__visible_pairs_prefix(&x, DFA__DIAG_SAMPLES, cum, &lo, &hi) : dfa__visible_pairs_rows(&x, &lo, &hi);
             if (rr) rr[0] = lo, rr[1] = hi;
         }
 }

@@ -32,6 +32,7 @@ static int set_task(dfa__task *out, int qc, int r0, int r1, int kc, int mask) {
     out->k_chunk = kc;
     out->causal_mask = mask;
     out->work = 0;
+    out->k_rows = 0;
     return 1;
 }
 
@@ -113,14 +114,14 @@ int dfa__sched_messages(const dfa__sched *s, int bwd, int rank, int step, dfa__m
 int64_t dfa__msg_bytes(const dfa__msg *m, int bwd, const dfa__msg_shape *sh, int rows) {
     const int64_t r = m->task.row1 - m->task.row0;
     const int64_t qrow = (int64_t)sh->heads * sh->head_dim, kvrow = (int64_t)sh->kv_heads * sh->head_dim;
-    const int64_t B = sh->batch, es = (int64_t)sh->elem;
+    const int64_t B = sh->batch, es = (int64_t)sh->elem, kr = dfa__task_key_rows(&m->task, rows);
     switch (m->kind) {
-    case DFA__MSG_KV: return 2 * B * rows * kvrow * es;
+    case DFA__MSG_KV: return 2 * B * kr * kvrow * es;
     case DFA__MSG_QUERY: /* fwd: q; bwd: q, o, dout and the lse rows */
         return bwd ? 3 * B * r * qrow * es + B * sh->heads * r * 4 : B * r * qrow * es;
     case DFA__MSG_QRESULT: /* fwd: o and lse; bwd: dq; float32 */
         return bwd ? B * r * qrow * 4 : B * r * qrow * 4 + B * sh->heads * r * 4;
-    case DFA__MSG_KVRESULT: return 2 * B * rows * kvrow * 4;
+    case DFA__MSG_KVRESULT: return 2 * B * kr * kvrow * 4;
     }
     return 0;
 }

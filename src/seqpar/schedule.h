@@ -59,14 +59,20 @@ typedef struct {
     const struct dfa__sched_plan *plan;
 } dfa__sched;
 
-/* One block of work: query rows [row0, row1) of chunk q_chunk against all of chunk k_chunk. */
+/* One block of work: query rows [row0, row1) of chunk q_chunk against the key rows [0, k_rows)
+   of chunk k_chunk (k_rows = 0: the whole chunk). */
 typedef struct {
     int q_chunk, row0, row1;
     int k_chunk;
     int causal_mask; /* apply the causal mask inside the block (the diagonal block when causal; every
                         block of a masked plan when causal: the block's mask comes from positions) */
     int64_t work;    /* masked plans: the block's visible pairs (> 0); 0 elsewhere (derived) */
+    int k_rows;      /* masked plans: the first rows of a busy diagonal delegated to another rank
+                        read only the keys before their end (causal); 0 elsewhere */
 } dfa__task;
+
+/* The key rows a task reads (n: rows per chunk). */
+static inline int dfa__task_key_rows(const dfa__task *t, int n) { return t->k_rows > 0 ? t->k_rows : n; }
 
 typedef enum {
     DFA__MSG_KV = 1,       /* k and v of chunk k_chunk: its owner -> the computing rank */
@@ -148,10 +154,21 @@ typedef struct dfa__sched_plan {
     const int *rows;      /* [P][P][2] or NULL (whole chunks), the caller's (kept for the checker) */
 } dfa__sched_plan;
 
+/* Samples of a diagonal's prefix work (dfa__mask_pair_work's diag_prefix). */
+#define DFA__DIAG_SAMPLES 64
+
 /* Builds the plan of schedule s (kind, P, causal, rows; s->plan ignored) for the pair work
    matrix and, if not NULL, the pairs' visible query rows (tasks off the diagonal cover only
-   those); 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free. */
-int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, dfa__sched_plan *out);
+   those); 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free.
+   Busy diagonals: with one long document the pairs off the diagonal cannot even the ranks out
+   (the diagonal is most of a rank's work). With diag_prefix (causal BALANCED / PAPER plans;
+   [P][DFA__DIAG_SAMPLES + 1], dfa__mask_pair_work), the busiest rank's diagonal may lend its
+   first x rows (x = a sample row, at most n / 2) to the least busy rank: that task reads keys
+   [0, x) only (causal: all those rows see), so it moves x rows of k and v in and, backward,
+   x rows of dk and dv out instead of whole chunks. The owner keeps rows [x, n) at step 0. This
+   repeats while it lowers the busiest rank's load by 2% or more, each diagonal at most once. */
+int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, const int64_t *diag_prefix,
+                          dfa__sched_plan *out);
 void dfa__sched_plan_free(dfa__sched_plan *p);
 
 /* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global
@@ -160,7 +177,10 @@ void dfa__sched_plan_free(dfa__sched_plan *p);
    every rank's document ids, [P][batch][n]. Fills work[P * P] and, if not NULL, rows[P * P * 2]
    (the visible query rows of each pair, as in dfa__sched_plan). Pairs that chunk-level bounds
    (causal, window distance, the chunks' first and last ids) rule out cost nothing; the others
-   are counted row by row. */
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows);
+   are counted row by row. With diag_prefix (not NULL, causal d only), also each diagonal's
+   work below its sample rows: diag_prefix[r (DFA__DIAG_SAMPLES + 1) + j] = the visible pairs of
+   rows [0, x_j) of chunk r against its keys [0, x_j), x_j = j n / DFA__DIAG_SAMPLES. */
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows,
+                         int64_t *diag_prefix);
 
 #endif

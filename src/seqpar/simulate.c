@@ -242,7 +242,7 @@ static double task_cost(const dfa__sched *s, const dfa__sim_model *m, int rank, 
         if (rows < n) c += pack_cost(m, rows);
         c += fold_query_cost(m, rows);
     }
-    if (m->bwd && t->k_chunk == rank) c += fold_keys_cost(m, n);
+    if (m->bwd && t->k_chunk == rank) c += fold_keys_cost(m, dfa__task_key_rows(t, n));
     return c;
 }
 
@@ -264,7 +264,7 @@ static int message_costs(const dfa__sched *s, const dfa__sim_model *m, int r, in
             const int rows = x->task.row1 - x->task.row0;
             if (x->send && x->kind == DFA__MSG_QUERY && rows < s->rows) *pack += pack_cost(m, rows);
             if (!x->send && x->kind == DFA__MSG_QRESULT) *fold += fold_query_cost(m, rows);
-            if (!x->send && x->kind == DFA__MSG_KVRESULT) *fold += fold_keys_cost(m, s->rows);
+            if (!x->send && x->kind == DFA__MSG_KVRESULT) *fold += fold_keys_cost(m, dfa__task_key_rows(&x->task, s->rows));
         }
     }
     return 0;
@@ -412,22 +412,58 @@ int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, c
 }
 
 /* Masked plans (schedule.h): every pair with visible keys (plan->work > 0) computed exactly
-   once, as one whole-chunk task carrying its work and the call's causal flag; no other pair. */
+   once, as one whole-chunk task carrying its work and the call's causal flag; no other pair.
+   A causal diagonal may instead be two tasks: its first x rows against keys [0, x) (k_rows = x,
+   at most n / 2 rows, on another rank) and rows [x, n) against all its keys (on its own rank,
+   at step 0), their work adding up to the pair's. */
+static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all, int ntask, char *err, size_t len) {
+    const int P = s->nranks, n = s->rows;
+    const int64_t *work = s->plan->work;
+    for (int i = 0; i < ntask; i++) {
+        const dfa__task *t = &all[i].t;
+        if (!t->k_rows) continue;
+        const int q = t->q_chunk;
+        if (!s->causal || q != t->k_chunk || t->row0 != 0 || t->row1 != t->k_rows || 2 * t->k_rows > n ||
+            all[i].rank == q || t->work <= 0 || t->causal_mask != 1)
+            return fail(err, len, "rank %d step %d: malformed lent rows q%d[%d:%d] x k%d[0:%d]", all[i].rank,
+                        all[i].step, q, t->row0, t->row1, t->k_chunk, t->k_rows);
+        int rest = -1, lent = 0;
+        for (int j = 0; j < ntask; j++)
+            if (all[j].t.q_chunk == q && all[j].t.k_chunk == q) {
+                if (!all[j].t.k_rows) rest = j;
+                else lent++;
+            }
+        if (lent > 1) return fail(err, len, "q%d x k%d lends its first rows %d times", q, q, lent);
+        if (rest < 0 || all[rest].rank != q || all[rest].step != 0 || all[rest].t.row0 != t->row1 ||
+            all[rest].t.row1 != n || all[rest].t.work + t->work != work[(size_t)q * P + q])
+            return fail(err, len, "q%d x k%d: rows [0:%d] lent to rank %d, but the rest is not rows [%d:%d] on rank %d "
+                        "at step 0 with the remaining work", q, q, t->row1, all[i].rank, t->row1, n, q);
+    }
+    return 0;
+}
+
 int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int ntask, char *err, size_t len) {
     const int P = s->nranks, n = s->rows;
     const int64_t *work = s->plan->work;
+    int rc = check_lent_diagonals(s, all, ntask, err, len);
+    if (rc) return rc;
     unsigned char *seen = calloc((size_t)P * (size_t)P, 1);
     if (!seen) return fail(err, len, "out of memory");
-    int rc = 0;
     for (int i = 0; i < ntask && !rc; i++) {
         const dfa__task *t = &all[i].t;
         const int chunks_ok = t->q_chunk >= 0 && t->q_chunk < P && t->k_chunk >= 0 && t->k_chunk < P;
-        /* whole chunks, or off the diagonal the pair's visible query rows (the plan's rows) */
+        if (chunks_ok && t->q_chunk == t->k_chunk && t->k_rows) continue; /* lent rows: checked above */
+        /* whole chunks, or off the diagonal the pair's visible query rows (the plan's rows); a
+           diagonal that lent its first rows keeps the rest */
         const int *want = chunks_ok && s->plan->rows && t->q_chunk != t->k_chunk
                               ? &s->plan->rows[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)]
                               : NULL;
-        const int r0 = want ? want[0] : 0, r1 = want ? want[1] : n;
-        if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1)
+        int lent = 0;
+        for (int j = 0; j < ntask && chunks_ok && t->q_chunk == t->k_chunk; j++)
+            if (all[j].t.k_rows && all[j].t.q_chunk == t->q_chunk && all[j].t.k_chunk == t->q_chunk) lent = all[j].t.row1;
+        const int r0 = want ? want[0] : lent, r1 = want ? want[1] : n;
+        const int64_t want_work = chunks_ok ? work[(size_t)t->q_chunk * P + t->k_chunk] : 0;
+        if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1 || t->k_rows)
             rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d (rows [%d:%d] expected)", all[i].rank,
                       all[i].step, t->q_chunk, t->row0, t->row1, t->k_chunk, r0, r1);
         else if (work[(size_t)t->q_chunk * P + t->k_chunk] <= 0)
@@ -436,7 +472,7 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
         else if (seen[(size_t)t->q_chunk * P + t->k_chunk]++)
             rc = fail(err, len, "q%d x k%d computed twice (rank %d step %d)", t->q_chunk, t->k_chunk, all[i].rank,
                       all[i].step);
-        else if (t->causal_mask != s->causal || t->work != work[(size_t)t->q_chunk * P + t->k_chunk])
+        else if (t->causal_mask != s->causal || (!lent && t->work != want_work))
             rc = fail(err, len, "rank %d step %d: q%d x k%d carries causal_mask %d / work %lld, expected %d / %lld",
                       all[i].rank, all[i].step, t->q_chunk, t->k_chunk, t->causal_mask, (long long)t->work,
                       s->causal, (long long)work[(size_t)t->q_chunk * P + t->k_chunk]);

@@ -52,7 +52,8 @@ typedef struct {
     dfa_dtype t;
     int causal, overlap;
     dfa__sched_kind kind;
-    int docs;                /* random packed documents (lengths 1, short, about a chunk, longer) */
+    int docs;                /* 1: random packed documents (lengths 1, short, about a chunk, longer);
+                                2: short documents, then one over the last chunk (a busy diagonal) */
     int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
 
@@ -65,6 +66,19 @@ static void random_docs(int32_t *ids, int N, int n) {
         for (int r = 0; r < len && i < N; r++) ids[i++] = id;
         id += tl_rand_int(1, 3);
     }
+}
+
+/* Short documents (1 to 4 rows, none across a chunk's end) up to the last chunk, then one
+   document over all of it: no pair off the diagonal has a visible key, and the last rank's
+   diagonal is most of the work, so the balanced plan lends its first rows to another rank
+   (schedule.h). */
+static void busy_docs(int32_t *ids, int N, int n) {
+    int32_t id = 0;
+    for (int i = 0; i < N - n; id++) {
+        const int len = tl_rand_int(1, 4), end = (i / n + 1) * n;
+        for (int r = 0; r < len && i < end; r++) ids[i++] = id;
+    }
+    for (int i = N - n; i < N; i++) ids[i] = id;
 }
 
 static void run_case(dfa_comm *c, const dcase *k) {
@@ -82,7 +96,10 @@ static void run_case(dfa_comm *c, const dcase *k) {
     if (k->docs) {
         ids = malloc(sizeof(int32_t) * (size_t)B * N);
         if (rank == 0)
-            for (int b = 0; b < B; b++) random_docs(ids + (size_t)b * N, N, n);
+            for (int b = 0; b < B; b++) {
+                if (k->docs == 2) busy_docs(ids + (size_t)b * N, N, n);
+                else random_docs(ids + (size_t)b * N, N, n);
+            }
         MPI_Bcast(ids, B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
         lids = tl_slice_rows(DFA_F32, ids, B, N, rank * n, n, 1); /* 4-byte rows */
     }
@@ -157,7 +174,15 @@ static void run_case(dfa_comm *c, const dcase *k) {
     if (k->window && !k->docs && k->left >= 0 && k->left < n && (k->causal || (k->right >= 0 && k->right < n)))
         CHECK(stats.steps <= (nranks == 1 ? 1 : k->causal ? 3 : 5), "rank %d: %d steps under window (%d,%d) < n for %s",
               rank, stats.steps, k->left, k->right, cfg);
+    /* a busy diagonal: one step of diagonals, and one for its lent rows */
+    if (k->docs == 2 && nranks > 1 && k->causal && B == 1 && k->kind != DFA__SCHED_RING)
+        CHECK(stats.steps == 2, "rank %d: %d steps with a busy last diagonal (want 2: it lends its first rows) for %s",
+              rank, stats.steps, cfg);
+    dfa__dist_set_stats(c, &stats);
     st = dfa__dist_bwd(c, &dd, k->kind, lq, lk, lv, lo, ll, ldo, ldq, ldk, ldv);
+    dfa__dist_set_stats(c, NULL);
+    if (k->docs == 2 && nranks > 1 && k->causal && B == 1 && k->kind != DFA__SCHED_RING)
+        CHECK(stats.steps == 2, "rank %d: backward: %d steps with a busy last diagonal for %s", rank, stats.steps, cfg);
     CHECK(st == DFA_OK, "rank %d: dist bwd failed: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
     CHECK(tl_count_nan(t, lo, nq) == 0 && tl_count_nan(t, ldq, nq) == 0 && tl_count_nan(t, ldk, nk) == 0 &&
               tl_count_nan(t, ldv, nk) == 0 && tl_count_nan(DFA_F32, ll, nl) == 0,
@@ -293,6 +318,15 @@ int main(int argc, char **argv) {
         dcase k = {1 + (i % 4 == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 3 ? DFA_BF16 : DFA_F32,
                    i % 5 != 4, i % 2, i % 3 == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i % 3 != 1, i % 3 != 0,
                    w[i % 6], w[(i / 2 + 5) % 6]};
+        run_case(c, &k);
+        ncase++;
+    }
+    /* a busy last diagonal lends its first rows: both passes, float32 and bf16, GQA, overlap on
+       and off, windows; B = 2 and the ring do not lend (checked against the oracle all the same) */
+    for (int i = 0; i < 8; i++) {
+        const int n = (int[]){9, 16, 24, 37}[i % 4];
+        dcase k = {1 + (i == 7), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
+                   i == 6 ? DFA__SCHED_RING : i == 5 ? DFA__SCHED_PAPER : DFA__SCHED_BALANCED, 2, i == 3, n / 2, 0};
         run_case(c, &k);
         ncase++;
     }

@@ -64,7 +64,7 @@ static void test_checker_catches(void) {
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"),
               "P=%d: a duplicate passed (%s)", P, err);
         memcpy(t, base, sizeof base[0] * (size_t)n);
-        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0, 0}}; /* q0 x k1: entirely masked */
+        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0, 0, 0}}; /* q0 x k1: entirely masked */
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0, "P=%d: a masked pair passed", P);
         memcpy(t, base, sizeof base[0] * (size_t)n);
         t[0].t.causal_mask = 0; /* the diagonal unmasked */
@@ -305,7 +305,7 @@ static void random_layout(int32_t *ids, int N, int n) {
 static void test_masked_plans(void) {
     static const int rows[] = {1, 3, 16, 37};
     char err[256];
-    int checked = 0;
+    int checked = 0, lending = 0;
     for (int P = 1; P <= 64; P++)
         for (int rep = 0; rep < 3; rep++) {
             const int n = rows[tl_rand_int(0, 3)], B = tl_rand_int(1, 2), N = P * n;
@@ -329,7 +329,25 @@ static void test_masked_plans(void) {
             }
             int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P);
             int *prow = malloc(sizeof(int) * 2 * (size_t)P * P);
-            dfa__mask_pair_work(&d, P, ids, work, prow);
+            /* the diagonals' prefix work (busy diagonals lend their first rows): causal, one batch row */
+            int64_t *pref = d.causal && B == 1 && rep != 2 ? malloc(sizeof(int64_t) * (size_t)P * (DFA__DIAG_SAMPLES + 1)) : NULL;
+            dfa__mask_pair_work(&d, P, ids, work, prow, pref);
+            for (int r = 0; r < P && pref; r++)
+                for (int j = 0; j <= DFA__DIAG_SAMPLES; j++) {
+                    const int x = j * n / DFA__DIAG_SAMPLES;
+                    int64_t count = 0;
+                    for (int i = r * n; i < r * n + x; i++)
+                        for (int jj = r * n; jj < r * n + x; jj++) {
+                            if (jj > i) continue;
+                            if (docs && layout[i] != layout[jj]) continue;
+                            if (windowed && d.window_left >= 0 && i - jj > d.window_left) continue;
+                            if (windowed && d.window_right >= 0 && jj - i > d.window_right) continue;
+                            count++;
+                        }
+                    CHECK(pref[(size_t)r * (DFA__DIAG_SAMPLES + 1) + j] == count,
+                          "P=%d n=%d: diagonal %d's first %d rows have %lld visible pairs, the prefix counts %lld", P, n,
+                          r, x, (long long)count, (long long)pref[(size_t)r * (DFA__DIAG_SAMPLES + 1) + j]);
+                }
             int bad = 0;
             for (int q = 0; q < P && !bad; q++)
                 for (int k = 0; k < P && !bad; k++) {
@@ -359,7 +377,7 @@ static void test_masked_plans(void) {
             for (int ki = 0; ki < 2; ki++) {
                 dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
                 dfa__sched_plan plan; /* row windows off the diagonal in every other plan */
-                CHECK(dfa__sched_plan_build(&s, work, rep % 2 ? prow : NULL, &plan) == 0, "plan build failed");
+                CHECK(dfa__sched_plan_build(&s, work, rep % 2 ? prow : NULL, pref, &plan) == 0, "plan build failed");
                 s.plan = &plan;
                 for (int bwd = 0; bwd <= 1; bwd++) {
                     CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
@@ -372,6 +390,7 @@ static void test_masked_plans(void) {
                         dfa__task tk;
                         if (!dfa__sched_task(&s, r, t, &tk)) continue;
                         load[r] += tk.work;
+                        lending += tk.k_rows > 0;
                         if (windowed && !docs && d.window_left >= 0 && d.window_left < n && d.window_right >= 0 &&
                             d.window_right < n)
                             CHECK(abs(tk.q_chunk - tk.k_chunk) <= 1, "window (%d,%d) < n=%d but q%d x k%d computed",
@@ -384,9 +403,10 @@ static void test_masked_plans(void) {
             }
             CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
                   (long long)most[0], (long long)most[1]);
-            free(layout); free(ids); free(work); free(prow);
+            free(layout); free(ids); free(work); free(prow); free(pref);
         }
-    printf("masked plans: %d checked\n", checked);
+    printf("masked plans: %d checked (%d rows lent by busy diagonals)\n", checked, lending);
+    CHECK(lending > 0, "no random plan lent a diagonal's rows: the checker's lent case went untested");
 }
 
 /* The masked checker is not vacuous: a plan with a task dropped, duplicated, or a pair without
@@ -400,7 +420,7 @@ static void test_masked_checker_catches(void) {
     }
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, work, NULL, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, work, NULL, NULL, &plan) == 0, "plan build failed");
     s.plan = &plan;
     dfa__placed_task base[64], t[65];
     int n = 0;
@@ -422,12 +442,75 @@ static void test_masked_checker_catches(void) {
     t[n] = base[0];
     CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"), "a duplicate passed");
     memcpy(t, base, sizeof base[0] * (size_t)n);
-    t[n] = (dfa__placed_task){1, 0, {4, 0, 8, 1, 1, 1}}; /* q4 x k1: no visible key */
+    t[n] = (dfa__placed_task){1, 0, {4, 0, 8, 1, 1, 1, 0}}; /* q4 x k1: no visible key */
     CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "no visible key"),
           "a pair without visible keys passed");
     memcpy(t, base, sizeof base[0] * (size_t)n);
     t[0].t.row1 = 4; /* half a chunk */
     CHECK(dfa__sim_check_masked_tasks(&s, t, n, err, sizeof err) != 0, "half a chunk passed");
+    dfa__sched_plan_free(&plan);
+}
+
+/* Busy diagonals lend their first rows (schedule.h): with short documents in chunk 0 and one long
+   document over chunk 1, nothing off the diagonal is visible and chunk 1's diagonal is about 20
+   times chunk 0's, so only lending can balance: rank 0 takes chunk 1's first rows against its
+   first keys, as many as a plan lends (half the chunk: a quarter of the pairs), and the simulator proves the plan
+   (every visible pair once, matched messages, both passes). The checker refuses lent rows that
+   are doubled, too many, or whose rest does not match. */
+static void test_lent_diagonals(void) {
+    enum { P = 2, n = 640 };
+    int32_t ids[P * n];
+    for (int i = 0; i < n; i++) ids[i] = i / 32;     /* chunk 0: 20 documents of 32 rows */
+    for (int i = n; i < P * n; i++) ids[i] = 1000;   /* chunk 1: one document */
+    dfa_attn_desc d = dfa_attn_desc_init(1, n, n, 1, 1, 8);
+    d.causal = 1;
+    int64_t work[P * P], pref[P * (DFA__DIAG_SAMPLES + 1)];
+    int prow[2 * P * P];
+    dfa__mask_pair_work(&d, P, ids, work, prow, pref);
+    CHECK(work[1] == 0 && work[2] == 0, "off-diagonal pairs visible: %lld %lld", (long long)work[1], (long long)work[2]);
+    dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
+    dfa__sched_plan plan;
+    CHECK(dfa__sched_plan_build(&s, work, prow, pref, &plan) == 0, "plan build failed");
+    s.plan = &plan;
+    int64_t load[P] = {0, 0};
+    dfa__placed_task all[16];
+    int nt = 0, lent = 0;
+    for (int t = 0; t < dfa__sched_steps(&s); t++)
+        for (int r = 0; r < P; r++)
+            if (nt < 16 && dfa__sched_task(&s, r, t, &all[nt].t)) {
+                all[nt].step = t, all[nt].rank = r;
+                load[r] += all[nt].t.work;
+                if (all[nt].t.k_rows) lent = nt;
+                nt++;
+            }
+    const int64_t most = load[0] > load[1] ? load[0] : load[1];
+    CHECK(nt == 3 && lent && all[lent].rank == 0 && all[lent].t.q_chunk == 1 && all[lent].t.row0 == 0 &&
+              all[lent].t.k_rows == all[lent].t.row1 && 2 * all[lent].t.row1 <= n,
+          "chunk 1's diagonal did not lend its first rows to rank 0 (%d tasks)", nt);
+    CHECK(all[lent].t.row1 == n / 2 && most == work[3] - all[lent].t.work && most * 4 <= work[3] * 3,
+          "rank 1 keeps %lld of its %lld pairs after lending %d rows (want: half its rows, the most lent)",
+          (long long)most, (long long)work[3], all[lent].t.row1);
+    char err[256];
+    for (int bwd = 0; bwd <= 1; bwd++)
+        CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "the lending plan failed the simulator: %s", err);
+    dfa__placed_task t[17];
+    memcpy(t, all, sizeof all[0] * (size_t)nt);
+    CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) == 0, "the plan itself failed: %s", err);
+    t[nt] = all[lent];
+    CHECK(dfa__sim_check_masked_tasks(&s, t, nt + 1, err, sizeof err) != 0, "rows lent twice passed");
+    t[lent].t.row1 = t[lent].t.k_rows = n / 2 + 1;
+    CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "more than half a chunk lent passed");
+    memcpy(t, all, sizeof all[0] * (size_t)nt);
+    t[lent].t.k_rows = n;
+    CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "lent rows reading every key passed");
+    memcpy(t, all, sizeof all[0] * (size_t)nt);
+    t[lent].t.row1 = t[lent].t.k_rows = all[lent].t.row1 - 1;
+    CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a row between lent and kept passed");
+    dfa__sched_plan_free(&plan);
+    /* the ring never lends */
+    s = (dfa__sched){DFA__SCHED_RING, P, 1, n, NULL};
+    CHECK(dfa__sched_plan_build(&s, work, prow, pref, &plan) == 0, "plan build failed");
+    for (int i = 0; i < plan.steps * P; i++) CHECK(plan.tasks[i].k_rows == 0, "the ring lent rows");
     dfa__sched_plan_free(&plan);
 }
 
@@ -462,6 +545,7 @@ int main(void) {
     test_checker_catches();
     test_masked_plans();
     test_masked_checker_catches();
+    test_lent_diagonals();
     test_unit_model();
     test_machine_model();
     test_calibration();

@@ -72,18 +72,20 @@ dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn) {
    per row. The masked distributed calls count every chunk pair's work this way on each call
    (mask_plan.c), where the searches cost milliseconds at 64k rows per chunk. Rows whose id
    drops (ids the caller promised non-decreasing but are not) fall back to the searches.
-   With cum, each row's pairs also go into the bucket of the first sample x_j = j seqlen_q /
-   samples above it (dfa__visible_pairs_prefix). */
-static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, int samples, int64_t *cum) {
-    const int n = d->seqlen_k;
+   With mc, the extra counts of dfa__visible_pairs_counts: a row's pairs (and its share of its
+   tile's cost) go into the bucket of the first sample x_j = j seqlen_q / samples above it. */
+static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, dfa__mask_counts *mc) {
+    const int n = d->seqlen_k, nq = d->seqlen_q, S = mc ? mc->samples : 0, T = mc ? mc->tile : 0;
     int64_t total = 0;
-    int lo = d->seqlen_q, hi = 0;
+    int lo = nq, hi = 0;
+    if (mc && mc->cost) *mc->cost = 0;
     for (int b = 0; b < d->batch; b++) {
-        const int32_t *qd = d->q_doc ? d->q_doc + (int64_t)b * d->seqlen_q : NULL;
+        const int32_t *qd = d->q_doc ? d->q_doc + (int64_t)b * nq : NULL;
         const int32_t *kd = d->q_doc ? d->k_doc + (int64_t)b * n : NULL;
         int first = 0, end = 0, first_row = -1, last_row = -1;
         int32_t last = INT32_MIN; /* the id that [first, end) belongs to */
-        for (int i = 0; i < d->seqlen_q; i++) {
+        int64_t t_lo = INT64_MAX, t_hi = 0; /* the keys the current query tile's rows see */
+        for (int i = 0; i < nq; i++) {
             int64_t a, z;
             row_span(d, i, &a, &z);
             if (qd && a < z) {
@@ -103,10 +105,23 @@ static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, int sampl
             if (z > n) z = n;
             if (z > a) {
                 total += z - a;
-                if (cum) /* the first j with j seqlen_q / samples > i */
-                    cum[((int64_t)(i + 1) * samples + d->seqlen_q - 1) / d->seqlen_q] += z - a;
+                if (S > 0 && mc->cum) /* the first j with j nq / S > i */
+                    mc->cum[((int64_t)(i + 1) * S + nq - 1) / nq] += z - a;
                 last_row = i;
                 if (first_row < 0) first_row = i;
+                if (a < t_lo) t_lo = a;
+                if (z > t_hi) t_hi = z;
+            }
+            if (T > 0 && (i % T == T - 1 || i == nq - 1)) { /* a query tile ends: the key tiles it meets */
+                if (t_hi > t_lo) {
+                    int64_t k1 = (t_hi + T - 1) / T * T;
+                    k1 = k1 < n ? k1 : n;
+                    const int64_t keys = k1 - t_lo / T * T, i0 = i / T * T;
+                    if (mc->cost) *mc->cost += (i - i0 + 1) * keys;
+                    for (int64_t r = i0; S > 0 && mc->cost_cum && r <= i; r++)
+                        mc->cost_cum[((r + 1) * S + nq - 1) / nq] += keys;
+                }
+                t_lo = INT64_MAX, t_hi = 0;
             }
         }
         /* rows ascend within a batch row: its first and last visible rows bound the range */
@@ -120,16 +135,23 @@ static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, int sampl
 
 int64_t dfa__visible_pairs(const dfa_attn_desc *d) {
     int lo, hi;
-    return sweep(d, &lo, &hi, 0, NULL);
+    return sweep(d, &lo, &hi, NULL);
 }
 
 int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi) {
-    return sweep(d, row_lo, row_hi, 0, NULL);
+    return sweep(d, row_lo, row_hi, NULL);
 }
 
-int64_t dfa__visible_pairs_prefix(const dfa_attn_desc *d, int samples, int64_t *cum, int *row_lo, int *row_hi) {
-    for (int j = 0; j <= samples; j++) cum[j] = 0;
-    const int64_t total = sweep(d, row_lo, row_hi, samples, cum);
-    for (int j = 1; j <= samples; j++) cum[j] += cum[j - 1];
+int64_t dfa__visible_pairs_counts(const dfa_attn_desc *d, int *row_lo, int *row_hi, dfa__mask_counts *mc) {
+    const int S = mc->samples;
+    for (int j = 0; j <= S && S > 0; j++) {
+        if (mc->cum) mc->cum[j] = 0;
+        if (mc->cost_cum) mc->cost_cum[j] = 0;
+    }
+    const int64_t total = sweep(d, row_lo, row_hi, mc);
+    for (int j = 1; j <= S; j++) {
+        if (mc->cum) mc->cum[j] += mc->cum[j - 1];
+        if (mc->cost_cum) mc->cost_cum[j] += mc->cost_cum[j - 1];
+    }
     return total;
 }

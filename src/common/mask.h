@@ -34,12 +34,22 @@ int64_t dfa__visible_pairs(const dfa_attn_desc *d);
    (0, 0 when none has). */
 int64_t dfa__visible_pairs_rows(const dfa_attn_desc *d, int *row_lo, int *row_hi);
 
-/* The visible pairs of the query rows below each of samples + 1 sample rows: cum[j] counts rows
-   [0, x_j) with x_j = j seqlen_q / samples (integer division; cum[0] = 0, cum[samples] the
-   total). On a causal block with q_start == k_start (a diagonal block) a row sees no key at or
-   after itself, so cum[j] is also the work of rows [0, x_j) against keys [0, x_j): what the
-   masked plans delegate of a busy diagonal (mask_plan.c). Returns the total and the rows as
-   dfa__visible_pairs_rows does. */
-int64_t dfa__visible_pairs_prefix(const dfa_attn_desc *d, int samples, int64_t *cum, int *row_lo, int *row_hi);
+/* What dfa__visible_pairs_counts counts besides the visible pairs; each pointer may be NULL.
+   Samples: x_j = j seqlen_q / samples (integer division), j = 0..samples.
+   Tile cost: a kernel computes whole tiles, so a block costs about the rows x keys of every
+   (query tile, key tile) that some visible pair falls in, not its visible pairs: short
+   documents leave most of each tile masked. The masked plans balance on it (mask_plan.c). */
+typedef struct {
+    int samples;       /* > 0 for cum and cost_cum */
+    int64_t *cum;      /* [samples + 1]: the visible pairs of rows [0, x_j) */
+    int tile;          /* > 0 for cost and cost_cum: tiles of tile query rows x tile keys */
+    int64_t *cost;     /* the tile cost of the block */
+    int64_t *cost_cum; /* [samples + 1]: the tile cost of rows [0, x_j) (each row a share of its tile's) */
+} dfa__mask_counts;
+
+/* dfa__visible_pairs_rows, and what mc asks for. On a causal block with q_start == k_start (a
+   diagonal block) a row sees no key at or after itself, so cum[j] is also the work of rows
+   [0, x_j) against keys [0, x_j): what the masked plans lend of a busy diagonal. */
+int64_t dfa__visible_pairs_counts(const dfa_attn_desc *d, int *row_lo, int *row_hi, dfa__mask_counts *mc);
 
 #endif

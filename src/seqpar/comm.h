@@ -100,6 +100,7 @@ struct dfa_comm {
        skips the count (executor.c). */
     int64_t *mask_work;
     int *mask_rows;
+    int64_t *mask_cost;   /* the pairs' tile cost ([P][P]) */
     int64_t *mask_prefix; /* the diagonals' prefix work (NULL when the plan did not need it) */
     dfa_attn_desc mask_key;
     int32_t *mask_key_ids;
@@ -113,6 +114,7 @@ struct dfa_comm {
     int agreed_groups[DFA__AGREED_MAX][2]; /* the head groups of each, per pass (0: not agreed yet) */
     int n_agreed;
     int force_groups; /* tests: run every call in this many head groups (0: choose) */
+    int fold_cost;    /* tests: the masked plans' fold cost per row plus 1 (0: DFA__PLAN_FOLD_COST) */
 };
 
 /* Frees the cached scratch (dfa_comm_destroy calls it before the backend's destroy). */

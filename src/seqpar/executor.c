@@ -32,6 +32,10 @@ void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s) {
     if (c) c->stats = s;
 }
 
+void dfa__dist_set_fold_cost(dfa_comm *c, int per_row) {
+    if (c) c->fold_cost = per_row >= 0 ? per_row + 1 : 0; /* stored + 1: a zeroed communicator has the default */
+}
+
 void dfa__dist_force_head_groups(dfa_comm *c, int groups) {
     if (c) c->force_groups = groups > 0 ? groups : 0;
 }
@@ -102,7 +106,8 @@ typedef struct {
     dfa__sched_plan mplan;
     int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
     int *mrows;          /* [P][P][2] their visible query rows (dfa__sched_plan) */
-    int64_t *mprefix;    /* [P][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
+    int64_t *mcost;      /* [P][P] their tile cost (what the plan balances) */
+    int64_t *mprefix;    /* [P][2][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
     int32_t *ids;        /* [P][batch][n] every rank's document ids (host); NULL without documents */
     const int32_t *ids_b; /* the same in the backend's memory (what the blocks read): ids itself
                              on host backends, the communicator's mask_ids on device ones */
@@ -254,9 +259,11 @@ static void free_plan(exec *e) {
 static void mask_cache_clear(dfa_comm *c) {
     free(c->mask_work);
     free(c->mask_rows);
+    free(c->mask_cost);
     free(c->mask_prefix);
     free(c->mask_key_ids);
-    c->mask_work = NULL, c->mask_rows = NULL, c->mask_prefix = NULL, c->mask_key_ids = NULL, c->mask_key_bytes = 0;
+    c->mask_work = NULL, c->mask_rows = NULL, c->mask_cost = NULL, c->mask_prefix = NULL, c->mask_key_ids = NULL;
+    c->mask_key_bytes = 0;
 }
 
 void dfa__comm_drop_cache(dfa_comm *c) {
@@ -423,8 +430,10 @@ static void release(exec *e) {
     free(e->mwork);
     free(e->mrows);
     free(e->mprefix);
+    free(e->mcost);
     e->mrows = NULL;
     e->mprefix = NULL;
+    e->mcost = NULL;
     free(e->ids);
     e->mwork = NULL;
     e->ids = NULL;
@@ -1040,27 +1049,30 @@ static int same_mask(const dfa_attn_desc *a, const dfa_attn_desc *b) {
    waits for the plan. Every rank holds the same ids, so every rank hits or misses alike. On a
    failure to keep the copy the count stands and the next call counts again. */
 static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, int64_t *work,
-                      int *rows, int64_t *prefix) {
-    const size_t cells = (size_t)c->size * (size_t)c->size, samples = (size_t)c->size * (DFA__DIAG_SAMPLES + 1);
+                      int *rows, int64_t *cost, int64_t *prefix) {
+    const size_t cells = (size_t)c->size * (size_t)c->size, samples = (size_t)c->size * 2 * (DFA__DIAG_SAMPLES + 1);
     if (c->mask_work && same_mask(&c->mask_key, d) && c->mask_key_bytes == bytes &&
         (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0) && (c->mask_prefix != NULL) == (prefix != NULL)) {
         memcpy(work, c->mask_work, sizeof *work * cells);
         memcpy(rows, c->mask_rows, sizeof *rows * 2 * cells);
+        memcpy(cost, c->mask_cost, sizeof *cost * cells);
         if (prefix) memcpy(prefix, c->mask_prefix, sizeof *prefix * samples);
         return;
     }
-    dfa__mask_pair_work(d, c->size, ids, work, rows, prefix);
+    dfa__mask_pair_work(d, c->size, ids, work, rows, cost, prefix);
     mask_cache_clear(c);
     c->mask_work = malloc(sizeof *work * cells);
     c->mask_rows = malloc(sizeof *rows * 2 * cells);
+    c->mask_cost = malloc(sizeof *cost * cells);
     c->mask_prefix = prefix ? malloc(sizeof *prefix * samples) : NULL;
     c->mask_key_ids = bytes ? malloc(bytes) : NULL;
-    if (!c->mask_work || !c->mask_rows || (prefix && !c->mask_prefix) || (bytes && !c->mask_key_ids)) {
+    if (!c->mask_work || !c->mask_rows || !c->mask_cost || (prefix && !c->mask_prefix) || (bytes && !c->mask_key_ids)) {
         mask_cache_clear(c);
         return;
     }
     memcpy(c->mask_work, work, sizeof *work * cells);
     memcpy(c->mask_rows, rows, sizeof *rows * 2 * cells);
+    memcpy(c->mask_cost, cost, sizeof *cost * cells);
     if (prefix) memcpy(c->mask_prefix, prefix, sizeof *prefix * samples);
     if (bytes) memcpy(c->mask_key_ids, ids, bytes);
     c->mask_key = *d;
@@ -1081,14 +1093,16 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     const int P = c->size, n = dd->attn.seqlen_q, docs = dd->attn.q_doc != NULL, device = e->ops->to_host != NULL;
     const size_t chunk = (size_t)dd->attn.batch * (size_t)n, bytes = sizeof(int32_t) * chunk * (size_t)P;
     dfa_status st;
-    /* a busy diagonal may lend its first rows (schedule.h): causal, one batch row (the rows, keys
-       and ids they read are then contiguous prefixes of the chunk's) */
-    const int lend = dd->attn.causal && dd->attn.batch == 1 && kind != DFA__SCHED_RING;
+    /* a busy diagonal may lend its first rows (schedule.h): documents (a window alone leaves the
+       diagonals alike), causal, one batch row (the rows, keys and ids they read are then
+       contiguous prefixes of the chunk's) */
+    const int lend = docs && dd->attn.causal && dd->attn.batch == 1 && kind != DFA__SCHED_RING;
     e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
     e->mrows = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
-    if (lend) e->mprefix = malloc(sizeof(int64_t) * (size_t)P * (DFA__DIAG_SAMPLES + 1));
+    e->mcost = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
+    if (lend) e->mprefix = malloc(sizeof(int64_t) * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));
     if (docs) e->ids = malloc(bytes);
-    if (!e->mwork || !e->mrows || (lend && !e->mprefix) || (docs && !e->ids))
+    if (!e->mwork || !e->mrows || !e->mcost || (lend && !e->mprefix) || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
     if (docs && device && c->mask_ids_bytes < bytes) {
         /* (the context exists: the pass was prepared before this, with the same shapes) */
@@ -1114,12 +1128,14 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
         }
     }
     if (!e->local) {
-        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows, e->mprefix);
+        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows, e->mcost, e->mprefix);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
         /* query-row windows off the diagonal, where a window's document ids are one contiguous
            run of the chunk's (compute: one batch row, or no documents) */
         const int windows = !docs || dd->attn.batch == 1;
-        if (dfa__sched_plan_build(&s, e->mwork, windows ? e->mrows : NULL, e->mprefix, &e->mplan))
+        const dfa__plan_counts in = {e->mwork, windows ? e->mrows : NULL, e->mcost, e->mprefix,
+                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST};
+        if (dfa__sched_plan_build(&s, &in, &e->mplan))
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         else
             e->masked = 1;

@@ -45,6 +45,11 @@ typedef struct dfa__dist_stats {
    0 goes back to choosing by memory). The results are the same bits for any count. */
 void dfa__dist_force_head_groups(dfa_comm *c, int groups);
 
+/* Tests: build the following masked plans on c with this fold cost per row (schedule.h,
+   DFA__PLAN_FOLD_COST); a negative value goes back to the default. Small test chunks need a
+   lower one for busy diagonals to lend their rows. */
+void dfa__dist_set_fold_cost(dfa_comm *c, int per_row);
+
 /* Collect timings of the following calls on c into *s (NULL stops). */
 void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s);
 

@@ -9,13 +9,14 @@
 /* A pair to place: query chunk q, key chunk k, its visible pairs. */
 typedef struct {
     int q, k;
-    int64_t work;
-    int lent; /* a diagonal's first rows lent to another rank (its keys too), else 0 */
+    int64_t work; /* visible pairs (what the task carries) */
+    int64_t cost; /* what the ranks are balanced on: the tile cost, or the visible pairs */
+    int lent;     /* a diagonal's first rows lent to another rank (its keys too), else 0 */
 } pair;
 
 static int by_work(const void *a, const void *b) { /* heaviest first; ties by (q, k): deterministic */
     const pair *x = a, *y = b;
-    if (x->work != y->work) return x->work > y->work ? -1 : 1;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
     if (x->q != y->q) return x->q < y->q ? -1 : 1;
     return x->k < y->k ? -1 : x->k > y->k;
 }
@@ -34,12 +35,12 @@ void dfa__sched_plan_free(dfa__sched_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Busy diagonals (schedule.h): while it lowers the busiest rank's load by 2% or more, its
-   diagonal lends its first lent[r] rows (a sample row, at most n / 2; their work in
-   lent_work[r]) to the least busy rank, lent_to[r]. Updates load. */
-static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int64_t *load,
+/* Busy diagonals (schedule.h): while it lowers the busiest load of all ranks by 2% or more, its
+   diagonal lends its first lent[r] rows (a sample row, at most n / 2; their visible pairs in
+   lent_work[r]) to the least busy rank, lent_to[r]. Updates load (in cost units). */
+static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int64_t *load,
                            int *lent, int *lent_to, int64_t *lent_work) {
-    const int P = s->nranks, n = s->rows;
+    const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
     for (int iter = 0; iter < P; iter++) {
         int top = 0, low = 0;
         for (int r = 1; r < P; r++) {
@@ -48,26 +49,34 @@ static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64
         }
         const int64_t diag = work[(size_t)top * P + top];
         if (top == low || lent[top] || diag <= 0) return;
-        const int64_t *cum = diag_prefix + (size_t)top * (DFA__DIAG_SAMPLES + 1);
+        const int64_t *cum = diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
         int best_j = 0;
         int64_t best = load[top];
         for (int j = 1; j <= DFA__DIAG_SAMPLES; j++) {
             const int x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
             if (x < 1 || 2 * x > n || cum[j] <= 0 || cum[j] >= diag) continue;
-            const int64_t a = load[top] - cum[j], b = load[low] + cum[j], most = a > b ? a : b;
+            const int64_t a = load[top] - cost[j] + 2 * (int64_t)fold * x, b = load[low] + cost[j];
+            const int64_t most = a > b ? a : b;
             if (most < best) best = most, best_j = j;
         }
+        /* the busiest load over all ranks must fall (ties at the top gain nothing) */
+        int64_t others = 0;
+        for (int r = 0; r < P; r++)
+            if (r != top && r != low && load[r] > others) others = load[r];
+        if (others > best) best = others;
         if (!best_j || best > load[top] - load[top] / 50) return;
         lent[top] = (int)((int64_t)best_j * n / DFA__DIAG_SAMPLES);
         lent_to[top] = low;
         lent_work[top] = cum[best_j];
-        load[top] -= cum[best_j];
-        load[low] += cum[best_j];
+        load[top] += 2 * (int64_t)fold * lent[top] - cost[best_j];
+        load[low] += cost[best_j];
     }
 }
 
-int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, const int64_t *diag_prefix,
-                          dfa__sched_plan *out) {
+int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__sched_plan *out) {
+    const int64_t *work = in->work, *cost = in->cost, *diag_prefix = in->diag_prefix;
+    const int *rows = in->rows;
+    const int fold = cost ? in->fold_cost : 0;
     const int P = s->nranks, n = s->rows;
     memset(out, 0, sizeof *out);
     pair *pairs = malloc(sizeof *pairs * ((size_t)P * (size_t)P + (size_t)P) + 1);
@@ -78,11 +87,19 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
     int rc = -1;
     if (!pairs || !owner || !count || !load || !lent || !lent_to || !lent_work) goto done;
     int np = 0;
-    for (int q = 0; q < P; q++) {
-        load[q] = work[(size_t)q * P + q]; /* the diagonal: its own rank, step 0 */
-        for (int k = 0; k < P; k++)
-            if (k != q && work[(size_t)q * P + k] > 0) pairs[np++] = (pair){q, k, work[(size_t)q * P + k], 0};
-    }
+    const int64_t *bal = cost ? cost : work;
+    for (int q = 0; q < P; q++) load[q] = bal[(size_t)q * P + q]; /* the diagonal: its own rank, step 0 */
+    for (int q = 0; q < P; q++)
+        for (int k = 0; k < P; k++) {
+            const size_t x = (size_t)q * P + k;
+            if (k == q || work[x] <= 0) continue;
+            pairs[np++] = (pair){q, k, work[x], bal[x], 0};
+            if (fold > 0) { /* its folds land on the owners whoever computes it */
+                const int qrows = rows ? rows[2 * x + 1] - rows[2 * x] : n;
+                load[q] += (int64_t)fold * qrows;
+                load[k] += (int64_t)fold * n;
+            }
+        }
     qsort(pairs, (size_t)np, sizeof *pairs, by_work);
     int64_t *base = malloc(sizeof *base * (size_t)P + 1);
     if (!base) goto done;
@@ -91,14 +108,14 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
         const int q = pairs[i].q, k = pairs[i].k;
         const int r = s->kind == DFA__SCHED_RING || load[q] <= load[k] ? q : k;
         owner[i] = r;
-        load[r] += pairs[i].work;
+        load[r] += pairs[i].cost;
     }
     if (s->kind != DFA__SCHED_RING) {
         /* The greedy can lose to the ring's "query owner computes" on unlucky layouts: start from
            the better of the two, then move pairs off the busiest rank while that lowers it. */
         int64_t g_max = 0, r_max = 0;
         for (int r = 0; r < P; r++) g_max = load[r] > g_max ? load[r] : g_max;
-        for (int i = 0; i < np; i++) base[pairs[i].q] += pairs[i].work;
+        for (int i = 0; i < np; i++) base[pairs[i].q] += pairs[i].cost;
         for (int r = 0; r < P; r++) r_max = base[r] > r_max ? base[r] : r_max;
         if (r_max < g_max) {
             memcpy(load, base, sizeof *load * (size_t)P);
@@ -111,10 +128,10 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
             for (int i = 0; i < np && !moved; i++) {
                 if (owner[i] != top) continue;
                 const int other = pairs[i].q == top ? pairs[i].k : pairs[i].q;
-                if (load[other] + pairs[i].work < load[top]) {
+                if (load[other] + pairs[i].cost < load[top]) {
                     owner[i] = other;
-                    load[top] -= pairs[i].work;
-                    load[other] += pairs[i].work;
+                    load[top] -= pairs[i].cost;
+                    load[other] += pairs[i].cost;
                     moved = 1;
                 }
             }
@@ -123,11 +140,11 @@ int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *r
     }
     free(base);
     if (diag_prefix && s->causal && s->kind != DFA__SCHED_RING) {
-        lend_diagonals(s, work, diag_prefix, load, lent, lent_to, lent_work);
+        lend_diagonals(s, work, diag_prefix, fold, load, lent, lent_to, lent_work);
         for (int r = 0; r < P; r++)
             if (lent[r]) {
                 owner[np] = lent_to[r];
-                pairs[np++] = (pair){r, r, lent_work[r], lent[r]};
+                pairs[np++] = (pair){r, r, lent_work[r], 0, lent[r]};
             }
     }
     for (int i = 0; i < np; i++) count[owner[i]]++;
@@ -176,18 +193,21 @@ done:
     return rc;
 }
 
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows,
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int64_t *cost,
                          int64_t *diag_prefix) {
+    const int S1 = DFA__DIAG_SAMPLES + 1;
     const int n = d->seqlen_q, B = d->batch;
     const int window = (d->flags & DFA_FLAG_WINDOW) != 0;
     for (int q = 0; q < P; q++)
         for (int k = 0; k < P; k++) {
             int64_t *w = &work[(size_t)q * P + k];
             int *rr = rows ? &rows[2 * ((size_t)q * P + k)] : NULL;
-            int64_t *cum = diag_prefix && d->causal && q == k ? diag_prefix + (size_t)q * (DFA__DIAG_SAMPLES + 1) : NULL;
+            int64_t *cum = diag_prefix && d->causal && q == k ? diag_prefix + (size_t)q * 2 * S1 : NULL;
+            int64_t *c = cost ? &cost[(size_t)q * P + k] : NULL;
             *w = 0;
             if (rr) rr[0] = rr[1] = 0;
-            if (cum) memset(cum, 0, sizeof *cum * (DFA__DIAG_SAMPLES + 1));
+            if (c) *c = 0;
+            if (cum) memset(cum, 0, sizeof *cum * 2 * S1);
             /* distances pi - pj over the pair: [(q - k) n - (n - 1), (q - k) n + (n - 1)] */
             const int64_t dmin = (int64_t)(q - k) * n - (n - 1), dmax = (int64_t)(q - k) * n + (n - 1);
             if (d->causal && dmax < 0) continue;
@@ -208,7 +228,8 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             x.q_doc = ids ? ids + (size_t)q * B * n : NULL;
             x.k_doc = ids ? ids + (size_t)k * B * n : NULL;
             int lo, hi;
-            *w = cum ? dfa__visible_pairs_prefix(&x, DFA__DIAG_SAMPLES, cum, &lo, &hi) : dfa__visible_pairs_rows(&x, &lo, &hi);
+            dfa__mask_counts mc = {cum ? DFA__DIAG_SAMPLES : 0, cum, DFA__PLAN_TILE, c, cum ? cum + S1 : NULL};
+            *w = dfa__visible_pairs_counts(&x, &lo, &hi, &mc);
             if (rr) rr[0] = lo, rr[1] = hi;
         }
 }

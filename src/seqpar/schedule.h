@@ -59,6 +59,16 @@ typedef struct {
     const struct dfa__sched_plan *plan;
 } dfa__sched;
 
+/* What folding a partial result costs the rank it lands on, per row, in tile-cost units (pairs
+   of one head): a float32 read-add-write of the row's heads. A pair off the diagonal sends its
+   query rows' results to the query owner and (backward) the whole key chunk's dk, dv to the key
+   owner, wherever it is computed; lent rows send x rows of each back to the owner. Measured on
+   two H200s (run 20, BENCHMARKS.md issue 14: 32 heads x 128, 64k rows a rank): the pair (1, 0)
+   took 6.2 ms of rank 0 for a tile cost of 1.5e7, against 38.9 ms for 3.2e8 on its diagonal;
+   the difference is about 384 units per row of its query window plus its key chunk. Small
+   chunks are memory-bound: there, lending costs more in folds than it saves. */
+#define DFA__PLAN_FOLD_COST 384
+
 /* One block of work: query rows [row0, row1) of chunk q_chunk against the key rows [0, k_rows)
    of chunk k_chunk (k_rows = 0: the whole chunk). */
 typedef struct {
@@ -156,19 +166,33 @@ typedef struct dfa__sched_plan {
 
 /* Samples of a diagonal's prefix work (dfa__mask_pair_work's diag_prefix). */
 #define DFA__DIAG_SAMPLES 64
+/* The tile of the masked plans' cost model (src/common/mask.h, tile cost): the Hopper kernels'
+   128-row query and key blocks (the CPU's are 48-96: the model only ranks the ranks' loads). */
+#define DFA__PLAN_TILE 128
 
 /* Builds the plan of schedule s (kind, P, causal, rows; s->plan ignored) for the pair work
-   matrix and, if not NULL, the pairs' visible query rows (tasks off the diagonal cover only
+   matrix (in: dfa__mask_pair_work's counts) and, if not NULL, the pairs' visible query rows (tasks off the diagonal cover only
    those); 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free.
+   The ranks are balanced on cost (the pairs' tile cost, dfa__mask_pair_work, plus fold_cost a
+   row for the partial results that land on each rank) when not NULL, else on the visible
+   pairs; tasks carry their visible pairs either way.
    Busy diagonals: with one long document the pairs off the diagonal cannot even the ranks out
    (the diagonal is most of a rank's work). With diag_prefix (causal BALANCED / PAPER plans;
-   [P][DFA__DIAG_SAMPLES + 1], dfa__mask_pair_work), the busiest rank's diagonal may lend its
+   [P][2][DFA__DIAG_SAMPLES + 1], dfa__mask_pair_work), the busiest rank's diagonal may lend its
    first x rows (x = a sample row, at most n / 2) to the least busy rank: that task reads keys
    [0, x) only (causal: all those rows see), so it moves x rows of k and v in and, backward,
    x rows of dk and dv out instead of whole chunks. The owner keeps rows [x, n) at step 0. This
-   repeats while it lowers the busiest rank's load by 2% or more, each diagonal at most once. */
-int dfa__sched_plan_build(const dfa__sched *s, const int64_t *work, const int *rows, const int64_t *diag_prefix,
-                          dfa__sched_plan *out);
+   repeats while it lowers the busiest load of all ranks by 2% or more, each diagonal at most
+   once. (The executor lends only under documents: a window alone leaves the diagonals alike.) */
+typedef struct {
+    const int64_t *work;        /* [P][P] visible pairs (required) */
+    const int *rows;            /* [P][P][2] their visible query rows, or NULL */
+    const int64_t *cost;        /* [P][P] their tile cost, or NULL */
+    const int64_t *diag_prefix; /* [P][2][DFA__DIAG_SAMPLES + 1], or NULL */
+    int fold_cost;              /* with cost: DFA__PLAN_FOLD_COST (tests: less), else 0 */
+} dfa__plan_counts;
+
+int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__sched_plan *out);
 void dfa__sched_plan_free(dfa__sched_plan *p);
 
 /* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global
@@ -177,10 +201,12 @@ void dfa__sched_plan_free(dfa__sched_plan *p);
    every rank's document ids, [P][batch][n]. Fills work[P * P] and, if not NULL, rows[P * P * 2]
    (the visible query rows of each pair, as in dfa__sched_plan). Pairs that chunk-level bounds
    (causal, window distance, the chunks' first and last ids) rule out cost nothing; the others
-   are counted row by row. With diag_prefix (not NULL, causal d only), also each diagonal's
-   work below its sample rows: diag_prefix[r (DFA__DIAG_SAMPLES + 1) + j] = the visible pairs of
-   rows [0, x_j) of chunk r against its keys [0, x_j), x_j = j n / DFA__DIAG_SAMPLES. */
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows,
+   are counted row by row. With cost (not NULL, [P][P]), also each pair's tile cost (tiles of
+   DFA__PLAN_TILE). With diag_prefix (not NULL, causal d only), also each diagonal's work below
+   its sample rows x_j = j n / DFA__DIAG_SAMPLES: diag_prefix[(2 r) S1 + j] the visible pairs of
+   rows [0, x_j) of chunk r against its keys [0, x_j), diag_prefix[(2 r + 1) S1 + j] their tile
+   cost (S1 = DFA__DIAG_SAMPLES + 1). */
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int64_t *cost,
                          int64_t *diag_prefix);
 
 #endif

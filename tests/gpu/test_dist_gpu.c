@@ -55,7 +55,7 @@ typedef struct {
     int causal, overlap;
     dfa__sched_kind kind;
     unsigned flags;
-    int docs;                /* random packed documents (device ids) */
+    int docs;                /* 1: random packed documents (device ids); 2: a busy last diagonal */
     int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
 
@@ -69,6 +69,20 @@ static void random_docs(int32_t *ids, int N, int n) {
         for (int r = 0; r < len && i < N; r++) ids[i++] = id;
         id += tl_rand_int(1, 3);
     }
+}
+
+/* Short documents (1 to 4 rows, none across a chunk's end or a 128-row tile's) up to the last
+   chunk, then one over all of it: the last diagonal is most of the work, so on 2 ranks or more
+   the balanced plan lends its first rows to another rank (schedule.h; test_dist checks that it
+   does, with the same plan code). */
+static void busy_docs(int32_t *ids, int N, int n) {
+    int32_t id = 0;
+    for (int i = 0; i < N - n; id++) {
+        const int chunk_end = (i / n + 1) * n, tile_end = i - i % n + ((i % n) / 128 + 1) * 128;
+        const int len = tl_rand_int(1, 4), end = chunk_end < tile_end ? chunk_end : tile_end;
+        for (int r = 0; r < len && i < end; r++) ids[i++] = id;
+    }
+    for (int i = N - n; i < N; i++) ids[i] = id;
 }
 
 /* The mask of a case on a descriptor (ids: the descriptor's document ids, or NULL). */
@@ -189,7 +203,10 @@ static whole draw_whole(const dcase *k) {
     if (k->docs) {
         w.ids = malloc(sizeof(int32_t) * (size_t)k->B * N);
         if (rank == 0)
-            for (int b = 0; b < k->B; b++) random_docs(w.ids + (size_t)b * N, N, k->n);
+            for (int b = 0; b < k->B; b++) {
+                if (k->docs == 2) busy_docs(w.ids + (size_t)b * N, N, k->n);
+                else random_docs(w.ids + (size_t)b * N, N, k->n);
+            }
         MPI_Bcast(w.ids, k->B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
         int32_t *lids = tl_slice_rows(DFA_F32, w.ids, k->B, N, rank * k->n, k->n, 1); /* 4-byte rows */
         w.lids_dev = dev_copy_of(lids, sizeof(int32_t) * (size_t)k->B * k->n);
@@ -558,9 +575,16 @@ static void test_masks(dfa_comm *c, cudaStream_t s) {
         {1, n, 4, 2, 64, DFA_F16, 0, 1, BAL, DFA_FLAG_DETERMINISTIC, 1, 1, N, N},    /* documents, whole-sequence window */
         {1, n + 5, 6, 2, 128, DFA_BF16, 0, 1, BAL, 0, 0, 1, 1, 1},                   /* window 1 both sides */
         {1, n - 3, 4, 2, 64, DFA_F16, 1, 1, BAL, 0, 1, 1, n / 2, -1},                /* documents + half-chunk window */
+        {1, 272, 4, 2, 128, DFA_BF16, 1, 1, BAL, 0, 2, 0, 0, 0},                     /* a busy diagonal lends rows */
+        {1, 300, 4, 4, 64, DFA_F16, 1, 0, BAL, 0, 2, 1, 200, 0},                     /* the same, with a window */
     };
     const int ncases = small ? 3 : (int)(sizeof cases / sizeof cases[0]);
-    for (int i = 0; i < ncases; i++) run_case(c, &cases[i], s);
+    for (int i = 0; i < ncases; i++) {
+        /* chunks this small would not lend with the folds costed (DFA__PLAN_FOLD_COST) */
+        dfa__dist_set_fold_cost(c, cases[i].docs == 2 ? 0 : -1);
+        run_case(c, &cases[i], s);
+    }
+    dfa__dist_set_fold_cost(c, -1);
 }
 
 /* Masked calls that must fail: bad ids on one rank (every rank fails, outputs untouched),

@@ -330,8 +330,14 @@ static void test_masked_plans(void) {
             int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P);
             int *prow = malloc(sizeof(int) * 2 * (size_t)P * P);
             /* the diagonals' prefix work (busy diagonals lend their first rows): causal, one batch row */
-            int64_t *pref = d.causal && B == 1 && rep != 2 ? malloc(sizeof(int64_t) * (size_t)P * (DFA__DIAG_SAMPLES + 1)) : NULL;
-            dfa__mask_pair_work(&d, P, ids, work, prow, pref);
+            const int S1 = DFA__DIAG_SAMPLES + 1;
+            int64_t *pref = d.causal && B == 1 && rep != 2 ? malloc(sizeof(int64_t) * (size_t)P * 2 * S1) : NULL;
+            int64_t *cost = rep != 0 ? malloc(sizeof(int64_t) * (size_t)P * P) : NULL;
+            dfa__mask_pair_work(&d, P, ids, work, prow, cost, pref);
+            for (int x = 0; x < P * P && cost; x++)
+                CHECK(cost[x] >= work[x] && (cost[x] > 0) == (work[x] > 0),
+                      "P=%d n=%d: pair %d costs %lld for %lld visible pairs", P, n, x, (long long)cost[x],
+                      (long long)work[x]);
             for (int r = 0; r < P && pref; r++)
                 for (int j = 0; j <= DFA__DIAG_SAMPLES; j++) {
                     const int x = j * n / DFA__DIAG_SAMPLES;
@@ -344,9 +350,13 @@ static void test_masked_plans(void) {
                             if (windowed && d.window_right >= 0 && jj - i > d.window_right) continue;
                             count++;
                         }
-                    CHECK(pref[(size_t)r * (DFA__DIAG_SAMPLES + 1) + j] == count,
-                          "P=%d n=%d: diagonal %d's first %d rows have %lld visible pairs, the prefix counts %lld", P, n,
-                          r, x, (long long)count, (long long)pref[(size_t)r * (DFA__DIAG_SAMPLES + 1) + j]);
+                    const int64_t *pr = pref + (size_t)r * 2 * S1;
+                    CHECK(pr[j] == count, "P=%d n=%d: diagonal %d's first %d rows have %lld visible pairs, the prefix "
+                          "counts %lld", P, n, r, x, (long long)count, (long long)pr[j]);
+                    CHECK(pr[S1 + j] >= pr[j] && (j == 0 || pr[S1 + j] >= pr[S1 + j - 1]) &&
+                              (j < DFA__DIAG_SAMPLES || pr[S1 + j] == (cost ? cost[(size_t)r * P + r] : pr[S1 + j])),
+                          "P=%d n=%d: diagonal %d's prefix cost %lld at %d rows (pairs %lld)", P, n, r,
+                          (long long)pr[S1 + j], x, (long long)pr[j]);
                 }
             int bad = 0;
             for (int q = 0; q < P && !bad; q++)
@@ -377,7 +387,7 @@ static void test_masked_plans(void) {
             for (int ki = 0; ki < 2; ki++) {
                 dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
                 dfa__sched_plan plan; /* row windows off the diagonal in every other plan */
-                CHECK(dfa__sched_plan_build(&s, work, rep % 2 ? prow : NULL, pref, &plan) == 0, "plan build failed");
+                CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, rep % 2 ? prow : NULL, cost, pref, 0}, &plan) == 0, "plan build failed");
                 s.plan = &plan;
                 for (int bwd = 0; bwd <= 1; bwd++) {
                     CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
@@ -401,9 +411,10 @@ static void test_masked_plans(void) {
                 free(load);
                 dfa__sched_plan_free(&plan);
             }
-            CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
-                  (long long)most[0], (long long)most[1]);
-            free(layout); free(ids); free(work); free(prow); free(pref);
+            if (!cost) /* (balanced on tile cost, the plan may carry more visible pairs on one rank) */
+                CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
+                      (long long)most[0], (long long)most[1]);
+            free(layout); free(ids); free(work); free(prow); free(pref); free(cost);
         }
     printf("masked plans: %d checked (%d rows lent by busy diagonals)\n", checked, lending);
     CHECK(lending > 0, "no random plan lent a diagonal's rows: the checker's lent case went untested");
@@ -420,7 +431,7 @@ static void test_masked_checker_catches(void) {
     }
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, work, NULL, NULL, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, NULL, NULL, NULL, 0}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     dfa__placed_task base[64], t[65];
     int n = 0;
@@ -464,13 +475,13 @@ static void test_lent_diagonals(void) {
     for (int i = n; i < P * n; i++) ids[i] = 1000;   /* chunk 1: one document */
     dfa_attn_desc d = dfa_attn_desc_init(1, n, n, 1, 1, 8);
     d.causal = 1;
-    int64_t work[P * P], pref[P * (DFA__DIAG_SAMPLES + 1)];
+    int64_t work[P * P], cost[P * P], pref[P * 2 * (DFA__DIAG_SAMPLES + 1)];
     int prow[2 * P * P];
-    dfa__mask_pair_work(&d, P, ids, work, prow, pref);
+    dfa__mask_pair_work(&d, P, ids, work, prow, cost, pref);
     CHECK(work[1] == 0 && work[2] == 0, "off-diagonal pairs visible: %lld %lld", (long long)work[1], (long long)work[2]);
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, work, prow, pref, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     int64_t load[P] = {0, 0};
     dfa__placed_task all[16];
@@ -509,7 +520,7 @@ static void test_lent_diagonals(void) {
     dfa__sched_plan_free(&plan);
     /* the ring never lends */
     s = (dfa__sched){DFA__SCHED_RING, P, 1, n, NULL};
-    CHECK(dfa__sched_plan_build(&s, work, prow, pref, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0}, &plan) == 0, "plan build failed");
     for (int i = 0; i < plan.steps * P; i++) CHECK(plan.tasks[i].k_rows == 0, "the ring lent rows");
     dfa__sched_plan_free(&plan);
 }

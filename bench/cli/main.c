@@ -16,6 +16,7 @@ static const struct {
     {"demo", cmd_demo, "the attention demo: a long sequence, checked against the naive path"},
     {"simulate", cmd_simulate, "print a distributed schedule and predicted makespans (--ranks P)"},
     {"dist-bench", cmd_dist_bench, "distributed attention timings; run under mpirun -np P"},
+    {"plan-blocks", cmd_plan_blocks, "a masked distributed plan's blocks timed on one GPU, with and without lending"},
 };
 
 static void usage(FILE *f) {

@@ -240,7 +240,8 @@ int cmd_plan_blocks(int argc, char **argv) {
     for (int lend = 0; lend < 2; lend++) {
         if (lend && !ids) break; /* the executor lends only under documents */
         const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
-        const dfa__plan_counts in = {work, rows, cost, lend ? prefix : NULL, DFA__PLAN_FOLD_COST};
+        const dfa__plan_counts in = {work, rows, cost, lend ? prefix : NULL, DFA__PLAN_FOLD_COST,
+                                     dfa__lend_rows(&chunk)};
         dfa__sched_plan plan;
         if (dfa__sched_plan_build(&s, &in, &plan)) {
             fprintf(stderr, "distflash plan-blocks: out of host memory\n");

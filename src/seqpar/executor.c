@@ -834,8 +834,8 @@ size_t dfa__dist_workspace_bytes(int nranks, const dfa_dist_desc *d, const dfa__
                chunk's keys or queries; one result it sends), each peer's pair may send it one
                result, and each peer computing rows of this rank's chunk gets them from a window
                this rank packs (window_bytes: all of it with several batch rows, else its lse).
-               A diagonal's lent rows (at most half a chunk, schedule.h) take both inputs and send
-               both results, each at most half a chunk's: within the same bound, but for the
+               A diagonal's lent rows (lend_rows, schedule.h) take both inputs and send both
+               results, together at most one whole chunk's: within the same bound, but for the
                rounding of their parts (the slack). */
             const size_t q_in = parts_total(msg_parts(&e, DFA__MSG_QUERY, e.n, e.n));
             const size_t kv_in = parts_total(msg_parts(&e, DFA__MSG_KV, e.n, e.n));
@@ -1134,7 +1134,7 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
            run of the chunk's (compute: one batch row, or no documents) */
         const int windows = !docs || dd->attn.batch == 1;
         const dfa__plan_counts in = {e->mwork, windows ? e->mrows : NULL, e->mcost, e->mprefix,
-                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST};
+                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST, dfa__lend_rows(&dd->attn)};
         if (dfa__sched_plan_build(&s, &in, &e->mplan))
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         else

@@ -1,8 +1,10 @@
 /* Masked plans: which chunk pairs a document / window mask leaves, and who computes them.
    See schedule.h ("Masked plans"). Pure functions of their arguments. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/dtype.h"
 #include "../common/mask.h"
 #include "schedule.h"
 
@@ -29,6 +31,15 @@ static int by_distance(const void *a, const void *b) { /* nearest key chunk firs
     return x->k < y->k ? -1 : x->k > y->k;
 }
 
+/* (schedule.h) */
+int dfa__lend_rows(const dfa_attn_desc *d) {
+    const double es = (double)dfa__dtype_size(d->dtype), H = d->num_heads, D = d->head_dim;
+    const double q = H * D * es, kv = 2.0 * d->num_kv_heads * D * es, lse = 4.0 * H;
+    const double fwd_in = fmax(q, kv) / (q + kv), bwd_in = fmax(3 * q + lse, kv) / (3 * q + lse + kv);
+    const double bwd_out = fmax(q / es * 4, kv / es * 4) / ((q + kv) / es * 4); /* dq; dk, dv in float32 */
+    return (int)(fmin(fwd_in, fmin(bwd_in, bwd_out)) * d->seqlen_q);
+}
+
 void dfa__sched_plan_free(dfa__sched_plan *p) {
     if (!p) return;
     free(p->tasks);
@@ -36,10 +47,10 @@ void dfa__sched_plan_free(dfa__sched_plan *p) {
 }
 
 /* Busy diagonals (schedule.h): while it lowers the busiest load of all ranks by 2% or more, its
-   diagonal lends its first lent[r] rows (a sample row, at most n / 2; their visible pairs in
+   diagonal lends its first lent[r] rows (a sample row, at most cap; their visible pairs in
    lent_work[r]) to the least busy rank, lent_to[r]. Updates load (in cost units). */
-static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int64_t *load,
-                           int *lent, int *lent_to, int64_t *lent_work) {
+static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int cap,
+                           int64_t *load, int *lent, int *lent_to, int64_t *lent_work) {
     const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
     for (int iter = 0; iter < P; iter++) {
         int top = 0, low = 0;
@@ -54,7 +65,7 @@ static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64
         int64_t best = load[top];
         for (int j = 1; j <= DFA__DIAG_SAMPLES; j++) {
             const int x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
-            if (x < 1 || 2 * x > n || cum[j] <= 0 || cum[j] >= diag) continue;
+            if (x < 1 || x > cap || x >= n || cum[j] <= 0 || cum[j] >= diag) continue;
             const int64_t a = load[top] - cost[j] + 2 * (int64_t)fold * x, b = load[low] + cost[j];
             const int64_t most = a > b ? a : b;
             if (most < best) best = most, best_j = j;
@@ -140,7 +151,8 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
     }
     free(base);
     if (diag_prefix && s->causal && s->kind != DFA__SCHED_RING) {
-        lend_diagonals(s, work, diag_prefix, fold, load, lent, lent_to, lent_work);
+        lend_diagonals(s, work, diag_prefix, fold, in->lend_rows_max > 0 ? in->lend_rows_max : n / 2, load, lent,
+                       lent_to, lent_work);
         for (int r = 0; r < P; r++)
             if (lent[r]) {
                 owner[np] = lent_to[r];

@@ -179,7 +179,7 @@ typedef struct dfa__sched_plan {
    Busy diagonals: with one long document the pairs off the diagonal cannot even the ranks out
    (the diagonal is most of a rank's work). With diag_prefix (causal BALANCED / PAPER plans;
    [P][2][DFA__DIAG_SAMPLES + 1], dfa__mask_pair_work), the busiest rank's diagonal may lend its
-   first x rows (x = a sample row, at most n / 2) to the least busy rank: that task reads keys
+   first x rows (x = a sample row, at most lend_rows_max) to the least busy rank: that task reads keys
    [0, x) only (causal: all those rows see), so it moves x rows of k and v in and, backward,
    x rows of dk and dv out instead of whole chunks. The owner keeps rows [x, n) at step 0. This
    repeats while it lowers the busiest load of all ranks by 2% or more, each diagonal at most
@@ -190,9 +190,18 @@ typedef struct {
     const int64_t *cost;        /* [P][P] their tile cost, or NULL */
     const int64_t *diag_prefix; /* [P][2][DFA__DIAG_SAMPLES + 1], or NULL */
     int fold_cost;              /* with cost: DFA__PLAN_FOLD_COST (tests: less), else 0 */
+    int lend_rows_max;          /* the most rows a diagonal lends (0: n / 2). The executor gives as many
+                                   as keep the lent block's two inputs, and its two results, within
+                                   one whole-chunk message's bytes (its workspace bound assumes it) */
 } dfa__plan_counts;
 
 int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__sched_plan *out);
+
+/* lend_rows_max for per-rank descriptor d: the lent block takes x query rows and x key rows at
+   once and sends back both results, so each sum must stay within one whole chunk's largest
+   input and largest result, by which dfa__dist_workspace_bytes bounds a masked step, in both
+   passes: half a chunk when query and key/value rows weigh the same, up to two thirds. */
+int dfa__lend_rows(const dfa_attn_desc *d);
 void dfa__sched_plan_free(dfa__sched_plan *p);
 
 /* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global

@@ -414,7 +414,7 @@ int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, c
 /* Masked plans (schedule.h): every pair with visible keys (plan->work > 0) computed exactly
    once, as one whole-chunk task carrying its work and the call's causal flag; no other pair.
    A causal diagonal may instead be two tasks: its first x rows against keys [0, x) (k_rows = x,
-   at most n / 2 rows, on another rank) and rows [x, n) against all its keys (on its own rank,
+   fewer than n rows, on another rank) and rows [x, n) against all its keys (on its own rank,
    at step 0), their work adding up to the pair's. */
 static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all, int ntask, char *err, size_t len) {
     const int P = s->nranks, n = s->rows;
@@ -423,7 +423,7 @@ static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all
         const dfa__task *t = &all[i].t;
         if (!t->k_rows) continue;
         const int q = t->q_chunk;
-        if (!s->causal || q != t->k_chunk || t->row0 != 0 || t->row1 != t->k_rows || 2 * t->k_rows > n ||
+        if (!s->causal || q != t->k_chunk || t->row0 != 0 || t->row1 != t->k_rows || t->k_rows >= n ||
             all[i].rank == q || t->work <= 0 || t->causal_mask != 1)
             return fail(err, len, "rank %d step %d: malformed lent rows q%d[%d:%d] x k%d[0:%d]", all[i].rank,
                         all[i].step, q, t->row0, t->row1, t->k_chunk, t->k_rows);

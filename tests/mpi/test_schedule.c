@@ -387,7 +387,7 @@ static void test_masked_plans(void) {
             for (int ki = 0; ki < 2; ki++) {
                 dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
                 dfa__sched_plan plan; /* row windows off the diagonal in every other plan */
-                CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, rep % 2 ? prow : NULL, cost, pref, 0}, &plan) == 0, "plan build failed");
+                CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, rep % 2 ? prow : NULL, cost, pref, 0, 0}, &plan) == 0, "plan build failed");
                 s.plan = &plan;
                 for (int bwd = 0; bwd <= 1; bwd++) {
                     CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
@@ -431,7 +431,7 @@ static void test_masked_checker_catches(void) {
     }
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, NULL, NULL, NULL, 0}, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, NULL, NULL, NULL, 0, 0}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     dfa__placed_task base[64], t[65];
     int n = 0;
@@ -481,7 +481,7 @@ static void test_lent_diagonals(void) {
     CHECK(work[1] == 0 && work[2] == 0, "off-diagonal pairs visible: %lld %lld", (long long)work[1], (long long)work[2]);
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0}, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0, 0}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     int64_t load[P] = {0, 0};
     dfa__placed_task all[16];
@@ -509,8 +509,8 @@ static void test_lent_diagonals(void) {
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) == 0, "the plan itself failed: %s", err);
     t[nt] = all[lent];
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt + 1, err, sizeof err) != 0, "rows lent twice passed");
-    t[lent].t.row1 = t[lent].t.k_rows = n / 2 + 1;
-    CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "more than half a chunk lent passed");
+    t[lent].t.row1 = t[lent].t.k_rows = n;
+    CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a whole diagonal lent passed");
     memcpy(t, all, sizeof all[0] * (size_t)nt);
     t[lent].t.k_rows = n;
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "lent rows reading every key passed");
@@ -520,7 +520,7 @@ static void test_lent_diagonals(void) {
     dfa__sched_plan_free(&plan);
     /* the ring never lends */
     s = (dfa__sched){DFA__SCHED_RING, P, 1, n, NULL};
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0}, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0, 0}, &plan) == 0, "plan build failed");
     for (int i = 0; i < plan.steps * P; i++) CHECK(plan.tasks[i].k_rows == 0, "the ring lent rows");
     dfa__sched_plan_free(&plan);
 }

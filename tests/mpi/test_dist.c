@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 8; i++) {
         /* tiles of 128 rows: lending needs n >= 256; at 1024 the plan lends as many rows as a
            lent block may take (dfa__lend_rows: the workspace bound's limit, checked below) */
-        const int n = (int[]){nranks <= 3 ? 1024 : 272, 300, 24, 37}[i % 4];
+        const int n = (int[]){nranks == 2 ? 1024 : 272, 300, 24, 37}[i % 4];
         dcase k = {1 + (i == 7), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
                    i == 6 ? DFA__SCHED_RING : i == 5 ? DFA__SCHED_PAPER : DFA__SCHED_BALANCED, 2, i == 3, n / 2, 0};
         run_case(c, &k);

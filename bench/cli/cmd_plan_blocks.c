@@ -55,7 +55,7 @@ static int usage(FILE *f) {
                "  --kv-heads H      key/value heads (default = heads)\n"
                "  --head-dim D      64 or 128 (default 128)\n"
                "  --dtype T         bf16 or f16 (default bf16)\n"
-               "  --docs MEAN       documents, log-normal lengths of this mean (default 4096)\n"
+               "  --docs MEAN       documents, log-normal lengths of this mean (default 4096; 0: none)\n"
                "  --window W        also a sliding window of W keys\n"
                "  --reps R          timed repetitions of each block, median (default 5)\n");
     return f == stdout ? 0 : 2;
@@ -66,6 +66,11 @@ static int parse(int argc, char **argv, pb_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+        if (!strcmp(a, "--docs") && i + 1 < argc && !strcmp(argv[i + 1], "0")) { /* no documents (a window alone) */
+            o->mask.doc_mean = 0;
+            i++;
+            continue;
+        }
         const int m = bench_mask_arg(argc, argv, &i, &o->mask);
         if (m < 0) return -1;
         if (m > 0) continue;
@@ -84,6 +89,7 @@ static int parse(int argc, char **argv, pb_opts *o) {
     }
     if (!o->kv_heads) o->kv_heads = o->heads;
     if (o->heads % o->kv_heads || o->seqlen % o->ranks || (o->head_dim != 64 && o->head_dim != 128)) return -1;
+    if (!bench_mask_on(&o->mask)) return -1; /* a plan without a mask is not a masked plan */
     return 0;
 }
 
@@ -111,7 +117,7 @@ static void time_block(const pb_opts *o, const dfa__compute_ops *ops, void *ctx,
                        int n, const dfa_attn_desc *chunk, cudaStream_t st, double ms[2]) {
     const size_t es = 2, qrow = (size_t)o->heads * o->head_dim * es, krow = (size_t)o->kv_heads * o->head_dim * es;
     const int rows = t->row1 - t->row0, krows = dfa__task_key_rows(t, n);
-    const size_t q0 = (size_t)t->q_chunk * n + (size_t)t->row0, k0 = (size_t)t->k_chunk * n;
+    const size_t q0 = (size_t)t->q_chunk * n + (size_t)t->row0, k0 = (size_t)t->k_chunk * n + (size_t)t->k_row0;
     dfa_attn_desc bd = *chunk;
     bd.seqlen_q = rows;
     bd.seqlen_k = krows;
@@ -136,8 +142,8 @@ static void time_block(const pb_opts *o, const dfa__compute_ops *ops, void *ctx,
                                           b->lse32);
             if (s == DFA_OK && ops->take_error) s = ops->take_error(ctx, "plan-blocks");
             if (s != DFA_OK) {
-                fprintf(stderr, "distflash plan-blocks: block q%d[%d:%d] x k%d[0:%d]: %s\n", t->q_chunk, t->row0,
-                        t->row1, t->k_chunk, krows, dfa_last_error());
+                fprintf(stderr, "distflash plan-blocks: block q%d[%d:%d] x k%d[%d:%d]: %s\n", t->q_chunk, t->row0,
+                        t->row1, t->k_chunk, t->k_row0, t->k_row0 + krows, dfa_last_error());
                 exit(1);
             }
             PB_CUDA(cudaEventRecord(e1, st));
@@ -169,13 +175,13 @@ int cmd_plan_blocks(int argc, char **argv) {
     const size_t cells = (size_t)P * P;
     int64_t *work = malloc(sizeof *work * cells), *cost = malloc(sizeof *cost * cells);
     int64_t *prefix = malloc(sizeof *prefix * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));
-    int *rows = malloc(sizeof *rows * 2 * cells);
-    if (!work || !cost || !prefix || !rows || (o.mask.doc_mean > 0 && !ids)) {
+    int *rows = malloc(sizeof *rows * 2 * cells), *keys = malloc(sizeof *keys * 2 * cells);
+    if (!work || !cost || !prefix || !rows || !keys || (o.mask.doc_mean > 0 && !ids)) {
         fprintf(stderr, "distflash plan-blocks: out of host memory\n");
         return 1;
     }
     dfa_attn_desc counted = chunk;
-    dfa__mask_pair_work(&counted, P, ids, work, rows, cost, ids ? prefix : NULL);
+    dfa__mask_pair_work(&counted, P, ids, work, rows, keys, cost, ids ? prefix : NULL);
 
     /* the whole sequence, and a real forward for the backward's o and lse */
     const size_t qb = (size_t)S * H * D * 2, kb = (size_t)S * HK * D * 2;
@@ -240,7 +246,7 @@ int cmd_plan_blocks(int argc, char **argv) {
     for (int lend = 0; lend < 2; lend++) {
         if (lend && !ids) break; /* the executor lends only under documents */
         const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
-        const dfa__plan_counts in = {work, rows, cost, lend ? prefix : NULL, DFA__PLAN_FOLD_COST,
+        const dfa__plan_counts in = {work, rows, keys, cost, lend ? prefix : NULL, DFA__PLAN_FOLD_COST,
                                      dfa__lend_rows(&chunk)};
         dfa__sched_plan plan;
         if (dfa__sched_plan_build(&s, &in, &plan)) {
@@ -259,8 +265,8 @@ int cmd_plan_blocks(int argc, char **argv) {
                 time_block(&o, ops, ctx, &b, tk, n, &chunk, st, ms);
                 tot[0] += ms[0], tot[1] += ms[1];
                 char blk[64];
-                snprintf(blk, sizeof blk, "q%d[%d:%d] x k%d[0:%d]", tk->q_chunk, tk->row0, tk->row1, tk->k_chunk,
-                         dfa__task_key_rows(tk, n));
+                snprintf(blk, sizeof blk, "q%d[%d:%d] x k%d[%d:%d]", tk->q_chunk, tk->row0, tk->row1, tk->k_chunk,
+                         tk->k_row0, dfa__task_key_end(tk, n));
                 printf("  %4d  %4d  %-38s %9.3g  %8.2f %8.2f\n", r, t, blk, (double)tk->work, ms[0], ms[1]);
             }
             printf("  rank %d: fwd %.2f ms, bwd %.2f ms, f+b %.2f ms\n", r, tot[0], tot[1], tot[0] + tot[1]);
@@ -279,7 +285,7 @@ int cmd_plan_blocks(int argc, char **argv) {
     cudaFree(b.lse_rows), cudaFree(b.lse32), cudaFree(b.o32), cudaFree(b.dq32), cudaFree(b.dk32), cudaFree(b.dv32);
     cudaFree(b.ids), cudaFree(b.scratch);
     cudaStreamDestroy(st);
-    free(work), free(cost), free(prefix), free(rows), free(ids);
+    free(work), free(cost), free(prefix), free(rows), free(keys), free(ids);
     return 0;
 }
 #endif

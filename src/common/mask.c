@@ -76,7 +76,7 @@ dfa_status dfa__check_docs_host(const dfa_attn_desc *d, const char *fn) {
    tile's cost) go into the bucket of the first sample x_j = j seqlen_q / samples above it. */
 static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, dfa__mask_counts *mc) {
     const int n = d->seqlen_k, nq = d->seqlen_q, S = mc ? mc->samples : 0, T = mc ? mc->tile : 0;
-    int64_t total = 0;
+    int64_t total = 0, k_lo = n, k_hi = 0;
     int lo = nq, hi = 0;
     if (mc && mc->cost) *mc->cost = 0;
     for (int b = 0; b < d->batch; b++) {
@@ -111,6 +111,8 @@ static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, dfa__mask
                 if (first_row < 0) first_row = i;
                 if (a < t_lo) t_lo = a;
                 if (z > t_hi) t_hi = z;
+                if (a < k_lo) k_lo = a;
+                if (z > k_hi) k_hi = z;
             }
             if (T > 0 && (i % T == T - 1 || i == nq - 1)) { /* a query tile ends: the key tiles it meets */
                 if (t_hi > t_lo) {
@@ -130,6 +132,7 @@ static int64_t sweep(const dfa_attn_desc *d, int *row_lo, int *row_hi, dfa__mask
     }
     *row_lo = lo < hi ? lo : 0;
     *row_hi = lo < hi ? hi : 0;
+    if (mc && mc->keys) mc->keys[0] = k_lo < k_hi ? (int)k_lo : 0, mc->keys[1] = k_lo < k_hi ? (int)k_hi : 0;
     return total;
 }
 

@@ -45,6 +45,7 @@ typedef struct {
     int tile;          /* > 0 for cost and cost_cum: tiles of tile query rows x tile keys */
     int64_t *cost;     /* the tile cost of the block */
     int64_t *cost_cum; /* [samples + 1]: the tile cost of rows [0, x_j) (each row a share of its tile's) */
+    int *keys;         /* [2]: the keys some query row sees, [keys[0], keys[1]) over every batch row (0, 0: none) */
 } dfa__mask_counts;
 
 /* dfa__visible_pairs_rows, and what mc asks for. On a causal block with q_start == k_start (a

@@ -101,6 +101,7 @@ struct dfa_comm {
     int64_t *mask_work;
     int *mask_rows;
     int64_t *mask_cost;   /* the pairs' tile cost ([P][P]) */
+    int *mask_keys;       /* the pairs' visible key rows ([P][P][2]) */
     int64_t *mask_prefix; /* the diagonals' prefix work (NULL when the plan did not need it) */
     dfa_attn_desc mask_key;
     int32_t *mask_key_ids;

@@ -111,14 +111,15 @@ static dfa__cuda_shape block_shape(const dfa_attn_desc *d) {
     return s;
 }
 
-/* Masks. The scratch starts with the visible intervals of a block's rows and keys, sized
-   for n rows against n keys (every block of a masked plan is a whole chunk pair; a smaller
-   block fits too), and the backward's scratch follows; the executor hands the blocks device
-   pointers into every rank's document ids (the descriptor's q_doc / k_doc). Blocks run one
-   after another on the call's stream, so one interval buffer serves them all. */
+/* Masks. The scratch starts with the visible intervals of a block's rows and keys (its own
+   seqlen_q and seqlen_k: a window of query rows against a window of keys has fewer keys than
+   rows), and the backward's scratch follows; sized for n rows against n keys, which every
+   block of a masked plan fits in. The executor hands the blocks device pointers into every
+   rank's document ids (the descriptor's q_doc / k_doc). Blocks run one after another on the
+   call's stream, so one interval buffer serves them all. */
 static size_t mask_scratch(const dfa_attn_desc *d) {
     if (!d->q_doc && !(d->flags & DFA_FLAG_WINDOW)) return 0;
-    const dfa__cuda_mask m = {d->batch, d->seqlen_k, d->seqlen_k, NULL, NULL, 0, 0, 0, -1, -1};
+    const dfa__cuda_mask m = {d->batch, d->seqlen_q, d->seqlen_k, NULL, NULL, 0, 0, 0, -1, -1};
     return dfa__cuda_mask_bytes(&m); /* already a multiple of 256 */
 }
 

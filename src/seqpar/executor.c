@@ -106,6 +106,7 @@ typedef struct {
     dfa__sched_plan mplan;
     int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
     int *mrows;          /* [P][P][2] their visible query rows (dfa__sched_plan) */
+    int *mkeys;          /* [P][P][2] their visible key rows */
     int64_t *mcost;      /* [P][P] their tile cost (what the plan balances) */
     int64_t *mprefix;    /* [P][2][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
     int32_t *ids;        /* [P][batch][n] every rank's document ids (host); NULL without documents */
@@ -179,7 +180,7 @@ static size_t window_bytes(const exec *e, int rows) {
    rows are then contiguous) the rows after those it lent (schedule.h, busy diagonals): at step 0
    its block writes the accumulators itself (first_is_diagonal). */
 static int own_diagonal_direct(const exec *e, const dfa__task *t) {
-    return t->q_chunk == e->rank && t->k_chunk == e->rank && t->row1 == e->n && !t->k_rows &&
+    return t->q_chunk == e->rank && t->k_chunk == e->rank && t->row1 == e->n && !t->k_row1 && !t->k_row0 &&
            (t->row0 == 0 || e->d.batch == 1);
 }
 
@@ -260,9 +261,11 @@ static void mask_cache_clear(dfa_comm *c) {
     free(c->mask_work);
     free(c->mask_rows);
     free(c->mask_cost);
+    free(c->mask_keys);
     free(c->mask_prefix);
     free(c->mask_key_ids);
-    c->mask_work = NULL, c->mask_rows = NULL, c->mask_cost = NULL, c->mask_prefix = NULL, c->mask_key_ids = NULL;
+    c->mask_work = NULL, c->mask_rows = NULL, c->mask_keys = NULL, c->mask_cost = NULL, c->mask_prefix = NULL;
+    c->mask_key_ids = NULL;
     c->mask_key_bytes = 0;
 }
 
@@ -431,6 +434,8 @@ static void release(exec *e) {
     free(e->mrows);
     free(e->mprefix);
     free(e->mcost);
+    free(e->mkeys);
+    e->mkeys = NULL;
     e->mrows = NULL;
     e->mprefix = NULL;
     e->mcost = NULL;
@@ -496,9 +501,10 @@ static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
         for (int i = 0; i < 4; i++) out[i] = e->ghost_buf;
         return;
     }
-    if (pm->m.kind == DFA__MSG_KV) {
-        out[0] = (void *)e->io->k;
-        out[1] = (void *)e->io->v;
+    if (pm->m.kind == DFA__MSG_KV) { /* the chunk, or its rows [k_row0, k_row1) (one batch row) */
+        const size_t off = (size_t)pm->m.task.k_row0 * e->d.num_kv_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+        out[0] = (char *)(void *)e->io->k + off;
+        out[1] = (char *)(void *)e->io->v + off;
     } else { /* a whole query chunk */
         out[0] = (void *)e->io->q;
         out[1] = (void *)e->io->o;
@@ -563,13 +569,13 @@ static void fold_query(exec *e, const dfa__task *t, void *res[2]) {
                            e->acc[1], res[0], res[1]);
 }
 
-/* Folds a partial dk, dv of this rank's keys (all, or the first rows a lent diagonal read). */
+/* Folds a partial dk, dv of this rank's keys (all, or the rows [k_row0, k_row1) the task read). */
 static void fold_keys(exec *e, const dfa__task *t, void *res[2]) {
     const int kr = dfa__task_key_rows(t, e->n);
     const int64_t width = (int64_t)e->d.num_kv_heads * e->d.head_dim;
     for (int i = 0; i < 2; i++)
         if (kr == e->n) e->ops->add_f32(e->ctx, e->acc[1 + i], res[i], (int64_t)e->d.batch * e->n * width);
-        else add_rows(e, e->acc[1 + i], res[i], 0, kr, width);
+        else add_rows(e, e->acc[1 + i], res[i], t->k_row0, kr, width);
 }
 
 /* Folds the results of compute step s that other ranks sent here. */
@@ -625,9 +631,10 @@ static void compute(exec *e, int t) {
         }
         msg_buffers(e, t, pm, qs);
     }
-    if (kmine) {
-        kv[0] = (void *)e->io->k;
-        kv[1] = (void *)e->io->v;
+    if (kmine) { /* the task's key rows (one batch row when not all) */
+        const size_t off = (size_t)tk->k_row0 * e->d.num_kv_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+        kv[0] = (char *)(void *)e->io->k + off;
+        kv[1] = (char *)(void *)e->io->v + off;
     } else {
         planned_msg *pm = find(ps, DFA__MSG_KV, 0);
         if (!pm) {
@@ -666,12 +673,12 @@ static void compute(exec *e, int t) {
     bd.seqlen_k = dfa__task_key_rows(tk, e->n);
     bd.causal = tk->causal_mask;
     bd.q_start = (int64_t)tk->q_chunk * e->n + tk->row0;
-    bd.k_start = (int64_t)tk->k_chunk * e->n;
+    bd.k_start = (int64_t)tk->k_chunk * e->n + tk->k_row0;
     if (e->masked) { /* the chunks' document ids; a window of query rows has them from row0 on
                            (masked plans make windows with documents only for one batch row) */
         const size_t chunk = (size_t)e->d.batch * (size_t)e->n;
         bd.q_doc = e->ids_b ? e->ids_b + (size_t)tk->q_chunk * chunk + (size_t)tk->row0 : NULL;
-        bd.k_doc = e->ids_b ? e->ids_b + (size_t)tk->k_chunk * chunk : NULL;
+        bd.k_doc = e->ids_b ? e->ids_b + (size_t)tk->k_chunk * chunk + (size_t)tk->k_row0 : NULL;
     }
     dfa_status st;
     if (e->bwd)
@@ -1049,30 +1056,33 @@ static int same_mask(const dfa_attn_desc *a, const dfa_attn_desc *b) {
    waits for the plan. Every rank holds the same ids, so every rank hits or misses alike. On a
    failure to keep the copy the count stands and the next call counts again. */
 static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, int64_t *work,
-                      int *rows, int64_t *cost, int64_t *prefix) {
+                      int *rows, int *keys, int64_t *cost, int64_t *prefix) {
     const size_t cells = (size_t)c->size * (size_t)c->size, samples = (size_t)c->size * 2 * (DFA__DIAG_SAMPLES + 1);
     if (c->mask_work && same_mask(&c->mask_key, d) && c->mask_key_bytes == bytes &&
         (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0) && (c->mask_prefix != NULL) == (prefix != NULL)) {
         memcpy(work, c->mask_work, sizeof *work * cells);
         memcpy(rows, c->mask_rows, sizeof *rows * 2 * cells);
+        memcpy(keys, c->mask_keys, sizeof *keys * 2 * cells);
         memcpy(cost, c->mask_cost, sizeof *cost * cells);
         if (prefix) memcpy(prefix, c->mask_prefix, sizeof *prefix * samples);
         return;
     }
-    dfa__mask_pair_work(d, c->size, ids, work, rows, cost, prefix);
+    dfa__mask_pair_work(d, c->size, ids, work, rows, keys, cost, prefix);
     mask_cache_clear(c);
     c->mask_work = malloc(sizeof *work * cells);
     c->mask_rows = malloc(sizeof *rows * 2 * cells);
     c->mask_cost = malloc(sizeof *cost * cells);
+    c->mask_keys = malloc(sizeof *keys * 2 * cells);
     c->mask_prefix = prefix ? malloc(sizeof *prefix * samples) : NULL;
     c->mask_key_ids = bytes ? malloc(bytes) : NULL;
-    if (!c->mask_work || !c->mask_rows || !c->mask_cost || (prefix && !c->mask_prefix) || (bytes && !c->mask_key_ids)) {
+    if (!c->mask_work || !c->mask_rows || !c->mask_keys || !c->mask_cost || (prefix && !c->mask_prefix) || (bytes && !c->mask_key_ids)) {
         mask_cache_clear(c);
         return;
     }
     memcpy(c->mask_work, work, sizeof *work * cells);
     memcpy(c->mask_rows, rows, sizeof *rows * 2 * cells);
     memcpy(c->mask_cost, cost, sizeof *cost * cells);
+    memcpy(c->mask_keys, keys, sizeof *keys * 2 * cells);
     if (prefix) memcpy(c->mask_prefix, prefix, sizeof *prefix * samples);
     if (bytes) memcpy(c->mask_key_ids, ids, bytes);
     c->mask_key = *d;
@@ -1099,10 +1109,11 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     const int lend = docs && dd->attn.causal && dd->attn.batch == 1 && kind != DFA__SCHED_RING;
     e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
     e->mrows = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
+    e->mkeys = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
     e->mcost = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
     if (lend) e->mprefix = malloc(sizeof(int64_t) * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));
     if (docs) e->ids = malloc(bytes);
-    if (!e->mwork || !e->mrows || !e->mcost || (lend && !e->mprefix) || (docs && !e->ids))
+    if (!e->mwork || !e->mrows || !e->mkeys || !e->mcost || (lend && !e->mprefix) || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
     if (docs && device && c->mask_ids_bytes < bytes) {
         /* (the context exists: the pass was prepared before this, with the same shapes) */
@@ -1128,13 +1139,15 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
         }
     }
     if (!e->local) {
-        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows, e->mcost, e->mprefix);
+        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows, e->mkeys, e->mcost, e->mprefix);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
         /* query-row windows off the diagonal, where a window's document ids are one contiguous
-           run of the chunk's (compute: one batch row, or no documents) */
-        const int windows = !docs || dd->attn.batch == 1;
-        const dfa__plan_counts in = {e->mwork, windows ? e->mrows : NULL, e->mcost, e->mprefix,
-                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST, dfa__lend_rows(&dd->attn)};
+           run of the chunk's (compute: one batch row, or no documents); key windows where they
+           are also contiguous rows of k and v to send in place and fold (one batch row) */
+        const int windows = !docs || dd->attn.batch == 1, key_windows = dd->attn.batch == 1;
+        const dfa__plan_counts in = {e->mwork, windows ? e->mrows : NULL, key_windows ? e->mkeys : NULL, e->mcost,
+                                     e->mprefix, c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
+                                     dfa__lend_rows(&dd->attn)};
         if (dfa__sched_plan_build(&s, &in, &e->mplan))
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         else

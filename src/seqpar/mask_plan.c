@@ -94,7 +94,7 @@ static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64
 
 int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__sched_plan *out) {
     const int64_t *work = in->work, *cost = in->cost, *diag_prefix = in->diag_prefix;
-    const int *rows = in->rows;
+    const int *rows = in->rows, *keys = in->rows ? in->keys : NULL;
     const int fold = cost ? in->fold_cost : 0;
     const int P = s->nranks, n = s->rows;
     memset(out, 0, sizeof *out);
@@ -116,7 +116,7 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
             if (fold > 0) { /* its folds land on the owners whoever computes it */
                 const int qrows = rows ? rows[2 * x + 1] - rows[2 * x] : n;
                 load[q] += (int64_t)fold * qrows;
-                load[k] += (int64_t)fold * n;
+                load[k] += (int64_t)fold * (keys ? keys[2 * x + 1] - keys[2 * x] : n);
             }
         }
     qsort(pairs, (size_t)np, sizeof *pairs, by_work);
@@ -173,10 +173,10 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         if (1 + count[r] > steps) steps = 1 + count[r];
     out->tasks = malloc(sizeof *out->tasks * (size_t)steps * (size_t)P);
     if (!out->tasks) goto done;
-    for (size_t i = 0; i < (size_t)steps * (size_t)P; i++) out->tasks[i] = (dfa__task){-1, 0, 0, -1, 0, 0, 0};
+    for (size_t i = 0; i < (size_t)steps * (size_t)P; i++) out->tasks[i] = (dfa__task){-1, 0, 0, -1, 0, 0, 0, 0};
     for (int r = 0; r < P; r++) /* the diagonal, less the rows it lent */
         if (work[(size_t)r * P + r] > 0)
-            out->tasks[r] = (dfa__task){r, lent[r], n, r, s->causal, work[(size_t)r * P + r] - lent_work[r], 0};
+            out->tasks[r] = (dfa__task){r, lent[r], n, r, s->causal, work[(size_t)r * P + r] - lent_work[r], 0, 0};
     /* each rank's pairs by key distance (neighbours first), from step 1 */
     pair *mine = malloc(sizeof *mine * (size_t)np + 1);
     if (!mine) {
@@ -192,8 +192,12 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
             const size_t x = (size_t)mine[i].q * P + (size_t)mine[i].k;
             const int r0 = rows && !mine[i].lent ? rows[2 * x] : 0;
             const int r1 = mine[i].lent ? mine[i].lent : rows ? rows[2 * x + 1] : n;
-            out->tasks[(size_t)(1 + i) * P + r] =
-                (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work, mine[i].lent};
+            /* lent rows read keys [0, x); a pair off the diagonal its visible keys (when known),
+               widened to whole tiles of DFA__PLAN_TILE keys */
+            const int k0 = keys && !mine[i].lent ? keys[2 * x] / DFA__PLAN_TILE * DFA__PLAN_TILE : 0;
+            int k1 = mine[i].lent ? mine[i].lent : keys ? (keys[2 * x + 1] + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE : 0;
+            k1 = k1 > n ? n : k1;
+            out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work, k0, k1};
         }
     }
     free(mine);
@@ -201,6 +205,7 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
     out->steps = steps;
     out->work = work;
     out->rows = rows;
+    out->keys = keys;
     rc = 0;
 done:
     free(lent);
@@ -213,19 +218,20 @@ done:
     return rc;
 }
 
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int64_t *cost,
-                         int64_t *diag_prefix) {
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int *keys,
+                         int64_t *cost, int64_t *diag_prefix) {
     const int S1 = DFA__DIAG_SAMPLES + 1;
     const int n = d->seqlen_q, B = d->batch;
     const int window = (d->flags & DFA_FLAG_WINDOW) != 0;
     for (int q = 0; q < P; q++)
         for (int k = 0; k < P; k++) {
             int64_t *w = &work[(size_t)q * P + k];
-            int *rr = rows ? &rows[2 * ((size_t)q * P + k)] : NULL;
+            int *rr = rows ? &rows[2 * ((size_t)q * P + k)] : NULL, *kk = keys ? &keys[2 * ((size_t)q * P + k)] : NULL;
             int64_t *cum = diag_prefix && d->causal && q == k ? diag_prefix + (size_t)q * 2 * S1 : NULL;
             int64_t *c = cost ? &cost[(size_t)q * P + k] : NULL;
             *w = 0;
             if (rr) rr[0] = rr[1] = 0;
+            if (kk) kk[0] = kk[1] = 0;
             if (c) *c = 0;
             if (cum) memset(cum, 0, sizeof *cum * 2 * S1);
             /* distances pi - pj over the pair: [(q - k) n - (n - 1), (q - k) n + (n - 1)] */
@@ -248,7 +254,7 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             x.q_doc = ids ? ids + (size_t)q * B * n : NULL;
             x.k_doc = ids ? ids + (size_t)k * B * n : NULL;
             int lo, hi;
-            dfa__mask_counts mc = {cum ? DFA__DIAG_SAMPLES : 0, cum, DFA__PLAN_TILE, c, cum ? cum + S1 : NULL};
+            dfa__mask_counts mc = {cum ? DFA__DIAG_SAMPLES : 0, cum, DFA__PLAN_TILE, c, cum ? cum + S1 : NULL, kk};
             *w = dfa__visible_pairs_counts(&x, &lo, &hi, &mc);
             if (rr) rr[0] = lo, rr[1] = hi;
         }

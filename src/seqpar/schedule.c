@@ -32,7 +32,7 @@ static int set_task(dfa__task *out, int qc, int r0, int r1, int kc, int mask) {
     out->k_chunk = kc;
     out->causal_mask = mask;
     out->work = 0;
-    out->k_rows = 0;
+    out->k_row0 = out->k_row1 = 0;
     return 1;
 }
 

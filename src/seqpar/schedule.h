@@ -69,20 +69,26 @@ typedef struct {
    chunks are memory-bound: there, lending costs more in folds than it saves. */
 #define DFA__PLAN_FOLD_COST 384
 
-/* One block of work: query rows [row0, row1) of chunk q_chunk against the key rows [0, k_rows)
-   of chunk k_chunk (k_rows = 0: the whole chunk). */
+/* One block of work: query rows [row0, row1) of chunk q_chunk against the key rows
+   [k_row0, k_row1) of chunk k_chunk (k_row1 = 0: to the chunk's end). */
 typedef struct {
     int q_chunk, row0, row1;
     int k_chunk;
     int causal_mask; /* apply the causal mask inside the block (the diagonal block when causal; every
                         block of a masked plan when causal: the block's mask comes from positions) */
     int64_t work;    /* masked plans: the block's visible pairs (> 0); 0 elsewhere (derived) */
-    int k_rows;      /* masked plans: the first rows of a busy diagonal delegated to another rank
-                        read only the keys before their end (causal); 0 elsewhere */
+    /* Masked plans, one batch row: the first rows of a busy diagonal lent to another rank read
+       only the keys before their end (causal): [0, x); a pair off the diagonal reads only the keys
+       some of its rows see (a document's tail, a window's reach). 0, 0 elsewhere: all. */
+    int k_row0, k_row1;
 } dfa__task;
 
-/* The key rows a task reads (n: rows per chunk). */
-static inline int dfa__task_key_rows(const dfa__task *t, int n) { return t->k_rows > 0 ? t->k_rows : n; }
+/* The end of the key rows a task reads, and how many (n: rows per chunk). */
+static inline int dfa__task_key_end(const dfa__task *t, int n) { return t->k_row1 > 0 ? t->k_row1 : n; }
+static inline int dfa__task_key_rows(const dfa__task *t, int n) { return dfa__task_key_end(t, n) - t->k_row0; }
+
+/* A diagonal's first rows lent to another rank (schedule.h, busy diagonals). */
+static inline int dfa__task_lent(const dfa__task *t) { return t->q_chunk == t->k_chunk && t->k_row1 > 0; }
 
 typedef enum {
     DFA__MSG_KV = 1,       /* k and v of chunk k_chunk: its owner -> the computing rank */
@@ -162,6 +168,7 @@ typedef struct dfa__sched_plan {
     dfa__task *tasks;     /* [steps][nranks]; q_chunk < 0: the rank idles */
     const int64_t *work;  /* [P][P], the caller's (kept for the checker) */
     const int *rows;      /* [P][P][2] or NULL (whole chunks), the caller's (kept for the checker) */
+    const int *keys;      /* [P][P][2] or NULL (whole key chunks), the same for keys */
 } dfa__sched_plan;
 
 /* Samples of a diagonal's prefix work (dfa__mask_pair_work's diag_prefix). */
@@ -187,6 +194,8 @@ typedef struct dfa__sched_plan {
 typedef struct {
     const int64_t *work;        /* [P][P] visible pairs (required) */
     const int *rows;            /* [P][P][2] their visible query rows, or NULL */
+    const int *keys;            /* [P][P][2] their visible key rows (with rows), or NULL: pairs off the
+                                   diagonal then read and move only those keys */
     const int64_t *cost;        /* [P][P] their tile cost, or NULL */
     const int64_t *diag_prefix; /* [P][2][DFA__DIAG_SAMPLES + 1], or NULL */
     int fold_cost;              /* with cost: DFA__PLAN_FOLD_COST (tests: less), else 0 */
@@ -210,12 +219,13 @@ void dfa__sched_plan_free(dfa__sched_plan *p);
    every rank's document ids, [P][batch][n]. Fills work[P * P] and, if not NULL, rows[P * P * 2]
    (the visible query rows of each pair, as in dfa__sched_plan). Pairs that chunk-level bounds
    (causal, window distance, the chunks' first and last ids) rule out cost nothing; the others
-   are counted row by row. With cost (not NULL, [P][P]), also each pair's tile cost (tiles of
+   are counted row by row. With keys (not NULL, [P][P][2]), also the key rows of chunk k some row
+   of chunk q sees, as rows for query rows. With cost (not NULL, [P][P]), also each pair's tile cost (tiles of
    DFA__PLAN_TILE). With diag_prefix (not NULL, causal d only), also each diagonal's work below
    its sample rows x_j = j n / DFA__DIAG_SAMPLES: diag_prefix[(2 r) S1 + j] the visible pairs of
    rows [0, x_j) of chunk r against its keys [0, x_j), diag_prefix[(2 r + 1) S1 + j] their tile
    cost (S1 = DFA__DIAG_SAMPLES + 1). */
-void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int64_t *cost,
-                         int64_t *diag_prefix);
+void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int *keys,
+                         int64_t *cost, int64_t *diag_prefix);
 
 #endif

@@ -421,16 +421,16 @@ static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all
     const int64_t *work = s->plan->work;
     for (int i = 0; i < ntask; i++) {
         const dfa__task *t = &all[i].t;
-        if (!t->k_rows) continue;
+        if (!dfa__task_lent(t)) continue;
         const int q = t->q_chunk;
-        if (!s->causal || q != t->k_chunk || t->row0 != 0 || t->row1 != t->k_rows || t->k_rows >= n ||
+        if (!s->causal || t->k_row0 != 0 || t->row0 != 0 || t->row1 != t->k_row1 || t->k_row1 >= n ||
             all[i].rank == q || t->work <= 0 || t->causal_mask != 1)
-            return fail(err, len, "rank %d step %d: malformed lent rows q%d[%d:%d] x k%d[0:%d]", all[i].rank,
-                        all[i].step, q, t->row0, t->row1, t->k_chunk, t->k_rows);
+            return fail(err, len, "rank %d step %d: malformed lent rows q%d[%d:%d] x k%d[%d:%d]", all[i].rank,
+                        all[i].step, q, t->row0, t->row1, t->k_chunk, t->k_row0, t->k_row1);
         int rest = -1, lent = 0;
         for (int j = 0; j < ntask; j++)
             if (all[j].t.q_chunk == q && all[j].t.k_chunk == q) {
-                if (!all[j].t.k_rows) rest = j;
+                if (!dfa__task_lent(&all[j].t)) rest = j;
                 else lent++;
             }
         if (lent > 1) return fail(err, len, "q%d x k%d lends its first rows %d times", q, q, lent);
@@ -452,7 +452,7 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
     for (int i = 0; i < ntask && !rc; i++) {
         const dfa__task *t = &all[i].t;
         const int chunks_ok = t->q_chunk >= 0 && t->q_chunk < P && t->k_chunk >= 0 && t->k_chunk < P;
-        if (chunks_ok && t->q_chunk == t->k_chunk && t->k_rows) continue; /* lent rows: checked above */
+        if (chunks_ok && dfa__task_lent(t)) continue; /* lent rows: checked above */
         /* whole chunks, or off the diagonal the pair's visible query rows (the plan's rows); a
            diagonal that lent its first rows keeps the rest */
         const int *want = chunks_ok && s->plan->rows && t->q_chunk != t->k_chunk
@@ -460,12 +460,19 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
                               : NULL;
         int lent = 0;
         for (int j = 0; j < ntask && chunks_ok && t->q_chunk == t->k_chunk; j++)
-            if (all[j].t.k_rows && all[j].t.q_chunk == t->q_chunk && all[j].t.k_chunk == t->q_chunk) lent = all[j].t.row1;
+            if (dfa__task_lent(&all[j].t) && all[j].t.q_chunk == t->q_chunk) lent = all[j].t.row1;
         const int r0 = want ? want[0] : lent, r1 = want ? want[1] : n;
+        /* and their keys: the pair's visible key rows (the plan's keys), or all */
+        const int *want_k = want && s->plan->keys ? &s->plan->keys[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)] : NULL;
+        const int k0 = want_k ? want_k[0] / DFA__PLAN_TILE * DFA__PLAN_TILE : 0;
+        const int k1 = !want_k ? 0 : (want_k[1] + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE > n ? n
+                                   : (want_k[1] + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE;
         const int64_t want_work = chunks_ok ? work[(size_t)t->q_chunk * P + t->k_chunk] : 0;
-        if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1 || t->k_rows)
-            rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d (rows [%d:%d] expected)", all[i].rank,
-                      all[i].step, t->q_chunk, t->row0, t->row1, t->k_chunk, r0, r1);
+        if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1 || t->k_row0 != k0 ||
+            t->k_row1 != k1 || (want_k && (k0 < 0 || k1 > n || k0 >= k1)))
+            rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d[%d:%d] (rows [%d:%d], keys [%d:%d] expected)",
+                      all[i].rank, all[i].step, t->q_chunk, t->row0, t->row1, t->k_chunk, t->k_row0, t->k_row1, r0, r1,
+                      k0, k1);
         else if (work[(size_t)t->q_chunk * P + t->k_chunk] <= 0)
             rc = fail(err, len, "rank %d step %d: q%d x k%d has no visible key (wasted work and messages)",
                       all[i].rank, all[i].step, t->q_chunk, t->k_chunk);

@@ -64,7 +64,7 @@ static void test_checker_catches(void) {
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"),
               "P=%d: a duplicate passed (%s)", P, err);
         memcpy(t, base, sizeof base[0] * (size_t)n);
-        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0, 0, 0}}; /* q0 x k1: entirely masked */
+        t[n] = (dfa__placed_task){1, 0, {0, 0, 7, 1, 0, 0, 0, 0}}; /* q0 x k1: entirely masked */
         CHECK(dfa__sim_check_tasks(&s, t, n + 1, err, sizeof err) != 0, "P=%d: a masked pair passed", P);
         memcpy(t, base, sizeof base[0] * (size_t)n);
         t[0].t.causal_mask = 0; /* the diagonal unmasked */
@@ -328,12 +328,12 @@ static void test_masked_plans(void) {
                                sizeof(int32_t) * (size_t)n);
             }
             int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P);
-            int *prow = malloc(sizeof(int) * 2 * (size_t)P * P);
+            int *prow = malloc(sizeof(int) * 2 * (size_t)P * P), *pkey = malloc(sizeof(int) * 2 * (size_t)P * P);
             /* the diagonals' prefix work (busy diagonals lend their first rows): causal, one batch row */
             const int S1 = DFA__DIAG_SAMPLES + 1;
             int64_t *pref = d.causal && B == 1 && rep != 2 ? malloc(sizeof(int64_t) * (size_t)P * 2 * S1) : NULL;
             int64_t *cost = rep != 0 ? malloc(sizeof(int64_t) * (size_t)P * P) : NULL;
-            dfa__mask_pair_work(&d, P, ids, work, prow, cost, pref);
+            dfa__mask_pair_work(&d, P, ids, work, prow, pkey, cost, pref);
             for (int x = 0; x < P * P && cost; x++)
                 CHECK(cost[x] >= work[x] && (cost[x] > 0) == (work[x] > 0),
                       "P=%d n=%d: pair %d costs %lld for %lld visible pairs", P, n, x, (long long)cost[x],
@@ -363,6 +363,7 @@ static void test_masked_plans(void) {
                 for (int k = 0; k < P && !bad; k++) {
                     int64_t count = 0;
                     int lo = n, hi = 0; /* the query rows (of the chunk) with a visible key */
+                    int klo = n, khi = 0; /* the key rows (of the chunk) some query row sees */
                     for (int b = 0; b < B; b++)
                         for (int i = q * n; i < (q + 1) * n; i++)
                             for (int j = k * n; j < (k + 1) * n; j++) {
@@ -373,8 +374,14 @@ static void test_masked_plans(void) {
                                 count++;
                                 if (i - q * n < lo) lo = i - q * n;
                                 if (i - q * n + 1 > hi) hi = i - q * n + 1;
+                                if (j - k * n < klo) klo = j - k * n;
+                                if (j - k * n + 1 > khi) khi = j - k * n + 1;
                             }
                     if (lo >= hi) lo = hi = 0;
+                    if (klo >= khi) klo = khi = 0;
+                    const int *pk = &pkey[2 * ((size_t)q * P + k)];
+                    CHECK(pk[0] == klo && pk[1] == khi, "P=%d n=%d B=%d: q%d x k%d has visible keys [%d:%d], the plan [%d:%d]",
+                          P, n, B, q, k, klo, khi, pk[0], pk[1]);
                     const int *pr = &prow[2 * ((size_t)q * P + k)];
                     CHECK(pr[0] == lo && pr[1] == hi, "P=%d n=%d B=%d: q%d x k%d has visible rows [%d:%d], the plan [%d:%d]",
                           P, n, B, q, k, lo, hi, pr[0], pr[1]);
@@ -387,7 +394,8 @@ static void test_masked_plans(void) {
             for (int ki = 0; ki < 2; ki++) {
                 dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
                 dfa__sched_plan plan; /* row windows off the diagonal in every other plan */
-                CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, rep % 2 ? prow : NULL, cost, pref, 0, 0}, &plan) == 0, "plan build failed");
+                CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work, .rows = rep % 2 ? prow : NULL,
+                                         .keys = rep % 2 && B == 1 ? pkey : NULL, .cost = cost, .diag_prefix = pref}, &plan) == 0, "plan build failed");
                 s.plan = &plan;
                 for (int bwd = 0; bwd <= 1; bwd++) {
                     CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
@@ -400,7 +408,7 @@ static void test_masked_plans(void) {
                         dfa__task tk;
                         if (!dfa__sched_task(&s, r, t, &tk)) continue;
                         load[r] += tk.work;
-                        lending += tk.k_rows > 0;
+                        lending += dfa__task_lent(&tk);
                         if (windowed && !docs && d.window_left >= 0 && d.window_left < n && d.window_right >= 0 &&
                             d.window_right < n)
                             CHECK(abs(tk.q_chunk - tk.k_chunk) <= 1, "window (%d,%d) < n=%d but q%d x k%d computed",
@@ -414,7 +422,7 @@ static void test_masked_plans(void) {
             if (!cost) /* (balanced on tile cost, the plan may carry more visible pairs on one rank) */
                 CHECK(most[0] <= most[1], "P=%d: the balanced plan's busiest rank has %lld pairs, the ring's %lld", P,
                       (long long)most[0], (long long)most[1]);
-            free(layout); free(ids); free(work); free(prow); free(pref); free(cost);
+            free(layout); free(ids); free(work); free(prow); free(pkey); free(pref); free(cost);
         }
     printf("masked plans: %d checked (%d rows lent by busy diagonals)\n", checked, lending);
     CHECK(lending > 0, "no random plan lent a diagonal's rows: the checker's lent case went untested");
@@ -431,7 +439,7 @@ static void test_masked_checker_catches(void) {
     }
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, 8, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, NULL, NULL, NULL, 0, 0}, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     dfa__placed_task base[64], t[65];
     int n = 0;
@@ -453,7 +461,7 @@ static void test_masked_checker_catches(void) {
     t[n] = base[0];
     CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "twice"), "a duplicate passed");
     memcpy(t, base, sizeof base[0] * (size_t)n);
-    t[n] = (dfa__placed_task){1, 0, {4, 0, 8, 1, 1, 1, 0}}; /* q4 x k1: no visible key */
+    t[n] = (dfa__placed_task){1, 0, {4, 0, 8, 1, 1, 1, 0, 0}}; /* q4 x k1: no visible key */
     CHECK(dfa__sim_check_masked_tasks(&s, t, n + 1, err, sizeof err) != 0 && strstr(err, "no visible key"),
           "a pair without visible keys passed");
     memcpy(t, base, sizeof base[0] * (size_t)n);
@@ -477,11 +485,11 @@ static void test_lent_diagonals(void) {
     d.causal = 1;
     int64_t work[P * P], cost[P * P], pref[P * 2 * (DFA__DIAG_SAMPLES + 1)];
     int prow[2 * P * P];
-    dfa__mask_pair_work(&d, P, ids, work, prow, cost, pref);
+    dfa__mask_pair_work(&d, P, ids, work, prow, NULL, cost, pref);
     CHECK(work[1] == 0 && work[2] == 0, "off-diagonal pairs visible: %lld %lld", (long long)work[1], (long long)work[2]);
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0, 0}, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work, .rows = prow, .cost = cost, .diag_prefix = pref}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     int64_t load[P] = {0, 0};
     dfa__placed_task all[16];
@@ -491,12 +499,12 @@ static void test_lent_diagonals(void) {
             if (nt < 16 && dfa__sched_task(&s, r, t, &all[nt].t)) {
                 all[nt].step = t, all[nt].rank = r;
                 load[r] += all[nt].t.work;
-                if (all[nt].t.k_rows) lent = nt;
+                if (dfa__task_lent(&all[nt].t)) lent = nt;
                 nt++;
             }
     const int64_t most = load[0] > load[1] ? load[0] : load[1];
     CHECK(nt == 3 && lent && all[lent].rank == 0 && all[lent].t.q_chunk == 1 && all[lent].t.row0 == 0 &&
-              all[lent].t.k_rows == all[lent].t.row1 && 2 * all[lent].t.row1 <= n,
+              all[lent].t.k_row1 == all[lent].t.row1 && all[lent].t.k_row0 == 0 && 2 * all[lent].t.row1 <= n,
           "chunk 1's diagonal did not lend its first rows to rank 0 (%d tasks)", nt);
     CHECK(all[lent].t.row1 == n / 2 && most == work[3] - all[lent].t.work && most * 4 <= work[3] * 3,
           "rank 1 keeps %lld of its %lld pairs after lending %d rows (want: half its rows, the most lent)",
@@ -509,19 +517,19 @@ static void test_lent_diagonals(void) {
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) == 0, "the plan itself failed: %s", err);
     t[nt] = all[lent];
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt + 1, err, sizeof err) != 0, "rows lent twice passed");
-    t[lent].t.row1 = t[lent].t.k_rows = n;
+    t[lent].t.row1 = t[lent].t.k_row1 = n;
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a whole diagonal lent passed");
     memcpy(t, all, sizeof all[0] * (size_t)nt);
-    t[lent].t.k_rows = n;
+    t[lent].t.k_row1 = n;
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "lent rows reading every key passed");
     memcpy(t, all, sizeof all[0] * (size_t)nt);
-    t[lent].t.row1 = t[lent].t.k_rows = all[lent].t.row1 - 1;
+    t[lent].t.row1 = t[lent].t.k_row1 = all[lent].t.row1 - 1;
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a row between lent and kept passed");
     dfa__sched_plan_free(&plan);
     /* the ring never lends */
     s = (dfa__sched){DFA__SCHED_RING, P, 1, n, NULL};
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){work, prow, cost, pref, 0, 0}, &plan) == 0, "plan build failed");
-    for (int i = 0; i < plan.steps * P; i++) CHECK(plan.tasks[i].k_rows == 0, "the ring lent rows");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work, .rows = prow, .cost = cost, .diag_prefix = pref}, &plan) == 0, "plan build failed");
+    for (int i = 0; i < plan.steps * P; i++) CHECK(!dfa__task_lent(&plan.tasks[i]), "the ring lent rows");
     dfa__sched_plan_free(&plan);
 }
 

@@ -271,8 +271,10 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * its queries and its keys), non-decreasing within the rank's rows, and the
  * same id on two ranks is the same document (a document may span ranks). The
  * ranks exchange their ids (4 bytes a token) and then compute and move only the
- * (query chunk, key chunk) pairs that have a visible key, balanced by visible
- * pairs; a window shorter than a chunk pairs neighbours only. The device calls
+ * (query chunk, key chunk) pairs that have a visible key, balanced by the work
+ * the kernels do on them (whole tiles), a rank whose own block holds one long
+ * document lending its first rows to the least busy rank (causal, batch 1); a
+ * window shorter than a chunk pairs neighbours only. The device calls
  * (distflash_nccl.h) take masks too, with the ids in device memory.
  */
 DFA_API dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,

@@ -151,14 +151,16 @@ int64_t dfa__task_pairs(const dfa__task *t, int rows);
  *  - step 0: every rank its diagonal pair (local; always visible when the diagonal is);
  *  - the other pairs, heaviest first, each go to the owner of its query chunk or of its key
  *    chunk (each holds half the inputs), BALANCED/PAPER: whichever has less work so far,
- *    counted in visible pairs (the work that remains, not blocks); RING: the query owner;
+ *    counted in tile cost and folds (the work that remains, not blocks; dfa__plan_counts);
+ *    RING: the query owner; then a busy diagonal may lend its first rows (below);
  *  - each rank then runs its pairs in order of key distance from step 1 on; the messages
  *    follow from the tasks as for every schedule;
  *  - with `rows` (the query rows of each pair that have a visible key), a pair off the
  *    diagonal covers only those rows: a window shorter than a chunk leaves its first `window`
  *    rows, a document straddling two chunks the rows of that document, so the query rows, the
  *    partial results and their folds shrink alike (the diagonal stays whole: its results are
- *    the accumulators' first, executor.c).
+ *    the accumulators' first, executor.c); with `keys` also only the keys they see, widened to
+ *    whole DFA__PLAN_TILE tiles (one batch row: contiguous rows of k and v).
  * work[q * P + k] = visible pairs of query chunk q against key chunk k (0: skip the pair);
  * rows[2 (q * P + k)], rows[2 (q * P + k) + 1] = the first and one past the last query row of
  * chunk q with a visible key in chunk k.

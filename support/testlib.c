@@ -171,3 +171,23 @@ double *tl_slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_
         memcpy(dst + (size_t)b * n * width, src + ((size_t)b * N + r0) * width, sizeof(double) * (size_t)n * width);
     return dst;
 }
+
+void tl_random_docs(int32_t *ids, int N, int n) {
+    int32_t id = tl_rand_int(-5, 5);
+    for (int i = 0; i < N;) {
+        const int kind = tl_rand_int(0, 3);
+        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 4) : kind == 2 ? n : tl_rand_int(n + 1, 3 * n + 1);
+        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
+        id += tl_rand_int(1, 3);
+    }
+}
+
+void tl_busy_docs(int32_t *ids, int N, int n) {
+    int32_t id = 0;
+    for (int i = 0; i < N - n; id++) {
+        const int chunk_end = (i / n + 1) * n, tile_end = i - i % n + ((i % n) / 128 + 1) * 128;
+        const int len = tl_rand_int(1, 4), end = chunk_end < tile_end ? chunk_end : tile_end;
+        for (int r = 0; r < len && i < end; r++) ids[i++] = id;
+    }
+    for (int i = N - n; i < N; i++) ids[i] = id;
+}

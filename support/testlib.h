@@ -57,6 +57,14 @@ double tl_tolerance(dfa_dtype t, tl_quantity what, double naive_err, const doubl
 void *tl_slice_rows(dfa_dtype t, const void *src, int B, int N, int r0, int n, int64_t width);
 double *tl_slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_t width);
 
+/* Document ids of N positions in chunks of n (non-decreasing): tl_random_docs draws lengths 1,
+   short, a chunk and longer than a chunk; tl_busy_docs short documents (1 to 4 rows, none
+   across a chunk's end or a 128-row tile's) up to the last chunk, then one document over all of
+   it, so that the last chunk's own block is most of the work and no pair of chunks shares a
+   document: a balanced masked plan then lends that block's first rows (src/seqpar/schedule.h). */
+void tl_random_docs(int32_t *ids, int N, int n);
+void tl_busy_docs(int32_t *ids, int N, int n);
+
 /* ---- descriptors ---- */
 dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t, int causal, int64_t q_start,
                       int64_t k_start);

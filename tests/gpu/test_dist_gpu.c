@@ -59,32 +59,6 @@ typedef struct {
     int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
 
-/* A random document layout of N positions (non-decreasing ids): lengths 1, short, a chunk
-   and longer than a chunk. */
-static void random_docs(int32_t *ids, int N, int n) {
-    int32_t id = tl_rand_int(-5, 5);
-    for (int i = 0; i < N;) {
-        const int kind = tl_rand_int(0, 3);
-        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 4) : kind == 2 ? n : tl_rand_int(n + 1, 3 * n + 1);
-        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
-        id += tl_rand_int(1, 3);
-    }
-}
-
-/* Short documents (1 to 4 rows, none across a chunk's end or a 128-row tile's) up to the last
-   chunk, then one over all of it: the last diagonal is most of the work, so on 2 ranks or more
-   the balanced plan lends its first rows to another rank (schedule.h; test_dist checks that it
-   does, with the same plan code). */
-static void busy_docs(int32_t *ids, int N, int n) {
-    int32_t id = 0;
-    for (int i = 0; i < N - n; id++) {
-        const int chunk_end = (i / n + 1) * n, tile_end = i - i % n + ((i % n) / 128 + 1) * 128;
-        const int len = tl_rand_int(1, 4), end = chunk_end < tile_end ? chunk_end : tile_end;
-        for (int r = 0; r < len && i < end; r++) ids[i++] = id;
-    }
-    for (int i = N - n; i < N; i++) ids[i] = id;
-}
-
 /* The mask of a case on a descriptor (ids: the descriptor's document ids, or NULL). */
 static void set_mask(dfa_attn_desc *a, const dcase *k, const int32_t *ids) {
     a->q_doc = a->k_doc = k->docs ? ids : NULL;
@@ -204,8 +178,8 @@ static whole draw_whole(const dcase *k) {
         w.ids = malloc(sizeof(int32_t) * (size_t)k->B * N);
         if (rank == 0)
             for (int b = 0; b < k->B; b++) {
-                if (k->docs == 2) busy_docs(w.ids + (size_t)b * N, N, k->n);
-                else random_docs(w.ids + (size_t)b * N, N, k->n);
+                if (k->docs == 2) tl_busy_docs(w.ids + (size_t)b * N, N, k->n);
+                else tl_random_docs(w.ids + (size_t)b * N, N, k->n);
             }
         MPI_Bcast(w.ids, k->B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
         int32_t *lids = tl_slice_rows(DFA_F32, w.ids, k->B, N, rank * k->n, k->n, 1); /* 4-byte rows */

@@ -57,31 +57,6 @@ typedef struct {
     int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
 
-/* A random document layout of N positions (non-decreasing ids). */
-static void random_docs(int32_t *ids, int N, int n) {
-    int32_t id = tl_rand_int(-5, 5);
-    for (int i = 0; i < N;) {
-        const int kind = tl_rand_int(0, 3);
-        const int len = kind == 0 ? 1 : kind == 1 ? tl_rand_int(2, 4) : kind == 2 ? n : tl_rand_int(n + 1, 3 * n + 1);
-        for (int r = 0; r < len && i < N; r++) ids[i++] = id;
-        id += tl_rand_int(1, 3);
-    }
-}
-
-/* Short documents (1 to 4 rows, none across a chunk's end or a 128-row tile's) up to the last
-   chunk, then one document over all of it: no pair off the diagonal has a visible key, and the
-   last rank's diagonal is most of the work (in tiles, what the plan balances), so the balanced
-   plan lends its first rows to another rank (schedule.h). */
-static void busy_docs(int32_t *ids, int N, int n) {
-    int32_t id = 0;
-    for (int i = 0; i < N - n; id++) {
-        const int chunk_end = (i / n + 1) * n, tile_end = i - i % n + ((i % n) / 128 + 1) * 128;
-        const int len = tl_rand_int(1, 4), end = chunk_end < tile_end ? chunk_end : tile_end;
-        for (int r = 0; r < len && i < end; r++) ids[i++] = id;
-    }
-    for (int i = N - n; i < N; i++) ids[i] = id;
-}
-
 static void run_case(dfa_comm *c, const dcase *k) {
     const int B = k->B, n = k->n, N = n * nranks, H = k->H, Hkv = k->Hkv, D = k->D;
     const dfa_dtype t = k->t;
@@ -98,8 +73,8 @@ static void run_case(dfa_comm *c, const dcase *k) {
         ids = malloc(sizeof(int32_t) * (size_t)B * N);
         if (rank == 0)
             for (int b = 0; b < B; b++) {
-                if (k->docs == 2) busy_docs(ids + (size_t)b * N, N, n);
-                else random_docs(ids + (size_t)b * N, N, n);
+                if (k->docs == 2) tl_busy_docs(ids + (size_t)b * N, N, n);
+                else tl_random_docs(ids + (size_t)b * N, N, n);
             }
         MPI_Bcast(ids, B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
         lids = tl_slice_rows(DFA_F32, ids, B, N, rank * n, n, 1); /* 4-byte rows */

@@ -152,6 +152,11 @@ static void parts_at(parts p, char *base, void *out[4]) {
 
 static int rows_of(const dfa__task *t) { return t->row1 - t->row0; }
 
+/* Where task t's key rows start in this rank's k and v (one batch row when not all). */
+static size_t key_rows_offset(const exec *e, const dfa__task *t) {
+    return (size_t)t->k_row0 * e->d.num_kv_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+}
+
 /* The parts of a message that serves task t. */
 static parts task_parts(const exec *e, dfa__msg_kind kind, const dfa__task *t) {
     return msg_parts(e, kind, rows_of(t), dfa__task_key_rows(t, e->n));
@@ -502,7 +507,7 @@ static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
         return;
     }
     if (pm->m.kind == DFA__MSG_KV) { /* the chunk, or its rows [k_row0, k_row1) (one batch row) */
-        const size_t off = (size_t)pm->m.task.k_row0 * e->d.num_kv_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+        const size_t off = key_rows_offset(e, &pm->m.task);
         out[0] = (char *)(void *)e->io->k + off;
         out[1] = (char *)(void *)e->io->v + off;
     } else { /* a whole query chunk */
@@ -632,7 +637,7 @@ static void compute(exec *e, int t) {
         msg_buffers(e, t, pm, qs);
     }
     if (kmine) { /* the task's key rows (one batch row when not all) */
-        const size_t off = (size_t)tk->k_row0 * e->d.num_kv_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+        const size_t off = key_rows_offset(e, tk);
         kv[0] = (char *)(void *)e->io->k + off;
         kv[1] = (char *)(void *)e->io->v + off;
     } else {

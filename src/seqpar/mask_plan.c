@@ -35,9 +35,10 @@ static int by_distance(const void *a, const void *b) { /* nearest key chunk firs
 int dfa__lend_rows(const dfa_attn_desc *d) {
     const double es = (double)dfa__dtype_size(d->dtype), H = d->num_heads, D = d->head_dim;
     const double q = H * D * es, kv = 2.0 * d->num_kv_heads * D * es, lse = 4.0 * H;
+    /* forward inputs q; k, v. The backward's results dq; dk, dv are the same rows in float32:
+       the same ratio. Backward inputs q, o, dout, lse; k, v. */
     const double fwd_in = fmax(q, kv) / (q + kv), bwd_in = fmax(3 * q + lse, kv) / (3 * q + lse + kv);
-    const double bwd_out = fmax(q / es * 4, kv / es * 4) / ((q + kv) / es * 4); /* dq; dk, dv in float32 */
-    return (int)(fmin(fwd_in, fmin(bwd_in, bwd_out)) * d->seqlen_q);
+    return (int)(fmin(fwd_in, bwd_in) * d->seqlen_q);
 }
 
 void dfa__sched_plan_free(dfa__sched_plan *p) {
@@ -192,11 +193,9 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
             const size_t x = (size_t)mine[i].q * P + (size_t)mine[i].k;
             const int r0 = rows && !mine[i].lent ? rows[2 * x] : 0;
             const int r1 = mine[i].lent ? mine[i].lent : rows ? rows[2 * x + 1] : n;
-            /* lent rows read keys [0, x); a pair off the diagonal its visible keys (when known),
-               widened to whole tiles of DFA__PLAN_TILE keys */
-            const int k0 = keys && !mine[i].lent ? keys[2 * x] / DFA__PLAN_TILE * DFA__PLAN_TILE : 0;
-            int k1 = mine[i].lent ? mine[i].lent : keys ? (keys[2 * x + 1] + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE : 0;
-            k1 = k1 > n ? n : k1;
+            /* lent rows read keys [0, x); a pair off the diagonal its visible keys (when known) */
+            int k0 = 0, k1 = mine[i].lent;
+            if (keys && !mine[i].lent) dfa__plan_key_window(keys[2 * x], keys[2 * x + 1], n, &k0, &k1);
             out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work, k0, k1};
         }
     }

@@ -179,6 +179,14 @@ typedef struct dfa__sched_plan {
    128-row query and key blocks (the CPU's are 48-96: the model only ranks the ranks' loads). */
 #define DFA__PLAN_TILE 128
 
+/* The key rows [*k0, *k1) that a pair off the diagonal reads, from the keys its rows see
+   [lo, hi): widened to whole tiles of DFA__PLAN_TILE keys, within the chunk's n. */
+static inline void dfa__plan_key_window(int lo, int hi, int n, int *k0, int *k1) {
+    const int end = (hi + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE;
+    *k0 = lo / DFA__PLAN_TILE * DFA__PLAN_TILE;
+    *k1 = end < n ? end : n;
+}
+
 /* Builds the plan of schedule s (kind, P, causal, rows; s->plan ignored) for the pair work
    matrix (in: dfa__mask_pair_work's counts) and, if not NULL, the pairs' visible query rows (tasks off the diagonal cover only
    those); 0 on success, -1 on allocation failure. Free with dfa__sched_plan_free.

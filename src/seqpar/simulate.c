@@ -413,7 +413,7 @@ int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, c
 
 /* Masked plans (schedule.h): every pair with visible keys (plan->work > 0) computed exactly
    once, as one whole-chunk task carrying its work and the call's causal flag; no other pair.
-   A causal diagonal may instead be two tasks: its first x rows against keys [0, x) (k_rows = x,
+   A causal diagonal may instead be two tasks: its first x rows against keys [0, x) (k_row1 = x,
    fewer than n rows, on another rank) and rows [x, n) against all its keys (on its own rank,
    at step 0), their work adding up to the pair's. */
 static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all, int ntask, char *err, size_t len) {
@@ -464,9 +464,8 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
         const int r0 = want ? want[0] : lent, r1 = want ? want[1] : n;
         /* and their keys: the pair's visible key rows (the plan's keys), or all */
         const int *want_k = want && s->plan->keys ? &s->plan->keys[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)] : NULL;
-        const int k0 = want_k ? want_k[0] / DFA__PLAN_TILE * DFA__PLAN_TILE : 0;
-        const int k1 = !want_k ? 0 : (want_k[1] + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE > n ? n
-                                   : (want_k[1] + DFA__PLAN_TILE - 1) / DFA__PLAN_TILE * DFA__PLAN_TILE;
+        int k0 = 0, k1 = 0;
+        if (want_k) dfa__plan_key_window(want_k[0], want_k[1], n, &k0, &k1);
         const int64_t want_work = chunks_ok ? work[(size_t)t->q_chunk * P + t->k_chunk] : 0;
         if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1 || t->k_row0 != k0 ||
             t->k_row1 != k1 || (want_k && (k0 < 0 || k1 > n || k0 >= k1)))

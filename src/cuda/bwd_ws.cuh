@@ -97,13 +97,15 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    recomputes P with ex2.approx.ftz alone (dfa__exp2_ftz): exp2f adds a denormal fix-up (a
    compare and two multiplies) for results below 2^-126, which no softmax weight needs. Unlike
    the forward's (+2-5% at d = 128, +11-16% at d = 64), it did not pay here (run 18, S = 32k:
-   -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's is 1, the lab's "bwd ws ex2" 9. */
+   -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's is 1, the lab's "bwd ws ex2" 9.
+   Bit 8 stores dK and dV by TMA from shared memory (16-bit outputs; TMA_DKV below). */
 #define DFA__BWD_WS_LIBRARY 1
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
-                       const __grid_constant__ CUtensorMap tdq, const dfa__bwd_params p) {
+                       const __grid_constant__ CUtensorMap tdq, const __grid_constant__ CUtensorMap tdk,
+                       const __grid_constant__ CUtensorMap tdv, const dfa__bwd_params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_ws_cfg<D, BM> C;
@@ -122,6 +124,9 @@ __global__ void __launch_bounds__(384, 1)
        lane of the warp holds a key that not every query row of the block sees; inside a window
        or a long document (most blocks) the warp skips it */
     constexpr int MASK_SKIP = MASKED && (VARIANT & 128) != 0;
+    /* TMA_DKV (16-bit dk, dv): dK and dV leave through the copy engine, staged over the K and V
+       tiles once both consumers' products have retired (see the end) */
+    constexpr int TMA_DKV = (VARIANT & 256) != 0 && !OUT32;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -443,6 +448,39 @@ __global__ void __launch_bounds__(384, 1)
         if (total > 0) DFA__BWD_STAGE_DQ(total - 1);
     }
 
+    if (TMA_DKV) {
+        /* Every product of both consumers has retired (barrier 3: the other's last dQ reads all
+           of K), so each warpgroup writes its 64 keys' dK and dV, rounded, over its own rows of
+           the K and V tiles in their 128-byte swizzle, and one thread stores them by TMA (boxes
+           of 64 rows; keys past seqlen_k are dropped). */
+        dfa__named_sync(3, 256);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int key = key0 + 8 * r;
+#pragma unroll
+            for (int j = 0; j < D8; j++) {
+                const uint32_t off = (j / 8) * BN * 128 + key * 128 + (((j % 8) ^ (key & 7)) << 4) + t * 4;
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(sK + off),
+                             "r"(dfa__pack2<BF16>(dk[4 * j + 2 * r] * p.sh.scale, dk[4 * j + 2 * r + 1] * p.sh.scale))
+                             : "memory");
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(sV + off),
+                             "r"(dfa__pack2<BF16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]))
+                             : "memory");
+            }
+        }
+        dfa__fence_proxy_async();
+        dfa__named_sync(4 + c, 128);
+        if (wt == 0) {
+#pragma unroll
+            for (int cb = 0; cb < NCB; cb++) {
+                dfa__tma_store_4d(&tdk, sK + cb * BN * 128 + c * 64 * 128, cb * 64, kvh, n0 + c * 64, b);
+                dfa__tma_store_4d(&tdv, sV + cb * BN * 128 + c * 64 * 128, cb * 64, kvh, n0 + c * 64, b);
+            }
+            dfa__bulk_commit();
+            dfa__bulk_wait_read();
+        }
+        return;
+    }
     OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
     OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
 #pragma unroll
@@ -466,7 +504,7 @@ __global__ void __launch_bounds__(384, 1)
 #undef DQ_EMPTY
 #undef DS_READY
 #else
-    (void)tq; (void)tk; (void)tv; (void)tdo; (void)tdq; (void)p;
+    (void)tq; (void)tk; (void)tv; (void)tdo; (void)tdq; (void)tdk; (void)tdv; (void)p;
     __trap();
 #endif
 }

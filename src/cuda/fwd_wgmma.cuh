@@ -15,7 +15,8 @@
  * j, which then runs under P V of block j (FlashAttention-3's intra-warpgroup
  * overlap); bit 2 (with bit 1) rescales o under S of the next block instead of
  * after P V; bit 3 takes 2^x from ex2.approx.ftz alone (dfa__exp2_ftz) instead of exp2f's
- * denormal-preserving sequence. Which combinations the library ships is in launch_fwd.cuh; the
+ * denormal-preserving sequence; bit 4 stores o through shared memory and TMA (dfa__store_o_tma).
+ * Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
  * Shared memory holds every tile as 64-column blocks of 128-byte rows in the
@@ -113,16 +114,55 @@ static __device__ __forceinline__ void dfa__fwd_release(uint32_t empty, int shar
     }
 }
 
+/* TMA_O (PP bit 4, 16-bit o): a consumer warpgroup's 64 x D tile of o leaves through the copy
+   engine. The warpgroup writes it, normalised and rounded, over its own 64 rows of the Q tile
+   (no product reads them any more: its last S has retired, and each warpgroup's products read
+   only its own rows), in the 128-byte swizzle that the tensor map `to` (boxes of 64 rows) reads;
+   one thread then stores it, and rows past seqlen_q fall outside the tensor and are dropped.
+   The consumers issue D / 4 conflict-free shared stores per thread instead of as many scattered
+   4-byte global ones. */
+template <int D, int BM, int BF16>
+static __device__ __forceinline__ void dfa__store_o_tma(const float (*acc)[4], const float *m, const float *l_part,
+                                                        uint32_t sQ, const CUtensorMap *to, float *lse, int c,
+                                                        int warp, int lane, int h, int m0, int b, int seqlen_q) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = dfa__quad_sum(l_part[r]);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int row = warp * 16 + g + 8 * r; /* within the warpgroup's 64 */
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            const uint32_t a = sQ + (j / 8) * BM * 128 + (c * 64 + row) * 128 + (((j % 8) ^ (row & 7)) << 4) + t * 4;
+            asm volatile("st.shared.b32 [%0], %1;" ::"r"(a),
+                         "r"(dfa__pack2<BF16>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv))
+                         : "memory");
+        }
+        const int grow = m0 + c * 64 + row;
+        if (lse && t == 0 && grow < seqlen_q) lse[grow] = l > 0.0f ? m[r] * DFA__LN2 + logf(l) : -INFINITY;
+    }
+    dfa__fence_proxy_async();
+    dfa__named_sync(4 + c, 128); /* ids 1 .. 3 are the ping-pong's */
+    if (warp == 0 && lane == 0) {
+#pragma unroll
+        for (int cb = 0; cb < D / 64; cb++)
+            dfa__tma_store_4d(to, sQ + cb * BM * 128 + c * 64 * 128, cb * 64, h, m0 + c * 64, b);
+        dfa__bulk_commit();
+        dfa__bulk_wait_read(); /* the shared memory stays until the copy engine has read it */
+    }
+}
+
 template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2, int CLUSTER = 1>
 __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                          const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p) {
+                          const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
+                          const dfa__fwd_params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
     constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0, LATE_RESCALE = PIPELINE && (PP & 4) != 0;
-    constexpr int FAST_EXP = (PP & 8) != 0;
+    constexpr int FAST_EXP = (PP & 8) != 0, TMA_O = (PP & 16) != 0 && !OUT32;
     /* registers: the producer keeps what TMA issue needs, the consumers share the rest */
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
@@ -364,7 +404,11 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
         dfa__fwd_release<CLUSTER>(V_EMPTY(s), it < nshared, lane, peer);
     }
-    dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q, p.sh.head_dim, lane);
+    if (TMA_O)
+        dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sQ, &to, lseg, c, warp, lane, h, m0, b, p.sh.seqlen_q);
+    else
+        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q, p.sh.head_dim,
+                                          lane);
     if (CLUSTER == 2) { /* the peer may still arrive on this CTA's barriers */
         __syncwarp();
         dfa__cluster_sync();
@@ -374,7 +418,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
 #undef V_FULL
 #undef V_EMPTY
 #else
-    (void)tq; (void)tk; (void)tv; (void)p;
+    (void)tq; (void)tk; (void)tv; (void)to; (void)p;
     __trap();
 #endif
 }

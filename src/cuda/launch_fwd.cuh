@@ -68,15 +68,22 @@ static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t s
     if constexpr (CLUSTER == 2)
         if (nm % 2 != 0 || p.sh.masked) return dfa__launch_fwd_wgmma<D, BN, BF16, PP, OUT32, NCW, 1>(p, st, fn);
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * nm;
-    CUtensorMap tq, tk, tv;
+    CUtensorMap tq, tk, tv, to;
     const dfa_status st_maps = dfa__fwd_tmaps(p, BF16, D, C::BM, CLUSTER == 2 ? BN / 2 : BN, &tq, &tk, &tv, fn);
     if (st_maps) return st_maps;
+    /* o by TMA (PP bit 4, 16-bit o): boxes of one consumer warpgroup's 64 rows; otherwise unused */
+    if ((PP & 16) && !OUT32) {
+        if (!dfa__tmap(&to, p.o, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, 64))
+            return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for o");
+    } else {
+        to = tq;
+    }
     if constexpr (CLUSTER == 2)
         return dfa__launch_cluster(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW, CLUSTER>, tiles, 2, C::NT, C::SMEM,
-                                   st, fn, "query tiles", "forward kernel launch", tq, tk, tv, p);
+                                   st, fn, "query tiles", "forward kernel launch", tq, tk, tv, to, p);
     else
         return dfa__launch(dfa__fwd_wgmma_kernel<D, BN, BF16, PP, OUT32, NCW, CLUSTER>, tiles, C::NT, C::SMEM, st, fn,
-                           "query tiles", "forward kernel launch", tq, tk, tv, p);
+                           "query tiles", "forward kernel launch", tq, tk, tv, to, p);
 }
 
 /* The mma.sync forward, any head dim (padded to 64, 128 or 256). */

@@ -141,6 +141,30 @@ static __device__ __forceinline__ void dfa__tma_load_4d(uint32_t dst, const void
 #endif
 }
 
+/* A 4-d box of shared memory into a tensor map's tensor (elements outside the tensor are
+   dropped), as one bulk group: dfa__bulk_commit, then dfa__bulk_wait_read before the shared
+   memory is written again or the CTA exits. */
+static __device__ __forceinline__ void dfa__tma_store_4d(const void *tmap, uint32_t src, int c0, int c1, int c2, int c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+                 ::"l"((uint64_t)tmap), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+#else
+    (void)tmap; (void)src; (void)c0; (void)c1; (void)c2; (void)c3;
+#endif
+}
+static __device__ __forceinline__ void dfa__bulk_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+/* This thread's bulk groups have read their shared memory (the writes may still be in flight). */
+static __device__ __forceinline__ void dfa__bulk_wait_read(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+
 /* Clusters of CTAs (sm_90). */
 /* This CTA's rank in its cluster. */
 static __device__ __forceinline__ uint32_t dfa__cluster_rank(void) {

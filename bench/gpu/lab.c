@@ -67,6 +67,7 @@ static const variant variants[] = {
     {"fwd wgmma exp2f", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EXP2F, 0},
     {"fwd wgmma ex2 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EX2_PP, 0},
     {"fwd wgmma tma o", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_TMA_O, 0},
+    {"fwd wgmma direct o", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_DIRECT_O, 0},
     {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED, 0},
@@ -85,6 +86,7 @@ static const variant variants[] = {
     {"bwd ws defer pp ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP_EX2, 0},
     {"bwd ws mask skip", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_SKIP, 0},
     {"bwd ws tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV, 0},
+    {"bwd ws direct dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DIRECT_DKV, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -109,6 +109,8 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
         return s.bf16 ? lab_fwd_persist<1, 3, 3>(p, stream, fn) : lab_fwd_persist<0, 3, 3>(p, stream, fn);
     case LAB_FWD_WGMMA_TMA_O:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 27, 26>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 27, 26>(p, stream, fn);
+    case LAB_FWD_WGMMA_DIRECT_O:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 10>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 10>(p, stream, fn);
     case LAB_FWD_WGMMA_CLUSTER:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2, 3, 2>(p, stream, fn);
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);
@@ -118,7 +120,7 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[14][2][2] = {
+static const dfa__bwd_launcher lab_kv[15][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -140,6 +142,8 @@ static const dfa__bwd_launcher lab_kv[14][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 129>, dfa__bwd_kv_ws<1, 1, 0, 129>}},
     /* 257: the library's with dK, dV stored by TMA */
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 257>, dfa__bwd_kv_ws<1, 1, 0, 257>}},
+    /* the library's before run 44: VARIANT 1 for masked calls too */
+    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1, 1>, dfa__bwd_kv_ws<1, 1, 0, 1, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -166,6 +170,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_DEFER_PP_EX2: row = 11; break;
     case LAB_BWD_WS_MASK_SKIP: row = 12; break;
     case LAB_BWD_WS_TMA_DKV: row = 13; break;
+    case LAB_BWD_WS_DIRECT_DKV: row = 14; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

@@ -56,8 +56,12 @@ enum {
     LAB_BWD_WS_DEFER_PP_EX2,  /* ... and P by ex2.approx.ftz (VARIANT 57) */
     LAB_BWD_WS_MASK_SKIP,     /* the library's backward; masked calls test elements only in the blocks that need it
                                  (VARIANT 129) */
-    LAB_FWD_WGMMA_TMA_O,      /* the library's forward with o stored by TMA from shared memory (PP bit 4) */
-    LAB_BWD_WS_TMA_DKV,       /* the library's backward with dK, dV stored by TMA from shared memory (VARIANT 257) */
+    LAB_FWD_WGMMA_TMA_O,      /* the library's forward with o stored by TMA from shared memory (PP bit 4) at d = 64
+                                 too (the library's at d = 128 since run 44) */
+    LAB_BWD_WS_TMA_DKV,       /* the library's backward with dK, dV stored by TMA from shared memory (VARIANT 257),
+                                 masked or not (the library's masked instances have it since run 44) */
+    LAB_FWD_WGMMA_DIRECT_O,   /* the library's forward before run 44: o stored from registers at d = 128 too */
+    LAB_BWD_WS_DIRECT_DKV,    /* the library's backward before run 44: dK, dV stored from registers, masked too */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -98,8 +98,12 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    compare and two multiplies) for results below 2^-126, which no softmax weight needs. Unlike
    the forward's (+2-5% at d = 128, +11-16% at d = 64), it did not pay here (run 18, S = 32k:
    -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's is 1, the lab's "bwd ws ex2" 9.
-   Bit 8 stores dK and dV by TMA from shared memory (16-bit outputs; TMA_DKV below). */
+   Bit 8 stores dK and dV by TMA from shared memory (16-bit outputs; TMA_DKV below): +2.5% on a
+   4k window at 32k and 128k (short CTAs: 66 query blocks each), -1.9% on plain causal 32k (the
+   main loop scheduled differently, 849 SASS instructions against 815); the masked instances
+   take it (DFA__BWD_WS_LIBRARY_MASKED), the unmasked ones not (2026-12-01, run 44). */
 #define DFA__BWD_WS_LIBRARY 1
+#define DFA__BWD_WS_LIBRARY_MASKED 257
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

@@ -31,7 +31,7 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
                        "backward dq kernel launch", p);
 }
 
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY>
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT, int VARIANT_MASKED>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
     const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
@@ -44,13 +44,14 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, 
         (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
     /* dK and dV by TMA (VARIANT bit 8, 16-bit outputs): boxes of one consumer's 64 keys; otherwise unused */
+    const int variant = DQ_MODE != 2 && p.sh.masked ? VARIANT_MASKED : VARIANT;
     CUtensorMap tdk = tk, tdv = tv;
-    if ((VARIANT & 256) && !OUT32 &&
+    if ((variant & 256) && !OUT32 &&
         (!dfa__tmap(&tdk, p.dk, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
          !dfa__tmap(&tdv, p.dv, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");
     if (DQ_MODE != 2 && p.sh.masked) /* the in-order dq is never masked (attn_bwd.cu) */
-        return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2, VARIANT>, ctas, C::NT, C::SMEM, st, fn,
+        return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2, VARIANT_MASKED>, ctas, C::NT, C::SMEM, st, fn,
                            "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p);
     return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, 0, VARIANT>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
                        "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p);
@@ -67,11 +68,13 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, con
 /* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 (128-row query
    blocks) and 128 (64-row: 128 is over the register budget). DQ_MODE: 0 no dQ (a dq pass
    follows), 1 dQ added as it comes, 2 in key-block order (deterministic). VARIANT: the kernel
-   lab's (bwd_ws.cuh); the library's by default. */
-template <int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY>
+   lab's (bwd_ws.cuh); the library's by default. VARIANT_MASKED: the masked calls' (documents,
+   windows); the library's masked one with the library's VARIANT, else VARIANT. */
+template <int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY,
+          int VARIANT_MASKED = VARIANT == DFA__BWD_WS_LIBRARY ? DFA__BWD_WS_LIBRARY_MASKED : VARIANT>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32, VARIANT>(p, st, fn);
-    return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32, VARIANT>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, st, fn);
+    return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, st, fn);
 }
 
 /* The deterministic dq pass (mma.sync), any head dim. */

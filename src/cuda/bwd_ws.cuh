@@ -100,10 +100,11 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's is 1, the lab's "bwd ws ex2" 9.
    Bit 8 stores dK and dV by TMA from shared memory (16-bit outputs; TMA_DKV below): +2.5% on a
    4k window at 32k and 128k (short CTAs: 66 query blocks each), -1.9% on plain causal 32k (the
-   main loop scheduled differently, 849 SASS instructions against 815); the masked instances
-   take it (DFA__BWD_WS_LIBRARY_MASKED), the unmasked ones not (2026-12-01, run 44). */
+   main loop scheduled differently, 849 SASS instructions against 815); at d = 64 level on the
+   window at 128k, -4% at 32k (run 45). The masked instances at d = 128 take it
+   (DFA__BWD_WS_LIBRARY_MASKED), the others not (2026-12-01, runs 44 and 45). */
 #define DFA__BWD_WS_LIBRARY 1
-#define DFA__BWD_WS_LIBRARY_MASKED 257
+#define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 257 : 1)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

@@ -31,9 +31,11 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
                        "backward dq kernel launch", p);
 }
 
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT, int VARIANT_MASKED>
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT, int VARIANT_MASKED_ARG>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
+    /* -1: the library's masked variant for this head dim */
+    constexpr int VARIANT_MASKED = VARIANT_MASKED_ARG < 0 ? DFA__BWD_WS_LIBRARY_MASKED(D) : VARIANT_MASKED_ARG;
     const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
     CUtensorMap tq, tk, tv, tdo, tdq;
     memset(&tdq, 0, sizeof tdq); /* not read without dQ in the kernel */
@@ -69,9 +71,9 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, con
    blocks) and 128 (64-row: 128 is over the register budget). DQ_MODE: 0 no dQ (a dq pass
    follows), 1 dQ added as it comes, 2 in key-block order (deterministic). VARIANT: the kernel
    lab's (bwd_ws.cuh); the library's by default. VARIANT_MASKED: the masked calls' (documents,
-   windows); the library's masked one with the library's VARIANT, else VARIANT. */
+   windows); with the library's VARIANT the library's masked one (-1: per head dim), else VARIANT. */
 template <int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY,
-          int VARIANT_MASKED = VARIANT == DFA__BWD_WS_LIBRARY ? DFA__BWD_WS_LIBRARY_MASKED : VARIANT>
+          int VARIANT_MASKED = VARIANT == DFA__BWD_WS_LIBRARY ? -1 : VARIANT>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, st, fn);
     return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, st, fn);

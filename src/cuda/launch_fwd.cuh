@@ -101,8 +101,9 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    ping-pong + pipelining with 192-row tiles at head dim 64, pipelining alone at 128 and at
    256 (128 x 64 tiles: 3.4x the mma.sync kernel, 2026-12-01 run 13); 2^x by ex2.approx.ftz
    alone (bit 3) at 64 and 128 (2026-12-01 run 18: the lab's "fwd wgmma exp2f" is the kernel
-   before it); o stored by TMA (bit 4) at 128: +2.3% at 32k, +4.8% at 2k x 16, level at 8k x 4
-   and at d = 64 (run 44; "fwd wgmma direct o" is the kernel before it); the other combinations
+   before it); o stored by TMA (bit 4) at 128: +4% at 2k x 16 in two runs, +2.3% then -0.7% at
+   32k, level at 8k x 4 and at d = 64 (runs 44, 45; "fwd wgmma direct o" is the kernel before
+   it); the other combinations
    run in the kernel lab. */
 template <int BF16, int OUT32, int PP64 = 11, int PP128 = 26, int NCW64 = 3, int CLUSTER = 1>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {

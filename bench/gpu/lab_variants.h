@@ -62,6 +62,8 @@ enum {
                                  masked or not (the library's masked instances have it since run 44) */
     LAB_FWD_WGMMA_DIRECT_O,   /* the library's forward before run 44: o stored from registers at d = 128 too */
     LAB_BWD_WS_DIRECT_DKV,    /* the library's backward before run 44: dK, dV stored from registers, masked too */
+    LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element
+                                 test per warp by two scalar compares, the test one unsigned compare (+512) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

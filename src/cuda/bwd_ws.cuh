@@ -129,6 +129,10 @@ __global__ void __launch_bounds__(384, 1)
        lane of the warp holds a key that not every query row of the block sees; inside a window
        or a long document (most blocks) the warp skips it */
     constexpr int MASK_SKIP = MASKED && (VARIANT & 128) != 0;
+    /* MASK_UNI (masked instances): whether a block needs the element test is decided per warp by
+       two scalar compares (the warp's keys' intervals reduced once per CTA), and the test is one
+       unsigned compare, as the unmasked kernel's causal test is written */
+    constexpr int MASK_UNI = MASKED && !MASK_SKIP && (VARIANT & 512) != 0;
     /* TMA_DKV (16-bit dk, dv): dK and dV leave through the copy engine, staged over the K and V
        tiles once both consumers' products have retired (see the end) */
     constexpr int TMA_DKV = (VARIANT & 256) != 0 && !OUT32;
@@ -268,6 +272,16 @@ __global__ void __launch_bounds__(384, 1)
             qmax[r] = 0x7fffffff;
         }
     }
+    /* MASK_UNI: every row of [m0, m0 + BM) sees all of the warp's 16 keys iff m0 >= lo_max and
+       m0 + BM <= hi_min; keys past the end have empty intervals, so their blocks are tested */
+    int lo_max = 0, hi_min = 0;
+    unsigned qlen[2] = {0u, 0u};
+    if (MASK_UNI) {
+        lo_max = __reduce_max_sync(0xffffffffu, qmin[0] > qmin[1] ? qmin[0] : qmin[1]);
+        hi_min = __reduce_min_sync(0xffffffffu, qmax[0] < qmax[1] ? qmax[0] : qmax[1]);
+        qlen[0] = (unsigned)(qmax[0] - qmin[0]);
+        qlen[1] = (unsigned)(qmax[1] - qmin[1]);
+    }
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
 
@@ -365,7 +379,8 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<2>();
             if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
         }
-        const bool need_mask = n0 + BN > p.sh.seqlen_k || (MASKED && !MASK_SKIP) ||
+        const bool need_mask = MASK_UNI ? (m0 < lo_max || m0 + BM > hi_min) :
+                               n0 + BN > p.sh.seqlen_k || (MASKED && !MASK_SKIP) ||
                                (MASK_SKIP && !__all_sync(0xffffffffu, m0 >= qmin[0] && m0 >= qmin[1] &&
                                                                          m0 + BM <= qmax[0] && m0 + BM <= qmax[1])) ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
@@ -381,7 +396,8 @@ __global__ void __launch_bounds__(384, 1)
                 const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
                 float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                 const int q = m0 + 8 * j + 2 * t + (e & 1);
-                if (MASKED ? (!MASK_SKIP || need_mask) && !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])
+                if (MASK_UNI ? need_mask && (unsigned)(q - qmin[e >> 1]) >= qlen[e >> 1] :
+                    MASKED ? (!MASK_SKIP || need_mask) && !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])
                            : need_mask && q < qmin[e >> 1])
                     pv = 0.0f;
                 st[4 * j + e] = pv;

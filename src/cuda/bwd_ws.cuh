@@ -56,18 +56,6 @@ template <int D, int BM> struct dfa__bwd_ws_cfg {
     static_assert(SMEM <= 232448, "over the 227 KB of shared memory a CTA may have");
 };
 
-/* A 4-d box of shared memory added into a tensor map's tensor (float32 add). */
-static __device__ __forceinline__ void dfa__tma_reduce_add_4d(const void *tmap, uint32_t src, int c0, int c1, int c2,
-                                                              int c3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-                 ::"l"((uint64_t)tmap), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-#else
-    (void)tmap; (void)src; (void)c0; (void)c1; (void)c2; (void)c3;
-#endif
-}
-
 /* In-order dQ (DQ_MODE 2): the writer of key block nb adds its tile of query block m after
    the writers of the key blocks above it (which reach m first: each CTA walks its query
    blocks upwards from its diagonal), so every element of dq_acc sums in the same order on
@@ -241,17 +229,17 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int cb = 0; cb < D / 32; cb++)
                     dfa__tma_reduce_add_4d(&tdq, sDQ + i * C::DQBYTES + cb * BM * 128, cb * 32, h, m0, b);
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                dfa__bulk_commit();
                 if (DQ_MODE == 2) {
-                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                    dfa__bulk_wait();
                     asm volatile("fence.proxy.async.global;" ::: "memory"); /* the sums before the release */
                     dfa__sem_post(sem);
                 } else {
-                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    dfa__bulk_wait_read();
                 }
                 dfa__mbar_arrive(DQ_EMPTY(i));
             }
-            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            dfa__bulk_wait();
         }
         return;
     }
@@ -480,23 +468,16 @@ __global__ void __launch_bounds__(384, 1)
             const int key = key0 + 8 * r;
 #pragma unroll
             for (int j = 0; j < D8; j++) {
-                const uint32_t off = (j / 8) * BN * 128 + key * 128 + (((j % 8) ^ (key & 7)) << 4) + t * 4;
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(sK + off),
-                             "r"(dfa__pack2<BF16>(dk[4 * j + 2 * r] * p.sh.scale, dk[4 * j + 2 * r + 1] * p.sh.scale))
-                             : "memory");
-                asm volatile("st.shared.b32 [%0], %1;" ::"r"(sV + off),
-                             "r"(dfa__pack2<BF16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]))
-                             : "memory");
+                dfa__st_swz128_pair<BF16>(sK, BN, key, j, t, dk[4 * j + 2 * r] * p.sh.scale,
+                                          dk[4 * j + 2 * r + 1] * p.sh.scale);
+                dfa__st_swz128_pair<BF16>(sV, BN, key, j, t, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
             }
         }
         dfa__fence_proxy_async();
         dfa__named_sync(4 + c, 128);
         if (wt == 0) {
-#pragma unroll
-            for (int cb = 0; cb < NCB; cb++) {
-                dfa__tma_store_4d(&tdk, sK + cb * BN * 128 + c * 64 * 128, cb * 64, kvh, n0 + c * 64, b);
-                dfa__tma_store_4d(&tdv, sV + cb * BN * 128 + c * 64 * 128, cb * 64, kvh, n0 + c * 64, b);
-            }
+            dfa__tma_store_rows64<D>(&tdk, sK, BN, c * 64, kvh, n0 + c * 64, b);
+            dfa__tma_store_rows64<D>(&tdv, sV, BN, c * 64, kvh, n0 + c * 64, b);
             dfa__bulk_commit();
             dfa__bulk_wait_read();
         }

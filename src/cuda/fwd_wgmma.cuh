@@ -132,21 +132,15 @@ static __device__ __forceinline__ void dfa__store_o_tma(const float (*acc)[4], c
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         const int row = warp * 16 + g + 8 * r; /* within the warpgroup's 64 */
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            const uint32_t a = sQ + (j / 8) * BM * 128 + (c * 64 + row) * 128 + (((j % 8) ^ (row & 7)) << 4) + t * 4;
-            asm volatile("st.shared.b32 [%0], %1;" ::"r"(a),
-                         "r"(dfa__pack2<BF16>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv))
-                         : "memory");
-        }
+        for (int j = 0; j < D / 8; j++)
+            dfa__st_swz128_pair<BF16>(sQ, BM, c * 64 + row, j, t, acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
         const int grow = m0 + c * 64 + row;
-        if (lse && t == 0 && grow < seqlen_q) lse[grow] = l > 0.0f ? m[r] * DFA__LN2 + logf(l) : -INFINITY;
+        if (lse && t == 0 && grow < seqlen_q) lse[grow] = dfa__row_lse(m[r], l);
     }
     dfa__fence_proxy_async();
     dfa__named_sync(4 + c, 128); /* ids 1 .. 3 are the ping-pong's */
     if (warp == 0 && lane == 0) {
-#pragma unroll
-        for (int cb = 0; cb < D / 64; cb++)
-            dfa__tma_store_4d(to, sQ + cb * BM * 128 + c * 64 * 128, cb * 64, h, m0 + c * 64, b);
+        dfa__tma_store_rows64<D>(to, sQ, BM, c * 64, h, m0 + c * 64, b);
         dfa__bulk_commit();
         dfa__bulk_wait_read(); /* the shared memory stays until the copy engine has read it */
     }

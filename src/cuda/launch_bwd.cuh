@@ -45,14 +45,14 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, 
         !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
         (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    const bool masked = DQ_MODE != 2 && p.sh.masked; /* the in-order dq is never masked (attn_bwd.cu) */
     /* dK and dV by TMA (VARIANT bit 8, 16-bit outputs): boxes of one consumer's 64 keys; otherwise unused */
-    const int variant = DQ_MODE != 2 && p.sh.masked ? VARIANT_MASKED : VARIANT;
     CUtensorMap tdk = tk, tdv = tv;
-    if ((variant & 256) && !OUT32 &&
+    if (((masked ? VARIANT_MASKED : VARIANT) & 256) && !OUT32 &&
         (!dfa__tmap(&tdk, p.dk, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
          !dfa__tmap(&tdv, p.dv, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");
-    if (DQ_MODE != 2 && p.sh.masked) /* the in-order dq is never masked (attn_bwd.cu) */
+    if (masked)
         return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2, VARIANT_MASKED>, ctas, C::NT, C::SMEM, st, fn,
                            "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p);
     return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, 0, VARIANT>, ctas, C::NT, C::SMEM, st, fn, "key tiles",

@@ -153,6 +153,17 @@ static __device__ __forceinline__ void dfa__tma_store_4d(const void *tmap, uint3
     (void)tmap; (void)src; (void)c0; (void)c1; (void)c2; (void)c3;
 #endif
 }
+/* A 4-d box of shared memory added into a tensor map's tensor (float32 add), as one bulk group. */
+static __device__ __forceinline__ void dfa__tma_reduce_add_4d(const void *tmap, uint32_t src, int c0, int c1, int c2,
+                                                              int c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+                 ::"l"((uint64_t)tmap), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+#else
+    (void)tmap; (void)src; (void)c0; (void)c1; (void)c2; (void)c3;
+#endif
+}
 static __device__ __forceinline__ void dfa__bulk_commit(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -163,6 +174,31 @@ static __device__ __forceinline__ void dfa__bulk_wait_read(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 #endif
+}
+/* This thread's bulk groups are complete (their writes visible). */
+static __device__ __forceinline__ void dfa__bulk_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
+/* A thread's pair of 16-bit accumulator columns (8 j + 2 t, + 1) of row `row` into a tile in
+   shared memory in the 128-byte swizzle that TMA and wgmma use: 64-column blocks of `rows` rows
+   of 128 bytes, whose 16-byte chunk j % 8 sits at (j % 8) ^ (row % 8) (the tile 1024-byte
+   aligned). The four lanes t of eight consecutive rows fill all 32 banks. */
+template <int BF16>
+static __device__ __forceinline__ void dfa__st_swz128_pair(uint32_t tile, int rows, int row, int j, int t, float x,
+                                                           float y) {
+    const uint32_t a = tile + (j / 8) * rows * 128 + row * 128 + (((j % 8) ^ (row & 7)) << 4) + t * 4;
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(dfa__pack2<BF16>(x, y)) : "memory");
+}
+/* Rows [row0, row0 + 64) of such a tile, D columns, to (0, c1, c2, c3) of a tensor map with boxes
+   of 64 columns x 64 rows; the caller commits and waits (dfa__bulk_commit, dfa__bulk_wait_read). */
+template <int D>
+static __device__ __forceinline__ void dfa__tma_store_rows64(const void *tmap, uint32_t tile, int rows, int row0, int c1,
+                                                             int c2, int c3) {
+#pragma unroll
+    for (int cb = 0; cb < D / 64; cb++) dfa__tma_store_4d(tmap, tile + cb * rows * 128 + row0 * 128, cb * 64, c1, c2, c3);
 }
 
 /* Clusters of CTAs (sm_90). */

@@ -213,6 +213,12 @@ static __device__ __forceinline__ void dfa__store_zero8(float *p) {
     ((uint4 *)p)[1] = make_uint4(0, 0, 0, 0);
 }
 
+/* The natural-log log-sum-exp of a row from its base-2 running maximum m and its sum l of
+   2^(s - m); -inf for a row that saw no key (l = 0). */
+static __device__ __forceinline__ float dfa__row_lse(float m, float l) {
+    return l > 0.0f ? m * DFA__LN2 + logf(l) : -INFINITY;
+}
+
 /* Writes this warp's 16 rows of the normalised output (C layout, NT8 tiles of 8 columns)
    and their log-sum-exp. row0 = first of the 16 rows; o_row(r) addresses are base + r*stride. */
 template <int NT8, int BF16, typename OutT>
@@ -232,7 +238,7 @@ static __device__ __forceinline__ void dfa__store_o_lse(float (*acc)[4], const f
                 const int c = j * 8 + 2 * t;
                 if (c < d) dfa__store2<BF16>(orow + c, acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
             }
-            if (lse && t == 0) lse[row] = l > 0.0f ? m[r] * DFA__LN2 + logf(l) : -INFINITY;
+            if (lse && t == 0) lse[row] = dfa__row_lse(m[r], l);
         }
     }
 }

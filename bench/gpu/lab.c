@@ -4,7 +4,7 @@
  * (h = 4096/d heads, b = max(1, 32768/S)); medians of CUDA event timings.
  *
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
- *                [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic']
+ *                [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M]
  *
  * --only keeps the variants whose name contains one of the comma-separated strings.
  * --rounds R > 1 times every selected variant once per round, round after round, on each
@@ -60,6 +60,7 @@ static const variant variants[] = {
     {"fwd wgmma persist pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_PP, 8192},
     {"fwd wgmma persist dyn", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_DYN, 8192},
     {"fwd wgmma persist dyn pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_DYN_PP, 8192},
+    {"fwd wgmma persist ex2", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_EX2, 8192},
     {"fwd wgmma d256 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_D256_PP, 0},
     {"fwd wgmma heads order", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_HEADS_ORDER, 0},
     {"fwd wgmma l2 half", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_HALF, 0},
@@ -146,6 +147,50 @@ static void set_window(dfa_attn_desc *d, int S, int checking) {
     d->window_right = -1;
 }
 
+/* --docs M: packed documents (causal) with log-normal lengths of mean M and sigma 1, the masks
+   bench's layout; batch row r draws its lengths from seed r + 1, so every pass and the FLOP count
+   see the same layout. The check uses a mean of S / 8, so that its sequence holds several. */
+static int g_docs = 0;
+static void make_docs(int32_t *ids, int S, double mean, int row) {
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(row + 1);
+    const double mu = log(mean) - 0.5;
+    for (int i = 0, id = 0; i < S; id++) {
+        double u[2];
+        for (int j = 0; j < 2; j++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            u[j] = ((double)(x >> 11) + 0.5) / 9007199254740992.0;
+        }
+        const double z = sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+        long len = lround(exp(mu + z));
+        for (len = len < 1 ? 1 : len; len > 0 && i < S; len--) ids[i++] = id;
+    }
+}
+/* Document ids of b rows of S tokens on the device (NULL without --docs). */
+static int32_t *dev_docs(int b, int S, double mean) {
+    if (!g_docs) return NULL;
+    int32_t *h = malloc((size_t)b * S * 4), *d;
+    for (int r = 0; r < b; r++) make_docs(h + (size_t)r * S, S, mean, r);
+    LAB_CUDA(cudaMalloc((void **)&d, (size_t)b * S * 4));
+    LAB_CUDA(cudaMemcpy(d, h, (size_t)b * S * 4, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+/* Visible (query, key) pairs of b rows of S tokens under --docs (causal) and --window. */
+static double doc_pairs(int b, int S) {
+    int32_t *ids = malloc((size_t)S * 4);
+    double pairs = 0;
+    for (int r = 0; r < b; r++) {
+        make_docs(ids, S, g_docs, r);
+        for (int i = 0, start = 0; i < S; i++) {
+            if (ids[i] != ids[start]) start = i;
+            const int lo = g_window && i - g_window > start ? i - g_window : start;
+            pairs += i - lo + 1;
+        }
+    }
+    free(ids);
+    return pairs;
+}
+
 static double rel_diff(const uint16_t *a, const uint16_t *ref, size_t n) {
     double m = 0, r = 0;
     for (size_t i = 0; i < n; i++) {
@@ -164,6 +209,14 @@ static double check(const variant *v, int D, int S, int causal) {
     d.causal = causal;
     d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
     set_window(&d, S, 1);
+    int32_t *hdoc = NULL;
+    dfa_attn_desc dg = d; /* the GPU's: the same mask with device ids */
+    if (g_docs && causal) {
+        hdoc = malloc((size_t)S * 4);
+        make_docs(hdoc, S, S / 8.0, 0);
+        d.q_doc = d.k_doc = hdoc;
+        dg.q_doc = dg.k_doc = dev_docs(1, S, S / 8.0);
+    }
     const size_t nq = (size_t)S * 4 * D, nk = (size_t)S * 2 * D, nl = (size_t)4 * S;
     uint16_t *hq, *hk, *hv, *hdo;
     void *q = dev_random(nq, &hq), *k = dev_random(nk, &hk), *v_ = dev_random(nk, &hv), *dout = dev_random(nq, &hdo);
@@ -179,7 +232,7 @@ static double check(const variant *v, int D, int S, int causal) {
     LAB_CUDA(cudaMalloc(&dk, nk * 2)); LAB_CUDA(cudaMalloc(&dv, nk * 2)); LAB_CUDA(cudaMalloc((void **)&lse, nl * 4));
     LAB_CUDA(cudaMemset(o, 0xff, nq * 2));
     double worst = 0;
-    if (run_fwd(v, &d, q, k, v_, o, lse)) {
+    if (run_fwd(v, &dg, q, k, v_, o, lse)) {
         fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
         return INFINITY;
     }
@@ -191,7 +244,7 @@ static double check(const variant *v, int D, int S, int causal) {
         LAB_CUDA(cudaMemcpy(o, co, nq * 2, cudaMemcpyHostToDevice));
         LAB_CUDA(cudaMemcpy(lse, cl, nl * 4, cudaMemcpyHostToDevice));
         LAB_CUDA(cudaMemset(dq, 0xff, nq * 2)); LAB_CUDA(cudaMemset(dk, 0xff, nk * 2)); LAB_CUDA(cudaMemset(dv, 0xff, nk * 2));
-        if (run_bwd(v, &d, q, k, v_, o, lse, dout, dq, dk, dv)) {
+        if (run_bwd(v, &dg, q, k, v_, o, lse, dout, dq, dk, dv)) {
             fprintf(stderr, "lab: %s: %s\n", v->name, dfa_last_error());
             return INFINITY;
         }
@@ -205,6 +258,8 @@ static double check(const variant *v, int D, int S, int causal) {
     }
     cudaFree(q); cudaFree(k); cudaFree(v_); cudaFree(dout); cudaFree(o); cudaFree(dq); cudaFree(dk); cudaFree(dv);
     cudaFree(lse);
+    cudaFree((void *)dg.q_doc);
+    free(hdoc);
     free(hq); free(hk); free(hv); free(hdo); free(co); free(go); free(cdq); free(cdk); free(cdv); free(cl);
     return worst;
 }
@@ -212,6 +267,7 @@ static double check(const variant *v, int D, int S, int causal) {
 /* FLOPs of the variant's pass on the bench shape (h = 4096/D heads, b = max(1, 32768/S)). */
 static double bench_flops(const variant *v, int D, int S, int causal) {
     const int h = 4096 / D, b = S >= 32768 ? 1 : 32768 / S;
+    if (g_docs && causal) return 4.0 * h * doc_pairs(b, S) * D * (v->bwd ? 2.5 : 1.0);
     const double W = g_window, pairs = causal && g_window && g_window < S ? W * (W + 1) / 2 + (S - W) * (W + 1)
                                        : (double)S * S * (causal ? 0.5 : 1.0);
     return 4.0 * b * h * pairs * D * (v->bwd ? 2.5 : 1.0);
@@ -230,6 +286,7 @@ static float timeit(const variant *v, int D, int S, int causal, int reps) {
     d.causal = causal;
     d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
     set_window(&d, S, 0);
+    if (causal) d.q_doc = d.k_doc = dev_docs(b, S, g_docs);
     const size_t n = (size_t)b * S * h * D;
     void *q = dev_random(n, NULL), *k = dev_random(n, NULL), *vv = dev_random(n, NULL), *dout = dev_random(n, NULL);
     void *o, *dq, *dk, *dv;
@@ -260,6 +317,7 @@ static float timeit(const variant *v, int D, int S, int causal, int reps) {
     qsort(ts, (size_t)reps, sizeof(float), cmpf);
     cudaFree(q); cudaFree(k); cudaFree(vv); cudaFree(dout); cudaFree(o); cudaFree(dq); cudaFree(dk); cudaFree(dv);
     cudaFree(lse);
+    cudaFree((void *)d.q_doc);
     return ts[reps / 2];
 }
 
@@ -308,9 +366,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
         else if (!strcmp(argv[i], "--window")) g_window = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--docs")) g_docs = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] "
-                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W]\n");
+                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M]\n");
             return 2;
         }
     }

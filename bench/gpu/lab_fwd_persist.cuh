@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
-    constexpr int PINGPONG = PP & 1;
+    constexpr int PINGPONG = PP & 1, FAST_EXP = (PP & 8) != 0;
     static_assert((PP & 2) != 0, "the persistent forward is the pipelined one");
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__mbar_arrive(K_EMPTY(s));
         }
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-        dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
+        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
                                  p.sh.offset, p.scale_log2, lane, alpha);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__mbar_arrive(K_EMPTY(s));
             const int n0 = n_begin + it * BN;
             if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-            dfa__softmax_step<BN, 0>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
+            dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
                                      p.sh.offset, p.scale_log2, lane, alpha);
             dfa__wgmma_wait<0>();
 #pragma unroll
@@ -242,6 +242,9 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
         }
+        /* every product that reads this Q tile (the S of each block) has completed: the producer
+           may load the next tile's Q under this one's last P V and its epilogue */
+        dfa__mbar_arrive(q_empty);
         {
             const int sp = (g + nblocks - 1) % STAGES;
             dfa__mbar_wait(V_FULL(sp), (uint32_t)((g + nblocks - 1) / STAGES) & 1u);
@@ -256,7 +259,6 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         }
 #undef LAB_ISSUE_S
 #undef LAB_ISSUE_PV
-        dfa__mbar_arrive(q_empty); /* every product that read this Q tile has completed */
         dfa__store_o_lse<OT8, BF16, uint16_t>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q,
                                               p.sh.head_dim, lane);
         g += nblocks;

@@ -105,6 +105,8 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
         return s.bf16 ? lab_fwd_persist<1, 3, 2, 1>(p, stream, fn) : lab_fwd_persist<0, 3, 2, 1>(p, stream, fn);
     case LAB_FWD_WGMMA_PERSIST_DYN_PP:
         return s.bf16 ? lab_fwd_persist<1, 3, 3, 1>(p, stream, fn) : lab_fwd_persist<0, 3, 3, 1>(p, stream, fn);
+    case LAB_FWD_WGMMA_PERSIST_EX2:
+        return s.bf16 ? lab_fwd_persist<1, 11, 10, 1>(p, stream, fn) : lab_fwd_persist<0, 11, 10, 1>(p, stream, fn);
     case LAB_FWD_WGMMA_PERSIST_PP:
         return s.bf16 ? lab_fwd_persist<1, 3, 3>(p, stream, fn) : lab_fwd_persist<0, 3, 3>(p, stream, fn);
     case LAB_FWD_WGMMA_TMA_O:

@@ -41,6 +41,7 @@ enum {
                                  (VARIANT 5; 4% slower in run 15) */
     LAB_FWD_WGMMA_PERSIST_DYN, /* persistent, tiles from a global counter (lab_fwd_persist.cuh DYN = 1) */
     LAB_FWD_WGMMA_PERSIST_DYN_PP, /* ... with ping-pong consumers at d = 128 too */
+    LAB_FWD_WGMMA_PERSIST_EX2, /* persistent, dynamic tiles, the library's 2^x by ex2 (PP 11 / 10) */
     LAB_FWD_WGMMA_EXP2F,      /* the library's forward with 2^x by exp2f (its denormal fix-up; PP bit 3 clear):
                                  the library's until 2026-12-01 run 18 */
     LAB_FWD_WGMMA_EX2_PP,     /* the library's forward (ex2.approx.ftz) with ping-pong consumers at d = 128 too */

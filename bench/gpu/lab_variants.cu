@@ -3,7 +3,6 @@
 #include "cuda/launch_bwd.cuh"
 #include "cuda/launch_fwd.cuh"
 #include "lab_bwd_wgmma.cuh"
-#include "lab_fwd_persist.cuh"
 #include "lab_variants.h"
 
 template <int D, int BM, int ATOMIC, int VARIANT, int BF16, int OUT32>
@@ -96,19 +95,11 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
     case LAB_FWD_WGMMA_M128:
         return s.bf16 ? lab_fwd_d64<1, 3, 2>(p, stream, fn) : lab_fwd_d64<0, 3, 2>(p, stream, fn);
     case LAB_FWD_WGMMA_PERSIST:
-        return s.bf16 ? lab_fwd_persist<1, 3, 2>(p, stream, fn) : lab_fwd_persist<0, 3, 2>(p, stream, fn);
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 43, 42>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 43, 42>(p, stream, fn);
     case LAB_FWD_WGMMA_EXP2F:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2>(p, stream, fn);
     case LAB_FWD_WGMMA_EX2_PP:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 11>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 11>(p, stream, fn);
-    case LAB_FWD_WGMMA_PERSIST_DYN:
-        return s.bf16 ? lab_fwd_persist<1, 3, 2, 1>(p, stream, fn) : lab_fwd_persist<0, 3, 2, 1>(p, stream, fn);
-    case LAB_FWD_WGMMA_PERSIST_DYN_PP:
-        return s.bf16 ? lab_fwd_persist<1, 3, 3, 1>(p, stream, fn) : lab_fwd_persist<0, 3, 3, 1>(p, stream, fn);
-    case LAB_FWD_WGMMA_PERSIST_EX2:
-        return s.bf16 ? lab_fwd_persist<1, 11, 10, 1>(p, stream, fn) : lab_fwd_persist<0, 11, 10, 1>(p, stream, fn);
-    case LAB_FWD_WGMMA_PERSIST_PP:
-        return s.bf16 ? lab_fwd_persist<1, 3, 3>(p, stream, fn) : lab_fwd_persist<0, 3, 3>(p, stream, fn);
     case LAB_FWD_WGMMA_TMA_O:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 27, 26>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 27, 26>(p, stream, fn);
     case LAB_FWD_WGMMA_DIRECT_O:

@@ -29,8 +29,7 @@ enum {
     LAB_FWD_WGMMA_M128,       /* head dim 64: 128-row query tiles (two consumers), ping-pong + pipelining: the
                                  library's until 192-row tiles replaced it (2026-12-01, run 8) */
     LAB_FWD_WGMMA_CLUSTER,    /* the library's forward in pairs of CTAs sharing K/V loads (TMA multicast) */
-    LAB_FWD_WGMMA_PERSIST,    /* the forward made persistent (lab_fwd_persist.cuh): one CTA per SM walks the tiles */
-    LAB_FWD_WGMMA_PERSIST_PP, /* persistent, ping-pong + pipelining at both head dims */
+    LAB_FWD_WGMMA_PERSIST,    /* the persistent forward (PP bit 5) at both head dims, o from registers */
     LAB_FWD_WGMMA_D256_RETIRED, /* was head dim 256 on the Hopper forward, the library's since 2026-12-01 (run 13) */
     LAB_FWD_WGMMA_D256_PP,    /* head dim 256 on the Hopper forward with ping-pong consumers */
     LAB_FWD_WGMMA_HEADS_ORDER, /* the library's forward with the grid's old order (every head in one section:
@@ -39,9 +38,6 @@ enum {
                                  VARIANT 0: dQ after dV/dK have landed, staging with bank conflicts) */
     LAB_BWD_WS_CHAIN_SWZ,     /* the library's (dQ issued behind dV/dK) with conflict-free dQ staging stores
                                  (VARIANT 5; 4% slower in run 15) */
-    LAB_FWD_WGMMA_PERSIST_DYN, /* persistent, tiles from a global counter (lab_fwd_persist.cuh DYN = 1) */
-    LAB_FWD_WGMMA_PERSIST_DYN_PP, /* ... with ping-pong consumers at d = 128 too */
-    LAB_FWD_WGMMA_PERSIST_EX2, /* persistent, dynamic tiles, the library's 2^x by ex2 (PP 11 / 10) */
     LAB_FWD_WGMMA_EXP2F,      /* the library's forward with 2^x by exp2f (its denormal fix-up; PP bit 3 clear):
                                  the library's until 2026-12-01 run 18 */
     LAB_FWD_WGMMA_EX2_PP,     /* the library's forward (ex2.approx.ftz) with ping-pong consumers at d = 128 too */

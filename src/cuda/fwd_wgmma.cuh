@@ -15,7 +15,8 @@
  * j, which then runs under P V of block j (FlashAttention-3's intra-warpgroup
  * overlap); bit 2 (with bit 1) rescales o under S of the next block instead of
  * after P V; bit 3 takes 2^x from ex2.approx.ftz alone (dfa__exp2_ftz) instead of exp2f's
- * denormal-preserving sequence; bit 4 stores o through shared memory and TMA (dfa__store_o_tma).
+ * denormal-preserving sequence; bit 4 stores o through shared memory and TMA (dfa__store_o_tma);
+ * bit 5 runs the grid as the persistent kernel at the end of this file (one CTA per SM).
  * Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
@@ -114,6 +115,161 @@ static __device__ __forceinline__ void dfa__fwd_release(uint32_t empty, int shar
     }
 }
 
+/* The kernels' mbarriers, 8 bytes each from `bar`: q_full, k_full[S], k_empty[S], v_full[S],
+   v_empty[S]; the persistent kernel adds q_empty, tile_full[2] and tile_empty[2], then two
+   4-byte slots for tile numbers (all within the 128 bytes dfa__fwd_wgmma_cfg reserves). */
+template <int STAGES> struct dfa__fwd_bars {
+    uint32_t bar;
+    __device__ __forceinline__ uint32_t q_full() const { return bar; }
+    __device__ __forceinline__ uint32_t k_full(int s) const { return bar + 8u * (1 + s); }
+    __device__ __forceinline__ uint32_t k_empty(int s) const { return bar + 8u * (1 + STAGES + s); }
+    __device__ __forceinline__ uint32_t v_full(int s) const { return bar + 8u * (1 + 2 * STAGES + s); }
+    __device__ __forceinline__ uint32_t v_empty(int s) const { return bar + 8u * (1 + 3 * STAGES + s); }
+    __device__ __forceinline__ uint32_t q_empty() const { return bar + 8u * (1 + 4 * STAGES); }
+    __device__ __forceinline__ uint32_t tile_full(int i) const { return bar + 8u * (2 + 4 * STAGES + i); }
+    __device__ __forceinline__ uint32_t tile_empty(int i) const { return bar + 8u * (4 + 4 * STAGES + i); }
+    static constexpr int SLOTS = 8 * (6 + 4 * STAGES), END = SLOTS + 8; /* bytes from bar */
+};
+
+/* The producer's K and V loads of a query tile's key blocks [n_begin / BN, + nblocks) into the
+   stage ring, from ring position g on (the key blocks of the CTA's earlier tiles; 0 when a CTA
+   has one tile). The first nshared blocks are shared with the peer CTA of a pair. */
+template <int CLUSTER, int NCB, int BN, int STAGES, int KVBYTES>
+static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars<STAGES> &B, uint32_t sK, uint32_t sV,
+                                                             const CUtensorMap *tk, const CUtensorMap *tv, int kvh,
+                                                             int b, int n_begin, int nblocks, int g, int nshared,
+                                                             uint32_t rank) {
+    for (int it = 0; it < nblocks; it++) {
+        const int s = (g + it) % STAGES;
+        const uint32_t ph = (uint32_t)((g + it) / STAGES) & 1u;
+        const int n = n_begin + it * BN;
+        dfa__mbar_wait(B.k_empty(s), ph ^ 1u);
+        dfa__mbar_expect_tx(B.k_full(s), KVBYTES);
+        dfa__fwd_load_kv<CLUSTER, NCB, BN>(sK + s * KVBYTES, tk, B.k_full(s), kvh, n, b, it < nshared, rank);
+        dfa__mbar_wait(B.v_empty(s), ph ^ 1u);
+        dfa__mbar_expect_tx(B.v_full(s), KVBYTES);
+        dfa__fwd_load_kv<CLUSTER, NCB, BN>(sV + s * KVBYTES, tv, B.v_full(s), kvh, n, b, it < nshared, rank);
+    }
+}
+
+/* A consumer warpgroup's pipelined walk over one query tile's key blocks (PP bit 1): S of
+   block it is computed while P V of block it - 1 is still in flight; the softmax of block it
+   runs under that product, and o is rescaled once it has landed. The first S and the last P V
+   are peeled off the loop, so that every iteration commits the same two groups and ptxas can
+   see which wait retires which product (with conditional commits it serialises the wgmmas).
+   Stages from ring position g on, as the producer's. With PERSIST the warpgroup releases the
+   Q tile (q_empty) as soon as its last S has completed, so that the producer loads the next
+   tile's Q under this one's last P V and epilogue. o, m, l: the row state, started by the
+   caller; Q must have landed. */
+template <int D, int BN, int BF16, int PP, int NCW, int CLUSTER, int PERSIST>
+static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m, float *l,
+                                                             const dfa__fwd_bars<2> &B, uint32_t sQ, uint32_t sK,
+                                                             uint32_t sV, int g, int nblocks, int n_begin, int nshared,
+                                                             const int *mlo, const int *mhi, const int *lim, int m0,
+                                                             const dfa__fwd_params &p, int c, int lane, uint32_t peer) {
+    typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = D / 8;
+    constexpr int PINGPONG = PP & 1, LATE_RESCALE = (PP & 4) != 0, FAST_EXP = (PP & 8) != 0;
+    const int next_bar = 1 + (c + 1) % NCW;
+    float sc[NT8 * 4];
+    uint32_t pf[BN / 16][4];
+    float(*s4)[4] = (float(*)[4])sc;
+#define DFA__FWD_ISSUE_S(s_)                                                                                      \
+    _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
+        const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);         \
+        const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
+        dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                              \
+    }                                                                                                             \
+    dfa__wgmma_commit()
+#define DFA__FWD_ISSUE_PV(s_)                                                                                     \
+    _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                                     \
+        const uint64_t dv = dfa__wgmma_desc(sV + (s_) * C::KVBYTES + kk * 16 * 128, BN * 128);                   \
+        dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);                                                                 \
+    }                                                                                                             \
+    dfa__wgmma_commit()
+    float alpha[2];
+    {
+        const int s = g % STAGES;
+        dfa__mbar_wait(B.k_full(s), (uint32_t)(g / STAGES) & 1u);
+        if (PINGPONG) dfa__named_sync(1 + c, 256);
+        dfa__wgmma_fence();
+        DFA__FWD_ISSUE_S(s);
+        if (PINGPONG) dfa__named_arrive(next_bar, 256);
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+        dfa__fwd_release<CLUSTER>(B.k_empty(s), 0 < nshared, lane, peer);
+    }
+    if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
+    dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
+                                       p.sh.offset, p.scale_log2, lane, alpha);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+    for (int it = 1; it < nblocks; it++) {
+        const int s = (g + it) % STAGES, sp = (g + it - 1) % STAGES;
+        const uint32_t ph = (uint32_t)((g + it) / STAGES) & 1u, php = (uint32_t)((g + it - 1) / STAGES) & 1u;
+        dfa__mbar_wait(B.k_full(s), ph);
+        dfa__mbar_wait(B.v_full(sp), php);
+        if (PINGPONG) dfa__named_sync(1 + c, 256);
+        dfa__wgmma_fence();
+        DFA__FWD_ISSUE_S(s);
+        if (LATE_RESCALE) { /* o of block it - 2 to the maximum of it - 1, under S of block it */
+            dfa__rescale_o<OT8>(o, alpha);
+            dfa__wgmma_fence();
+        }
+        DFA__FWD_ISSUE_PV(sp);
+        if (PINGPONG) dfa__named_arrive(next_bar, 256);
+        dfa__wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+        dfa__fwd_release<CLUSTER>(B.k_empty(s), it < nshared, lane, peer);
+        const int n0 = n_begin + it * BN;
+        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
+        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
+                                           p.sh.offset, p.scale_log2, lane, alpha);
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+        dfa__fwd_release<CLUSTER>(B.v_empty(sp), it - 1 < nshared, lane, peer);
+        if (!LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+    }
+    if (PERSIST) dfa__mbar_arrive(B.q_empty()); /* every S of this tile has completed */
+    {
+        const int sp = (g + nblocks - 1) % STAGES;
+        dfa__mbar_wait(B.v_full(sp), (uint32_t)((g + nblocks - 1) / STAGES) & 1u);
+        if (PINGPONG) dfa__named_sync(1 + c, 256);
+        if (LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
+        dfa__wgmma_fence();
+        DFA__FWD_ISSUE_PV(sp);
+        if (PINGPONG) dfa__named_arrive(next_bar, 256);
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+        dfa__fwd_release<CLUSTER>(B.v_empty(sp), nblocks - 1 < nshared, lane, peer);
+    }
+#undef DFA__FWD_ISSUE_S
+#undef DFA__FWD_ISSUE_PV
+}
+
+/* A consumer thread's two rows (row and row + 8): the last key each may see (lim) and, under a
+   mask, their visible key intervals [mlo, mhi). */
+static __device__ __forceinline__ void dfa__fwd_row_state(const dfa__cuda_shape &sh, int b, int row, int *lim,
+                                                          int *mlo, int *mhi) {
+    lim[0] = dfa__row_limit(row, sh.seqlen_k, sh.causal, sh.offset);
+    lim[1] = dfa__row_limit(row + 8, sh.seqlen_k, sh.causal, sh.offset);
+    mlo[0] = mlo[1] = mhi[0] = mhi[1] = 0;
+    if (sh.masked)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int2 kr = dfa__mask_row(sh, b, row + 8 * r);
+            mlo[r] = kr.x;
+            mhi[r] = kr.y;
+            lim[r] = kr.y - 1;
+        }
+}
+
 /* TMA_O (PP bit 4, 16-bit o): a consumer warpgroup's 64 x D tile of o leaves through the copy
    engine. The warpgroup writes it, normalised and rounded, over its own 64 rows of the Q tile
    (no product reads them any more: its last S has retired, and each warpgroup's products read
@@ -155,19 +311,15 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, NT8 = BN / 8, OT8 = D / 8;
-    constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0, LATE_RESCALE = PIPELINE && (PP & 4) != 0;
+    constexpr int PINGPONG = PP & 1, PIPELINE = (PP & 2) != 0;
     constexpr int FAST_EXP = (PP & 8) != 0, TMA_O = (PP & 16) != 0 && !OUT32;
     /* registers: the producer keeps what TMA issue needs, the consumers share the rest */
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
-    const uint32_t bar = base + C::BAR_OFF; /* q_full, k_full[S], k_empty[S], v_full[S], v_empty[S] */
-    const uint32_t q_full = bar;
-#define K_FULL(s) (bar + 8u * (1 + (s)))
-#define K_EMPTY(s) (bar + 8u * (1 + STAGES + (s)))
-#define V_FULL(s) (bar + 8u * (1 + 2 * STAGES + (s)))
-#define V_EMPTY(s) (bar + 8u * (1 + 3 * STAGES + (s)))
+    const dfa__fwd_bars<STAGES> B = {base + C::BAR_OFF};
+    const uint32_t q_full = B.q_full();
 
     const int tid = threadIdx.x;
     const int heads = p.sh.batch * p.sh.num_heads;
@@ -214,10 +366,10 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     if (tid == 0) {
         dfa__mbar_init(q_full, 1);
         for (int s = 0; s < STAGES; s++) {
-            dfa__mbar_init(K_FULL(s), 1);
-            dfa__mbar_init(V_FULL(s), 1);
-            dfa__mbar_init(K_EMPTY(s), CLUSTER == 1 ? 128 * NCW : 8 * NCW);
-            dfa__mbar_init(V_EMPTY(s), CLUSTER == 1 ? 128 * NCW : 8 * NCW);
+            dfa__mbar_init(B.k_full(s), 1);
+            dfa__mbar_init(B.v_full(s), 1);
+            dfa__mbar_init(B.k_empty(s), CLUSTER == 1 ? 128 * NCW : 8 * NCW);
+            dfa__mbar_init(B.v_empty(s), CLUSTER == 1 ? 128 * NCW : 8 * NCW);
         }
         dfa__fence_barrier_init();
     }
@@ -231,17 +383,8 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
             dfa__mbar_expect_tx(q_full, C::QBYTES);
 #pragma unroll
             for (int cb = 0; cb < NCB; cb++) dfa__tma_load_4d(sQ + cb * BM * 128, &tq, q_full, cb * 64, h, m0, b);
-            for (int it = 0; it < nblocks; it++) {
-                const int s = it % STAGES;
-                const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
-                const int n = n_begin + it * BN;
-                dfa__mbar_wait(K_EMPTY(s), ph ^ 1u);
-                dfa__mbar_expect_tx(K_FULL(s), C::KVBYTES);
-                dfa__fwd_load_kv<CLUSTER, NCB, BN>(sK + s * C::KVBYTES, &tk, K_FULL(s), kvh, n, b, it < nshared, rank);
-                dfa__mbar_wait(V_EMPTY(s), ph ^ 1u);
-                dfa__mbar_expect_tx(V_FULL(s), C::KVBYTES);
-                dfa__fwd_load_kv<CLUSTER, NCB, BN>(sV + s * C::KVBYTES, &tv, V_FULL(s), kvh, n, b, it < nshared, rank);
-            }
+            dfa__fwd_load_tile_kv<CLUSTER, NCB, BN, STAGES, C::KVBYTES>(B, sK, sV, &tk, &tv, kvh, b, n_begin, nblocks,
+                                                                       0, nshared, rank);
         }
         if (CLUSTER == 2) {
             __syncwarp();
@@ -253,17 +396,8 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
     const int row0 = m0 + c * 64 + warp * 16;
-    int lim[2] = {dfa__row_limit(row0 + (lane >> 2), p.sh.seqlen_k, p.sh.causal, p.sh.offset),
-                  dfa__row_limit(row0 + (lane >> 2) + 8, p.sh.seqlen_k, p.sh.causal, p.sh.offset)};
-    int mlo[2] = {0, 0}, mhi[2] = {0, 0}; /* under a mask: the rows' key intervals */
-    if (p.sh.masked)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int2 kr = dfa__mask_row(p.sh, b, row0 + (lane >> 2) + 8 * r);
-            mlo[r] = kr.x;
-            mhi[r] = kr.y;
-            lim[r] = kr.y - 1;
-        }
+    int lim[2], mlo[2], mhi[2];
+    dfa__fwd_row_state(p.sh, b, row0 + (lane >> 2), lim, mlo, mhi);
     float o[OT8 * 4];
 #pragma unroll
     for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
@@ -273,96 +407,17 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     const int next_bar = 1 + (c + 1) % NCW;
     if (PINGPONG && c == NCW - 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     dfa__mbar_wait(q_full, 0);
-    if (PIPELINE) {
-        /* S of block it is computed while P V of block it - 1 is still in flight; the softmax
-           of block it runs under that product, and o is rescaled once it has landed. The
-           first S and the last P V are peeled off the loop, so that every iteration commits
-           the same two groups and ptxas can see which wait retires which product (with
-           conditional commits it serialises the wgmmas). */
-        float sc[NT8 * 4];
-        uint32_t pf[BN / 16][4];
-        float(*s4)[4] = (float(*)[4])sc;
-#define DFA__FWD_ISSUE_S(s_)                                                                                      \
-    _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
-        const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);         \
-        const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
-        dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                              \
-    }                                                                                                             \
-    dfa__wgmma_commit()
-#define DFA__FWD_ISSUE_PV(s_)                                                                                     \
-    _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                                     \
-        const uint64_t dv = dfa__wgmma_desc(sV + (s_) * C::KVBYTES + kk * 16 * 128, BN * 128);                   \
-        dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);                                                                 \
-    }                                                                                                             \
-    dfa__wgmma_commit()
-        float alpha[2];
-        dfa__mbar_wait(K_FULL(0), 0);
-        if (PINGPONG) dfa__named_sync(1 + c, 256);
-        dfa__wgmma_fence();
-        DFA__FWD_ISSUE_S(0);
-        if (PINGPONG) dfa__named_arrive(next_bar, 256);
-        dfa__wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-        dfa__fwd_release<CLUSTER>(K_EMPTY(0), 0 < nshared, lane, peer);
-        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
-                                 p.sh.offset, p.scale_log2, lane, alpha);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-        for (int it = 1; it < nblocks; it++) {
-            const int s = it % STAGES, sp = (it - 1) % STAGES;
-            const uint32_t ph = (uint32_t)(it / STAGES) & 1u, php = (uint32_t)((it - 1) / STAGES) & 1u;
-            dfa__mbar_wait(K_FULL(s), ph);
-            dfa__mbar_wait(V_FULL(sp), php);
-            if (PINGPONG) dfa__named_sync(1 + c, 256);
-            dfa__wgmma_fence();
-            DFA__FWD_ISSUE_S(s);
-            if (LATE_RESCALE) { /* o of block it - 2 to the maximum of it - 1, under S of block it */
-                dfa__rescale_o<OT8>(o, alpha);
-                dfa__wgmma_fence();
-            }
-            DFA__FWD_ISSUE_PV(sp);
-            if (PINGPONG) dfa__named_arrive(next_bar, 256);
-            dfa__wgmma_wait<1>();
-#pragma unroll
-            for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-            dfa__fwd_release<CLUSTER>(K_EMPTY(s), it < nshared, lane, peer);
-            const int n0 = n_begin + it * BN;
-            if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-            dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
-                                     p.sh.offset, p.scale_log2, lane, alpha);
-            dfa__wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-            dfa__fwd_release<CLUSTER>(V_EMPTY(sp), it - 1 < nshared, lane, peer);
-            if (!LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-        }
-        {
-            const int sp = (nblocks - 1) % STAGES;
-            dfa__mbar_wait(V_FULL(sp), (uint32_t)((nblocks - 1) / STAGES) & 1u);
-            if (PINGPONG) dfa__named_sync(1 + c, 256);
-            if (LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
-            dfa__wgmma_fence();
-            DFA__FWD_ISSUE_PV(sp);
-            if (PINGPONG) dfa__named_arrive(next_bar, 256);
-            dfa__wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-            dfa__fwd_release<CLUSTER>(V_EMPTY(sp), nblocks - 1 < nshared, lane, peer);
-        }
-#undef DFA__FWD_ISSUE_S
-#undef DFA__FWD_ISSUE_PV
-    } else
+    if (PIPELINE)
+        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, CLUSTER, 0>(o, m, l, B, sQ, sK, sV, 0, nblocks, n_begin, nshared, mlo,
+                                                                mhi, lim, m0, p, c, lane, peer);
+    else
     for (int it = 0; it < nblocks; it++) {
         const int s = it % STAGES, n0 = n_begin + it * BN;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
         float sc[NT8 * 4];
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) sc[i] = 0.0f;
-        dfa__mbar_wait(K_FULL(s), ph);
+        dfa__mbar_wait(B.k_full(s), ph);
         if (PINGPONG) dfa__named_sync(1 + c, 256);
         dfa__wgmma_fence();
 #pragma unroll
@@ -376,7 +431,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-        dfa__fwd_release<CLUSTER>(K_EMPTY(s), it < nshared, lane, peer);
+        dfa__fwd_release<CLUSTER>(B.k_empty(s), it < nshared, lane, peer);
 
         float(*s4)[4] = (float(*)[4])sc;
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
@@ -385,7 +440,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         uint32_t pf[BN / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-        dfa__mbar_wait(V_FULL(s), ph);
+        dfa__mbar_wait(B.v_full(s), ph);
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
@@ -396,7 +451,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-        dfa__fwd_release<CLUSTER>(V_EMPTY(s), it < nshared, lane, peer);
+        dfa__fwd_release<CLUSTER>(B.v_empty(s), it < nshared, lane, peer);
     }
     if (TMA_O)
         dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sQ, &to, lseg, c, warp, lane, h, m0, b, p.sh.seqlen_q);
@@ -407,12 +462,140 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         __syncwarp();
         dfa__cluster_sync();
     }
-#undef K_FULL
-#undef K_EMPTY
-#undef V_FULL
-#undef V_EMPTY
 #else
     (void)tq; (void)tk; (void)tv; (void)to; (void)p;
+    __trap();
+#endif
+}
+
+/* The persistent forward (PP bit 5; launch_fwd.cuh picks it when a grid has more query tiles
+ * than the device has SMs). The one-tile kernel above gives every CTA its set-up, its Q load
+ * and first K/V loads before any product, and its last P V and epilogue with nothing behind
+ * them (one CTA of 384 threads fills an SM): a large share of short tiles (a 4k window's 33 key
+ * blocks, short documents, short sequences). Here one CTA per SM walks tiles: the stage ring
+ * carries over from tile to tile (position g), and the Q buffer is released (q_empty) once a
+ * tile's last S has completed, so the producer loads the next tile's Q and first K/V blocks
+ * under this tile's last P V and epilogue. Tile numbers come in the grid's order
+ * (dfa__fwd_tile_order) from a global counter that the launcher zeroes on the stream: the
+ * producer takes the next number when it starts loading that tile (FlashAttention-3's dynamic
+ * scheduler), so tiles start in the one-tile kernel's order as CTAs free up (a fixed stride
+ * measured 7-13% slower: unequal work per CTA, bench/gpu/NOTES.md). It hands each number to
+ * the consumers through two slots in shared memory (tile_full / tile_empty). o is written
+ * from registers (PP bit 4 is ignored: the Q buffer is the next tile's by then); 16-bit o
+ * only, no clusters. */
+template <int D, int BN, int BF16, int PP, int NCW>
+__global__ void __launch_bounds__(128 * (NCW + 1), 1)
+    dfa__fwd_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                                     const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p,
+                                     unsigned int *tile_counter) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8;
+    static_assert((PP & 2) != 0, "the persistent forward is the pipelined one");
+    static_assert(C::BAR_OFF + dfa__fwd_bars<C::STAGES>::END <= C::SMEM - 1024, "room for the barriers and slots");
+    constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
+    extern __shared__ __align__(128) unsigned char dfa__smem[];
+    const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
+    const dfa__fwd_bars<STAGES> B = {base + C::BAR_OFF};
+    volatile uint32_t *const tile_slot =
+        (volatile uint32_t *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + C::BAR_OFF + B.SLOTS);
+
+    const int tid = threadIdx.x;
+    const int heads = p.sh.batch * p.sh.num_heads;
+    const int nm = (p.sh.seqlen_q + BM - 1) / BM;
+    const uint32_t ntiles = (uint32_t)nm * (uint32_t)heads;
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
+    if (tid == 0) {
+        dfa__mbar_init(B.q_full(), 1);
+        dfa__mbar_init(B.q_empty(), 128 * NCW);
+        for (int i = 0; i < 2; i++) {
+            dfa__mbar_init(B.tile_full(i), 1);
+            dfa__mbar_init(B.tile_empty(i), 128 * NCW);
+        }
+        for (int s = 0; s < STAGES; s++) {
+            dfa__mbar_init(B.k_full(s), 1);
+            dfa__mbar_init(B.v_full(s), 1);
+            dfa__mbar_init(B.k_empty(s), 128 * NCW);
+            dfa__mbar_init(B.v_empty(s), 128 * NCW);
+        }
+        dfa__fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        dfa__setmaxnreg_dec<PRODUCER_REGS>();
+        if (tid == 0) {
+            int g = 0;       /* key blocks of earlier tiles: where the stage ring stands */
+            uint32_t qn = 0; /* Q tiles loaded before */
+            for (uint32_t t = blockIdx.x, k = 0;; t = atomicAdd(tile_counter, 1u) + gridDim.x, k++) {
+                dfa__mbar_wait(B.tile_empty(k & 1u), ((k >> 1) & 1u) ^ 1u); /* tile k's number (>= ntiles: the end) */
+                tile_slot[k & 1u] = t;
+                dfa__mbar_arrive(B.tile_full(k & 1u));
+                if (t >= ntiles) break;
+                int mb, bh, kb0, kb1;
+                dfa__fwd_tile_order(t, nm, heads, p.l2_heads, &mb, &bh);
+                const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads;
+                const int kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
+                dfa__mask_key_blocks<BN>(p.sh, b, mb * BM, BM, &kb0, &kb1);
+                if (kb1 <= kb0) continue;                              /* no row sees a key: nothing to load */
+                dfa__mbar_wait(B.q_empty(), (qn & 1u) ^ 1u);          /* every S of the last tile is done */
+                dfa__mbar_expect_tx(B.q_full(), C::QBYTES);
+#pragma unroll
+                for (int cb = 0; cb < NCB; cb++)
+                    dfa__tma_load_4d(sQ + cb * BM * 128, &tq, B.q_full(), cb * 64, h, mb * BM, b);
+                dfa__fwd_load_tile_kv<1, NCB, BN, STAGES, C::KVBYTES>(B, sK, sV, &tk, &tv, kvh, b, kb0 * BN, kb1 - kb0,
+                                                                      g, 0, 0u);
+                g += kb1 - kb0;
+                qn++;
+            }
+        }
+        return;
+    }
+
+    dfa__setmaxnreg_inc<CONSUMER_REGS>();
+    const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
+    if ((PP & 1) && c == NCW - 1) dfa__named_arrive(1, 256); /* ping-pong: consumer 0 goes first */
+    int g = 0;
+    uint32_t qn = 0;
+    for (uint32_t k = 0;; k++) {
+        dfa__mbar_wait(B.tile_full(k & 1u), (k >> 1) & 1u);
+        const uint32_t t = tile_slot[k & 1u];
+        dfa__mbar_arrive(B.tile_empty(k & 1u));
+        if (t >= ntiles) break;
+        int mb, bh, kb0, kb1;
+        dfa__fwd_tile_order(t, nm, heads, p.l2_heads, &mb, &bh);
+        const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, m0 = mb * BM;
+        dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
+        const int nblocks = kb1 - kb0, row0 = m0 + c * 64 + warp * 16;
+        typedef typename dfa__out_type<0>::type OutT;
+        OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
+        float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
+        if (nblocks <= 0) { /* this warp's 16 rows see no key: o = 0, lse = -inf */
+            for (int i = lane; i < 16 * (D / 8); i += 32) {
+                const int r = row0 + i / (D / 8), col = (i % (D / 8)) * 8;
+                if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * qstride + col);
+            }
+            if (lseg && lane < 16 && row0 + lane < p.sh.seqlen_q) lseg[row0 + lane] = -INFINITY;
+            continue;
+        }
+        int lim[2], mlo[2], mhi[2];
+        dfa__fwd_row_state(p.sh, b, row0 + (lane >> 2), lim, mlo, mhi);
+        float o[OT8 * 4];
+#pragma unroll
+        for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        dfa__mbar_wait(B.q_full(), qn & 1u);
+        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, nblocks, kb0 * BN, 0, mlo, mhi,
+                                                          lim, m0, p, c, lane, 0u);
+        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q,
+                                          p.sh.head_dim, lane);
+        g += nblocks;
+        qn++;
+    }
+#else
+    (void)tq; (void)tk; (void)tv; (void)p; (void)tile_counter;
     __trap();
 #endif
 }

@@ -59,10 +59,25 @@ static inline dfa_status dfa__fwd_tmaps(const dfa__fwd_params &p, int bf16, int 
     return DFA_OK;
 }
 
+template <int D, int BN, int BF16, int PP, int NCW>
+static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, long long tiles, int sms, cudaStream_t st,
+                                                   const char *fn);
+
 template <int D, int BN, int BF16, int PP, int OUT32, int NCW = 2, int CLUSTER = 1>
 static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     const int nm = (p.sh.seqlen_q + C::BM - 1) / C::BM;
+    /* PP bit 5: the persistent kernel, for 16-bit o without clusters, when there are more query
+       tiles than SMs (with fewer, every CTA has one tile anyway); otherwise the one-tile kernel */
+    if constexpr ((PP & 32) != 0) {
+        if (OUT32 || CLUSTER != 1) return dfa__launch_fwd_wgmma<D, BN, BF16, PP & ~32, OUT32, NCW, CLUSTER>(p, st, fn);
+        dfa_status sms_st = DFA_OK;
+        const int sms = dfa__cuda_device_attr(cudaDevAttrMultiProcessorCount, fn, &sms_st);
+        if (sms < 0) return sms_st;
+        const long long tiles = (long long)p.sh.batch * p.sh.num_heads * nm;
+        if (tiles <= sms) return dfa__launch_fwd_wgmma<D, BN, BF16, PP & ~32, OUT32, NCW, CLUSTER>(p, st, fn);
+        return dfa__launch_fwd_wgmma_persistent<D, BN, BF16, PP, NCW>(p, tiles, sms, st, fn);
+    }
     /* pairs of query blocks share their K/V loads when the blocks pair up and see the same keys
        (no mask); otherwise the CTAs run alone */
     if constexpr (CLUSTER == 2)
@@ -86,6 +101,30 @@ static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t s
                            "query tiles", "forward kernel launch", tq, tk, tv, to, p);
 }
 
+/* The persistent forward (fwd_wgmma.cuh, PP bit 5) on `sms` CTAs. Its tile counter lives in
+   256 bytes of stream-ordered scratch (cudaMallocAsync on st, zeroed there, given back with
+   cudaFreeAsync after the launch), so that calls on several streams at once never share one. */
+template <int D, int BN, int BF16, int PP, int NCW>
+static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, long long tiles, int sms, cudaStream_t st,
+                                                   const char *fn) {
+    typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
+    if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
+    CUtensorMap tq, tk, tv;
+    dfa_status s = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
+    if (s) return s;
+    void *counter = NULL;
+    cudaError_t e = cudaMallocAsync(&counter, 256, st);
+    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the forward's tile counter");
+    e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), st);
+    s = e != cudaSuccess ? dfa__cuda_fail(e, fn, "zeroing the forward's tile counter")
+                         : dfa__launch(dfa__fwd_wgmma_persistent_kernel<D, BN, BF16, PP, NCW>, (long long)sms, C::NT,
+                                       C::SMEM, st, fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, p,
+                                       (unsigned int *)counter);
+    e = cudaFreeAsync(counter, st);
+    if (!s && e != cudaSuccess) s = dfa__cuda_fail(e, fn, "cudaFreeAsync of the forward's tile counter");
+    return s;
+}
+
 /* The mma.sync forward, any head dim (padded to 64, 128 or 256). */
 template <int BF16, int OUT32>
 static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
@@ -103,9 +142,12 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    alone (bit 3) at 64 and 128 (2026-12-01 run 18: the lab's "fwd wgmma exp2f" is the kernel
    before it); o stored by TMA (bit 4) at 128: +4% at 2k x 16 in two runs, +2.3% then -0.7% at
    32k, level at 8k x 4 and at d = 64 (runs 44, 45; "fwd wgmma direct o" is the kernel before
-   it); the other combinations
+   it); persistent (bit 5) at 128, where a grid has more query tiles than SMs: +0.7 to +3% with
+   a 4k window and with documents, +1 to +2% at 8k and 32k causal, +7% at 2k x 16 (run 49, the
+   lab's copy of it; "fwd wgmma tma o" is the one-tile kernel before it, which small grids and
+   float32 o keep); level to -2% at d = 64, which stays one tile per CTA. The other combinations
    run in the kernel lab. */
-template <int BF16, int OUT32, int PP64 = 11, int PP128 = 26, int NCW64 = 3, int CLUSTER = 1>
+template <int BF16, int OUT32, int PP64 = 11, int PP128 = 58, int NCW64 = 3, int CLUSTER = 1>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32, NCW64, CLUSTER>(p, st, fn);
     if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<256, 64, BF16, 2, OUT32>(p, st, fn);

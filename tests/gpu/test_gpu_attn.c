@@ -411,6 +411,11 @@ static const shape cases[] = {
     {1, 4097, 4097, 1, 1, 64, DFA_BF16, 1, 0, 0, 1},
     {1, 1000, 4097, 1, 1, 128, DFA_F16, 1, 3097, 0, 0},
     {1, 4097, 1000, 2, 2, 128, DFA_BF16, 0, 0, 0, 0},
+    /* more query tiles than an H200 has SMs (132): the persistent forward at head dim 128,
+       whose CTAs take several tiles (320 here, then 240 of which the first 4 of each head see
+       no key) */
+    {4, 600, 600, 16, 4, 128, DFA_BF16, 1, 0, 0, 0},
+    {3, 640, 640, 16, 4, 128, DFA_F16, 1, 0, 600, 0},
 };
 
 /* Documents and sliding windows (issue 14): random packed layouts (lengths 1, short, longer
@@ -447,6 +452,7 @@ static const mcase mask_cases[] = {
     {1, 200, 300, 2, 2, 96, DFA_F16, 1, 100, 250, 1, 0, 0, 0},     /* rows that see nothing */
     {2, 129, 129, 3, 3, 40, DFA_BF16, 1, 0, 0, 1, 1, 64, -1},
     {1, 100, 100, 2, 2, 256, DFA_F16, 0, 0, 0, 1, 0, 0, 0},
+    {3, 520, 520, 12, 4, 128, DFA_BF16, 1, 0, 0, 1, 1, 300, -1}, /* 180 query tiles: the persistent forward */
 };
 
 static void test_masks(void) {

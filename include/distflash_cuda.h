@@ -33,17 +33,20 @@
  *    memory is reused in stream order. Applications that call often should
  *    raise the pool's release threshold (cudaMemPoolAttrReleaseThreshold) so
  *    the pool keeps it between calls; the library leaves pool settings alone.
- *    The forward and the merge take no scratch, except under a mask (documents
- *    or a window, see "Masks" in distflash.h): then both the forward and the
+ *    The merge takes no scratch. The forward takes none either, except (a) on
+ *    sm_90 at head dim 128 with more query tiles (batch x num_heads x
+ *    ceil(seqlen_q / 128)) than the device has SMs: 256 bytes, the counter of
+ *    its persistent kernel's tile scheduler; (b) under a mask (documents or a
+ *    window, see "Masks" in distflash.h), where both the forward and the
  *    backward also take 8 bytes per query row and per key row (the visible
- *    interval of each, computed by a small kernel first) in the same way.
+ *    interval of each, computed by a small kernel first). Both in the same way.
  *  - Masks: d->q_doc and d->k_doc are device pointers (4-byte aligned) on the
  *    current device, read in stream order. That they are non-decreasing along
  *    each batch row is the caller's promise here (the CPU calls check it; the
  *    device calls do not, and ids out of order give an unspecified result, not
  *    a fault). Blocks that no query of a block sees are never loaded, so the
- *    time follows the visible pairs. The distributed device calls
- *    (distflash_nccl.h) do not take masks yet (DFA_ERR_UNSUPPORTED).
+ *    time follows the visible pairs. The distributed device calls take masks
+ *    too (distflash_nccl.h, "Masks").
  *  - Determinism: forward and merge are bitwise reproducible. The backward's
  *    dq is summed with float32 atomics by default (run-to-run bit differences
  *    of dq only); with d->flags |= DFA_FLAG_DETERMINISTIC a separate pass

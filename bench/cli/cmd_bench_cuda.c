@@ -34,6 +34,7 @@ int cmd_bench_cuda(int argc, char **argv) {
 
 #include "cli_values.h"
 #include "distflash_cuda.h"
+#include "cuda_fill.h"
 #include "measure.h"
 
 #define BENCH_CUDA(call)                                                                                   \
@@ -74,19 +75,9 @@ static void usage(FILE *f) {
                "  The library's kernels only; kernel families and variants side by side: dfa_lab_cuda.\n");
 }
 
-/* Fills n bytes of device memory with random bf16/f16 normals (a 64 MiB random block, repeated). */
+/* bench_cuda_fill_random with this command's error policy (print, return -1). */
 static int fill_random(void *dst, size_t bytes, dfa_dtype t, uint64_t seed) {
-    static uint16_t *block;
-    static size_t block_elems = (size_t)32 << 20;
-    if (!block) {
-        block = malloc(block_elems * 2);
-        if (!block) return -1;
-    }
-    measure_fill(t, block, (int64_t)block_elems, seed); /* roughly normal, unit variance */
-    for (size_t off = 0; off < bytes; off += block_elems * 2) {
-        const size_t n = bytes - off < block_elems * 2 ? bytes - off : block_elems * 2;
-        BENCH_CUDA(cudaMemcpy((char *)dst + off, block, n, cudaMemcpyHostToDevice));
-    }
+    BENCH_CUDA(bench_cuda_fill_random(t, dst, bytes, seed));
     return 0;
 }
 

@@ -43,6 +43,7 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
 #include "seqpar/executor.h"
 #include "bench_masks.h"
 #include "cli_values.h"
+#include "cuda_fill.h"
 #include "measure.h"
 
 static int rank, nranks;
@@ -120,19 +121,6 @@ static int parse(int argc, char **argv, opts *o) {
     return 0;
 }
 
-/* Random inputs of storage type t on the device: a block of 4M values (measure_fill), repeated. */
-static void fill_random(dfa_dtype t, void *dst, size_t elems, uint64_t seed) {
-    enum { BLOCK = 1 << 22 };
-    uint16_t *block = malloc(sizeof(uint16_t) * BLOCK);
-    if (!block) MPI_Abort(MPI_COMM_WORLD, 1);
-    measure_fill(t, block, BLOCK, seed);
-    for (size_t off = 0; off < elems; off += BLOCK) {
-        const size_t n = elems - off < BLOCK ? elems - off : BLOCK;
-        DB_CUDA(cudaMemcpy((uint16_t *)dst + off, block, n * 2, cudaMemcpyHostToDevice));
-    }
-    free(block);
-}
-
 typedef struct {
     void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
     float *lse;
@@ -154,10 +142,10 @@ static int alloc_bufs(bufs *b, const opts *o, int64_t n) {
         memset(b, 0, sizeof *b);
         return -1;
     }
-    fill_random(o->dtype, b->q, qb / 2, 1 + 10 * (uint64_t)rank);
-    fill_random(o->dtype, b->k, kb / 2, 2 + 10 * (uint64_t)rank);
-    fill_random(o->dtype, b->v, kb / 2, 3 + 10 * (uint64_t)rank);
-    fill_random(o->dtype, b->dout, qb / 2, 4 + 10 * (uint64_t)rank);
+    DB_CUDA(bench_cuda_fill_random(o->dtype, b->q, qb, 1 + 10 * (uint64_t)rank));
+    DB_CUDA(bench_cuda_fill_random(o->dtype, b->k, kb, 2 + 10 * (uint64_t)rank));
+    DB_CUDA(bench_cuda_fill_random(o->dtype, b->v, kb, 3 + 10 * (uint64_t)rank));
+    DB_CUDA(bench_cuda_fill_random(o->dtype, b->dout, qb, 4 + 10 * (uint64_t)rank));
     return 0;
 }
 

@@ -27,6 +27,7 @@ int cmd_plan_blocks(int argc, char **argv) {
 
 #include "bench_masks.h"
 #include "cli_values.h"
+#include "cuda_fill.h"
 #include "distflash_cuda.h"
 #include "measure.h"
 #include "seqpar/compute.h"
@@ -204,18 +205,9 @@ int cmd_plan_blocks(int argc, char **argv) {
         PB_CUDA(cudaMemcpy(b.ids, ids, sizeof(int32_t) * (size_t)S, cudaMemcpyHostToDevice));
     }
     {
-        enum { BLOCK = 1 << 22 };
-        uint16_t *blk = malloc(sizeof(uint16_t) * BLOCK);
-        char *dst[4] = {b.q, b.k, b.v, b.dout};
+        void *dst[4] = {b.q, b.k, b.v, b.dout};
         const size_t bytes[4] = {qb, kb, kb, qb};
-        for (int i = 0; i < 4; i++) {
-            measure_fill(o.dtype, blk, BLOCK, 1 + (uint64_t)i);
-            for (size_t off = 0; off < bytes[i]; off += sizeof(uint16_t) * BLOCK) {
-                const size_t m = bytes[i] - off < sizeof(uint16_t) * BLOCK ? bytes[i] - off : sizeof(uint16_t) * BLOCK;
-                PB_CUDA(cudaMemcpy(dst[i] + off, blk, m, cudaMemcpyHostToDevice));
-            }
-        }
-        free(blk);
+        for (int i = 0; i < 4; i++) PB_CUDA(bench_cuda_fill_random(o.dtype, dst[i], bytes[i], 1 + (uint64_t)i));
     }
     cudaStream_t st;
     PB_CUDA(cudaStreamCreate(&st));

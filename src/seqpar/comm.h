@@ -22,6 +22,7 @@
 
 #include "compute.h"
 #include "distflash.h"
+#include "schedule.h"
 
 /* One point-to-point transfer of raw bytes. */
 typedef struct {
@@ -94,15 +95,10 @@ struct dfa_comm {
        caller's workspace). */
     void *mask_ids;
     size_t mask_ids_bytes;
-    /* Masked calls: the last plan's chunk-pair work ([P][P]) and visible query rows ([P][P][2])
-       and what they were counted from (the mask's fields of the descriptor, every rank's ids on
-       the host). A training step repeats one mask in every layer and in the backward: a match
-       skips the count (executor.c). */
-    int64_t *mask_work;
-    int *mask_rows;
-    int64_t *mask_cost;   /* the pairs' tile cost ([P][P]) */
-    int *mask_keys;       /* the pairs' visible key rows ([P][P][2]) */
-    int64_t *mask_prefix; /* the diagonals' prefix work (NULL when the plan did not need it) */
+    /* Masked calls: the last plan's chunk-pair counts (schedule.h) and what they were counted
+       from (the mask's fields of the descriptor, every rank's ids on the host). A training step
+       repeats one mask in every layer and in the backward: a match skips the count (executor.c). */
+    dfa__pair_counts mask_cache; /* all NULL until a masked call (prefix: NULL when its plan did not need it) */
     dfa_attn_desc mask_key;
     int32_t *mask_key_ids;
     size_t mask_key_bytes;

@@ -104,11 +104,7 @@ typedef struct {
        after the agreement from every rank's document ids (setup_mask). */
     int masked;
     dfa__sched_plan mplan;
-    int64_t *mwork;      /* [P][P] visible pairs per chunk pair */
-    int *mrows;          /* [P][P][2] their visible query rows (dfa__sched_plan) */
-    int *mkeys;          /* [P][P][2] their visible key rows */
-    int64_t *mcost;      /* [P][P] their tile cost (what the plan balances) */
-    int64_t *mprefix;    /* [P][2][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
+    dfa__pair_counts mc; /* the chunk pairs' counts the plan is built from (prefix: only when lending) */
     int32_t *ids;        /* [P][batch][n] every rank's document ids (host); NULL without documents */
     const int32_t *ids_b; /* the same in the backend's memory (what the blocks read): ids itself
                              on host backends, the communicator's mask_ids on device ones */
@@ -261,15 +257,10 @@ static void free_plan(exec *e) {
     e->steps = NULL;
 }
 
-/* Forgets the last masked plan's counts (mask_work). */
+/* Forgets the last masked plan's counts (mask_counts). */
 static void mask_cache_clear(dfa_comm *c) {
-    free(c->mask_work);
-    free(c->mask_rows);
-    free(c->mask_cost);
-    free(c->mask_keys);
-    free(c->mask_prefix);
+    dfa__pair_counts_free(&c->mask_cache);
     free(c->mask_key_ids);
-    c->mask_work = NULL, c->mask_rows = NULL, c->mask_keys = NULL, c->mask_cost = NULL, c->mask_prefix = NULL;
     c->mask_key_ids = NULL;
     c->mask_key_bytes = 0;
 }
@@ -435,17 +426,8 @@ static void reset_acc(exec *e) {
 static void release(exec *e) {
     free_plan(e);
     dfa__sched_plan_free(&e->mplan);
-    free(e->mwork);
-    free(e->mrows);
-    free(e->mprefix);
-    free(e->mcost);
-    free(e->mkeys);
-    e->mkeys = NULL;
-    e->mrows = NULL;
-    e->mprefix = NULL;
-    e->mcost = NULL;
+    dfa__pair_counts_free(&e->mc);
     free(e->ids);
-    e->mwork = NULL;
     e->ids = NULL;
     e->ids_b = NULL;
     e->masked = 0;
@@ -1055,40 +1037,26 @@ static int same_mask(const dfa_attn_desc *a, const dfa_attn_desc *b) {
            (a->q_doc != NULL) == (b->q_doc != NULL);
 }
 
-/* The chunk pairs' visible work and rows (dfa__mask_pair_work), or the communicator's copy from
-   the last masked call when its mask and every rank's ids (`bytes` of them, 0 without documents) are the
+/* The chunk pairs' counts (dfa__mask_pair_work) into m, or the communicator's copy from the last
+   masked call when its mask and every rank's ids (`bytes` of them, 0 without documents) are the
    same: the count walks every row, about a millisecond per call at 128k tokens, while the GPU
    waits for the plan. Every rank holds the same ids, so every rank hits or misses alike. On a
    failure to keep the copy the count stands and the next call counts again. */
-static void mask_work(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, int64_t *work,
-                      int *rows, int *keys, int64_t *cost, int64_t *prefix) {
-    const size_t cells = (size_t)c->size * (size_t)c->size, samples = (size_t)c->size * 2 * (DFA__DIAG_SAMPLES + 1);
-    if (c->mask_work && same_mask(&c->mask_key, d) && c->mask_key_bytes == bytes &&
-        (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0) && (c->mask_prefix != NULL) == (prefix != NULL)) {
-        memcpy(work, c->mask_work, sizeof *work * cells);
-        memcpy(rows, c->mask_rows, sizeof *rows * 2 * cells);
-        memcpy(keys, c->mask_keys, sizeof *keys * 2 * cells);
-        memcpy(cost, c->mask_cost, sizeof *cost * cells);
-        if (prefix) memcpy(prefix, c->mask_prefix, sizeof *prefix * samples);
+static void mask_counts(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids, size_t bytes, dfa__pair_counts *m) {
+    dfa__pair_counts *cache = &c->mask_cache;
+    if (cache->work && same_mask(&c->mask_key, d) && c->mask_key_bytes == bytes &&
+        (!bytes || memcmp(c->mask_key_ids, ids, bytes) == 0) && (cache->prefix != NULL) == (m->prefix != NULL)) {
+        dfa__pair_counts_copy(m, cache, c->size);
         return;
     }
-    dfa__mask_pair_work(d, c->size, ids, work, rows, keys, cost, prefix);
+    dfa__mask_pair_work(d, c->size, ids, m->work, m->rows, m->keys, m->cost, m->prefix);
     mask_cache_clear(c);
-    c->mask_work = malloc(sizeof *work * cells);
-    c->mask_rows = malloc(sizeof *rows * 2 * cells);
-    c->mask_cost = malloc(sizeof *cost * cells);
-    c->mask_keys = malloc(sizeof *keys * 2 * cells);
-    c->mask_prefix = prefix ? malloc(sizeof *prefix * samples) : NULL;
     c->mask_key_ids = bytes ? malloc(bytes) : NULL;
-    if (!c->mask_work || !c->mask_rows || !c->mask_keys || !c->mask_cost || (prefix && !c->mask_prefix) || (bytes && !c->mask_key_ids)) {
+    if (dfa__pair_counts_alloc(cache, c->size, m->prefix != NULL) || (bytes && !c->mask_key_ids)) {
         mask_cache_clear(c);
         return;
     }
-    memcpy(c->mask_work, work, sizeof *work * cells);
-    memcpy(c->mask_rows, rows, sizeof *rows * 2 * cells);
-    memcpy(c->mask_cost, cost, sizeof *cost * cells);
-    memcpy(c->mask_keys, keys, sizeof *keys * 2 * cells);
-    if (prefix) memcpy(c->mask_prefix, prefix, sizeof *prefix * samples);
+    dfa__pair_counts_copy(cache, m, c->size);
     if (bytes) memcpy(c->mask_key_ids, ids, bytes);
     c->mask_key = *d;
     c->mask_key_bytes = bytes;
@@ -1112,13 +1080,9 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
        diagonals alike), causal, one batch row (the rows, keys and ids they read are then
        contiguous prefixes of the chunk's) */
     const int lend = docs && dd->attn.causal && dd->attn.batch == 1 && kind != DFA__SCHED_RING;
-    e->mwork = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
-    e->mrows = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
-    e->mkeys = malloc(sizeof(int) * 2 * (size_t)P * (size_t)P);
-    e->mcost = malloc(sizeof(int64_t) * (size_t)P * (size_t)P);
-    if (lend) e->mprefix = malloc(sizeof(int64_t) * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));
+    const int counts_failed = dfa__pair_counts_alloc(&e->mc, P, lend);
     if (docs) e->ids = malloc(bytes);
-    if (!e->mwork || !e->mrows || !e->mkeys || !e->mcost || (lend && !e->mprefix) || (docs && !e->ids))
+    if (counts_failed || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
     if (docs && device && c->mask_ids_bytes < bytes) {
         /* (the context exists: the pass was prepared before this, with the same shapes) */
@@ -1144,14 +1108,14 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
         }
     }
     if (!e->local) {
-        mask_work(c, &dd->attn, e->ids, docs ? bytes : 0, e->mwork, e->mrows, e->mkeys, e->mcost, e->mprefix);
+        mask_counts(c, &dd->attn, e->ids, docs ? bytes : 0, &e->mc);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
         /* query-row windows off the diagonal, where a window's document ids are one contiguous
            run of the chunk's (compute: one batch row, or no documents); key windows where they
            are also contiguous rows of k and v to send in place and fold (one batch row) */
         const int windows = !docs || dd->attn.batch == 1, key_windows = dd->attn.batch == 1;
-        const dfa__plan_counts in = {e->mwork, windows ? e->mrows : NULL, key_windows ? e->mkeys : NULL, e->mcost,
-                                     e->mprefix, c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
+        const dfa__plan_counts in = {e->mc.work, windows ? e->mc.rows : NULL, key_windows ? e->mc.keys : NULL, e->mc.cost,
+                                     e->mc.prefix, c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
                                      dfa__lend_rows(&dd->attn)};
         if (dfa__sched_plan_build(&s, &in, &e->mplan))
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));

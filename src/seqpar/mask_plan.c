@@ -258,3 +258,34 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             if (rr) rr[0] = lo, rr[1] = hi;
         }
 }
+
+int dfa__pair_counts_alloc(dfa__pair_counts *m, int P, int with_prefix) {
+    const size_t cells = (size_t)P * (size_t)P;
+    m->work = malloc(sizeof *m->work * cells);
+    m->rows = malloc(sizeof *m->rows * 2 * cells);
+    m->keys = malloc(sizeof *m->keys * 2 * cells);
+    m->cost = malloc(sizeof *m->cost * cells);
+    m->prefix = with_prefix ? malloc(sizeof *m->prefix * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1)) : NULL;
+    if (m->work && m->rows && m->keys && m->cost && (!with_prefix || m->prefix)) return 0;
+    dfa__pair_counts_free(m);
+    return -1;
+}
+
+void dfa__pair_counts_copy(dfa__pair_counts *dst, const dfa__pair_counts *src, int P) {
+    const size_t cells = (size_t)P * (size_t)P;
+    memcpy(dst->work, src->work, sizeof *dst->work * cells);
+    memcpy(dst->rows, src->rows, sizeof *dst->rows * 2 * cells);
+    memcpy(dst->keys, src->keys, sizeof *dst->keys * 2 * cells);
+    memcpy(dst->cost, src->cost, sizeof *dst->cost * cells);
+    if (dst->prefix && src->prefix)
+        memcpy(dst->prefix, src->prefix, sizeof *dst->prefix * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));
+}
+
+void dfa__pair_counts_free(dfa__pair_counts *m) {
+    free(m->work);
+    free(m->rows);
+    free(m->keys);
+    free(m->cost);
+    free(m->prefix);
+    m->work = NULL, m->rows = NULL, m->keys = NULL, m->cost = NULL, m->prefix = NULL;
+}

@@ -238,4 +238,21 @@ void dfa__sched_plan_free(dfa__sched_plan *p);
 void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int64_t *work, int *rows, int *keys,
                          int64_t *cost, int64_t *diag_prefix);
 
+/* A masked call's chunk-pair counts for P ranks, as dfa__mask_pair_work fills them: the
+   executor's, for its plan, and the communicator's copy of the last call's (executor.c). */
+typedef struct {
+    int64_t *work;   /* [P][P] visible pairs per chunk pair */
+    int *rows;       /* [P][P][2] their visible query rows */
+    int *keys;       /* [P][P][2] their visible key rows */
+    int64_t *cost;   /* [P][P] their tile cost (what the plan balances) */
+    int64_t *prefix; /* [P][2][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
+} dfa__pair_counts;
+
+/* Allocates m's arrays for P ranks, prefix only if with_prefix: 0, or -1 with m all NULL. */
+int dfa__pair_counts_alloc(dfa__pair_counts *m, int P, int with_prefix);
+/* Copies src's counts into dst (both allocated for P ranks; prefix copied when both have one). */
+void dfa__pair_counts_copy(dfa__pair_counts *dst, const dfa__pair_counts *src, int P);
+/* Frees m's arrays and leaves them NULL (m may be all NULL). */
+void dfa__pair_counts_free(dfa__pair_counts *m);
+
 #endif

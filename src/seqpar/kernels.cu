@@ -56,6 +56,30 @@ __global__ void store_kernel(const float *src, void *dst, int64_t rows, int64_t 
         put<DTYPE>(dst, width == pitch ? i : i / width * pitch + i % width, src[i]);
 }
 
+/* store_kernel four elements at a time (width and pitch multiples of 4, src 16-byte and dst
+   4-element aligned): one 16-byte load and one 8-byte (16-bit types) or 16-byte store each, where
+   the scalar loop ran at 2.8 TB/s on the H200 (run 55: 1.15 ms to round 2 GiB of float32 into
+   bf16), a fixed cost of every distributed call's outputs. */
+template <int DTYPE>
+__global__ void store4_kernel(const float4 *src, void *dst, int64_t rows, int64_t width, int64_t pitch,
+                              const int *gate) {
+    if (gate && *gate != 1) return;
+    const int64_t n4 = rows * width / 4;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 x = src[i];
+        const int64_t e = 4 * i, at = width == pitch ? e : e / width * pitch + e % width;
+        if (DTYPE == 0) {
+            *(float4 *)((float *)dst + at) = x;
+        } else if (DTYPE == 1) {
+            const __nv_bfloat162 a = __floats2bfloat162_rn(x.x, x.y), b = __floats2bfloat162_rn(x.z, x.w);
+            *(uint2 *)((__nv_bfloat16 *)dst + at) = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+        } else {
+            const __half2 a = __floats2half2_rn(x.x, x.y), b = __floats2half2_rn(x.z, x.w);
+            *(uint2 *)((__half *)dst + at) = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+        }
+    }
+}
+
 /* One warp per (batch, row, head): the lanes share the head's D columns. */
 __global__ void merge_rows_kernel(int batch, int heads, int D, int n, int r0, int r, float *o_acc, float *lse_acc,
                                   const float *o_part, const float *lse_part) {
@@ -113,6 +137,15 @@ extern "C" cudaError_t dfa__sp_store(int dtype, const float *src, void *dst, int
                                      int64_t dst_pitch, const int *gate, cudaStream_t stream) {
     const int64_t n = rows * width;
     if (n <= 0) return cudaSuccess;
+    const size_t es = dtype == 0 ? 4 : 2;
+    if (width % 4 == 0 && dst_pitch % 4 == 0 && aligned16(src) && ((uintptr_t)dst & (4 * es - 1)) == 0) {
+        const unsigned g4 = blocks_for(n / 4);
+        const float4 *s4 = (const float4 *)src;
+        if (dtype == 1) store4_kernel<1><<<g4, THREADS, 0, stream>>>(s4, dst, rows, width, dst_pitch, gate);
+        else if (dtype == 2) store4_kernel<2><<<g4, THREADS, 0, stream>>>(s4, dst, rows, width, dst_pitch, gate);
+        else store4_kernel<0><<<g4, THREADS, 0, stream>>>(s4, dst, rows, width, dst_pitch, gate);
+        return cudaGetLastError();
+    }
     const unsigned g = blocks_for(n);
     if (dtype == 1) store_kernel<1><<<g, THREADS, 0, stream>>>(src, dst, rows, width, dst_pitch, gate);
     else if (dtype == 2) store_kernel<2><<<g, THREADS, 0, stream>>>(src, dst, rows, width, dst_pitch, gate);

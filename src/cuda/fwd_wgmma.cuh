@@ -116,19 +116,20 @@ static __device__ __forceinline__ void dfa__fwd_release(uint32_t empty, int shar
 }
 
 /* The kernels' mbarriers, 8 bytes each from `bar`: q_full, k_full[S], k_empty[S], v_full[S],
-   v_empty[S]; the persistent kernel adds q_empty, tile_full[2] and tile_empty[2], then two
-   4-byte slots for tile numbers (all within the 128 bytes dfa__fwd_wgmma_cfg reserves). */
+   v_empty[S]; the persistent kernel adds q_empty, tile_full[2] and tile_empty[2], the second Q
+   buffer's q_full and q_empty, then two 4-byte slots for tile numbers (dfa__fwd_persist_cfg). */
 template <int STAGES> struct dfa__fwd_bars {
     uint32_t bar;
-    __device__ __forceinline__ uint32_t q_full() const { return bar; }
+    /* q_full(1) / q_empty(1): the persistent kernel's second Q buffer (PP bit 6) */
+    __device__ __forceinline__ uint32_t q_full(int i = 0) const { return bar + (i ? 8u * (6 + 4 * STAGES) : 0u); }
     __device__ __forceinline__ uint32_t k_full(int s) const { return bar + 8u * (1 + s); }
     __device__ __forceinline__ uint32_t k_empty(int s) const { return bar + 8u * (1 + STAGES + s); }
     __device__ __forceinline__ uint32_t v_full(int s) const { return bar + 8u * (1 + 2 * STAGES + s); }
     __device__ __forceinline__ uint32_t v_empty(int s) const { return bar + 8u * (1 + 3 * STAGES + s); }
-    __device__ __forceinline__ uint32_t q_empty() const { return bar + 8u * (1 + 4 * STAGES); }
+    __device__ __forceinline__ uint32_t q_empty(int i = 0) const { return bar + 8u * (i ? 7 + 4 * STAGES : 1 + 4 * STAGES); }
     __device__ __forceinline__ uint32_t tile_full(int i) const { return bar + 8u * (2 + 4 * STAGES + i); }
     __device__ __forceinline__ uint32_t tile_empty(int i) const { return bar + 8u * (4 + 4 * STAGES + i); }
-    static constexpr int SLOTS = 8 * (6 + 4 * STAGES), END = SLOTS + 8; /* bytes from bar */
+    static constexpr int SLOTS = 8 * (8 + 4 * STAGES), END = SLOTS + 8; /* bytes from bar */
 };
 
 /* The producer's K and V loads of a query tile's key blocks [n_begin / BN, + nblocks) into the
@@ -482,7 +483,70 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
  * measured 7-13% slower: unequal work per CTA, bench/gpu/NOTES.md). It hands each number to
  * the consumers through two slots in shared memory (tile_full / tile_empty). o is written
  * from registers (PP bit 4 is ignored: the Q buffer is the next tile's by then); 16-bit o
- * only, no clusters. */
+ * only, no clusters.
+ *
+ * PP bit 6 (XTILE, without ping-pong) also overlaps tiles inside the consumers: with two Q
+ * buffers, the next tile's first S is issued together with this tile's last P V, and its
+ * softmax runs under that product, so the tensor pipe no longer waits for a first S and its
+ * softmax at every tile start; this tile's epilogue follows. */
+template <int D, int BN, int NCW, int XTILE> struct dfa__fwd_persist_cfg {
+    typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
+    static constexpr int NQ = XTILE ? 2 : 1;
+    static constexpr int BAR_OFF = NQ * C::QBYTES + 2 * C::STAGES * C::KVBYTES;
+    static constexpr int SMEM = BAR_OFF + dfa__fwd_bars<C::STAGES>::END + 1024;
+};
+
+/* A query tile of the persistent kernel. */
+typedef struct {
+    int b, h, bh, m0, kb0, nblocks;
+} dfa__fwd_tile;
+
+/* The consumers' next tile with key blocks: numbers from the producer's slots (k counts them);
+   tiles whose rows see no key get o = 0 and lse = -inf on the way (each warp its 16 rows).
+   0 at the end of the grid. */
+template <int D, int BM, int BN, int STAGES>
+static __device__ __forceinline__ int dfa__fwd_next_tile(const dfa__fwd_params &p, const dfa__fwd_bars<STAGES> &B,
+                                                         volatile uint32_t *slot, uint32_t *k, int nm, int heads,
+                                                         int c, int warp, int lane, dfa__fwd_tile *T) {
+    const uint32_t ntiles = (uint32_t)nm * (uint32_t)heads;
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
+    for (;; ++*k) {
+        dfa__mbar_wait(B.tile_full(*k & 1u), (*k >> 1) & 1u);
+        const uint32_t t = slot[*k & 1u];
+        dfa__mbar_arrive(B.tile_empty(*k & 1u));
+        if (t >= ntiles) return 0;
+        int mb, kb1;
+        dfa__fwd_tile_order(t, nm, heads, p.l2_heads, &mb, &T->bh);
+        T->b = T->bh / p.sh.num_heads, T->h = T->bh % p.sh.num_heads, T->m0 = mb * BM;
+        dfa__mask_key_blocks<BN>(p.sh, T->b, T->m0, BM, &T->kb0, &kb1);
+        T->nblocks = kb1 - T->kb0;
+        if (T->nblocks > 0) {
+            ++*k;
+            return 1;
+        }
+        uint16_t *og = (uint16_t *)p.o + (long long)T->b * p.sh.seqlen_q * qstride + (long long)T->h * p.sh.head_dim;
+        float *lseg = p.lse ? p.lse + (long long)T->bh * p.sh.seqlen_q : (float *)0;
+        const int row0 = T->m0 + c * 64 + warp * 16;
+        for (int i = lane; i < 16 * (D / 8); i += 32) {
+            const int r = row0 + i / (D / 8), col = (i % (D / 8)) * 8;
+            if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * qstride + col);
+        }
+        if (lseg && lane < 16 && row0 + lane < p.sh.seqlen_q) lseg[row0 + lane] = -INFINITY;
+    }
+}
+
+/* o and lse of a consumer warp's 16 rows of tile T. */
+template <int D, int BF16>
+static __device__ __forceinline__ void dfa__fwd_tile_store(const dfa__fwd_params &p, const dfa__fwd_tile &T, float *o,
+                                                           const float *m, const float *l, int c, int warp,
+                                                           int lane) {
+    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
+    uint16_t *og = (uint16_t *)p.o + (long long)T.b * p.sh.seqlen_q * qstride + (long long)T.h * p.sh.head_dim;
+    float *lseg = p.lse ? p.lse + (long long)T.bh * p.sh.seqlen_q : (float *)0;
+    dfa__store_o_lse<D / 8, BF16, uint16_t>((float(*)[4])o, m, l, og, qstride, lseg, T.m0 + c * 64 + warp * 16,
+                                            p.sh.seqlen_q, p.sh.head_dim, lane);
+}
+
 template <int D, int BN, int BF16, int PP, int NCW>
 __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__fwd_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -490,25 +554,28 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
                                      unsigned int *tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8;
+    constexpr int XTILE = (PP & 64) != 0;
+    typedef dfa__fwd_persist_cfg<D, BN, NCW, XTILE> PC;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8, NT8 = BN / 8;
     static_assert((PP & 2) != 0, "the persistent forward is the pipelined one");
-    static_assert(C::BAR_OFF + dfa__fwd_bars<C::STAGES>::END <= C::SMEM - 1024, "room for the barriers and slots");
+    static_assert(!XTILE || (PP & 1) == 0, "the cross-tile overlap runs without ping-pong consumers");
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
-    const dfa__fwd_bars<STAGES> B = {base + C::BAR_OFF};
+    const uint32_t sQ = base, sK = base + PC::NQ * C::QBYTES, sV = sK + STAGES * C::KVBYTES;
+    const dfa__fwd_bars<STAGES> B = {base + PC::BAR_OFF};
     volatile uint32_t *const tile_slot =
-        (volatile uint32_t *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + C::BAR_OFF + B.SLOTS);
+        (volatile uint32_t *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + PC::BAR_OFF + B.SLOTS);
 
     const int tid = threadIdx.x;
     const int heads = p.sh.batch * p.sh.num_heads;
     const int nm = (p.sh.seqlen_q + BM - 1) / BM;
     const uint32_t ntiles = (uint32_t)nm * (uint32_t)heads;
-    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
     if (tid == 0) {
-        dfa__mbar_init(B.q_full(), 1);
-        dfa__mbar_init(B.q_empty(), 128 * NCW);
+        for (int i = 0; i < PC::NQ; i++) {
+            dfa__mbar_init(B.q_full(i), 1);
+            dfa__mbar_init(B.q_empty(i), 128 * NCW);
+        }
         for (int i = 0; i < 2; i++) {
             dfa__mbar_init(B.tile_full(i), 1);
             dfa__mbar_init(B.tile_empty(i), 128 * NCW);
@@ -528,7 +595,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
             int g = 0;       /* key blocks of earlier tiles: where the stage ring stands */
-            uint32_t qn = 0; /* Q tiles loaded before */
+            uint32_t qn = 0; /* Q tiles loaded before; tile qn goes to buffer qn % NQ */
             for (uint32_t t = blockIdx.x, k = 0;; t = atomicAdd(tile_counter, 1u) + gridDim.x, k++) {
                 dfa__mbar_wait(B.tile_empty(k & 1u), ((k >> 1) & 1u) ^ 1u); /* tile k's number (>= ntiles: the end) */
                 tile_slot[k & 1u] = t;
@@ -539,12 +606,14 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
                 const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads;
                 const int kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
                 dfa__mask_key_blocks<BN>(p.sh, b, mb * BM, BM, &kb0, &kb1);
-                if (kb1 <= kb0) continue;                              /* no row sees a key: nothing to load */
-                dfa__mbar_wait(B.q_empty(), (qn & 1u) ^ 1u);          /* every S of the last tile is done */
-                dfa__mbar_expect_tx(B.q_full(), C::QBYTES);
+                if (kb1 <= kb0) continue; /* no row sees a key: nothing to load */
+                const int qb = XTILE ? (int)(qn & 1u) : 0;
+                const uint32_t qph = XTILE ? (qn >> 1) & 1u : qn & 1u;
+                dfa__mbar_wait(B.q_empty(qb), qph ^ 1u); /* every S of the buffer's last tile is done */
+                dfa__mbar_expect_tx(B.q_full(qb), C::QBYTES);
 #pragma unroll
                 for (int cb = 0; cb < NCB; cb++)
-                    dfa__tma_load_4d(sQ + cb * BM * 128, &tq, B.q_full(), cb * 64, h, mb * BM, b);
+                    dfa__tma_load_4d(sQ + qb * C::QBYTES + cb * BM * 128, &tq, B.q_full(qb), cb * 64, h, mb * BM, b);
                 dfa__fwd_load_tile_kv<1, NCB, BN, STAGES, C::KVBYTES>(B, sK, sV, &tk, &tv, kvh, b, kb0 * BN, kb1 - kb0,
                                                                       g, 0, 0u);
                 g += kb1 - kb0;
@@ -558,42 +627,140 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
     if ((PP & 1) && c == NCW - 1) dfa__named_arrive(1, 256); /* ping-pong: consumer 0 goes first */
     int g = 0;
-    uint32_t qn = 0;
-    for (uint32_t k = 0;; k++) {
-        dfa__mbar_wait(B.tile_full(k & 1u), (k >> 1) & 1u);
-        const uint32_t t = tile_slot[k & 1u];
-        dfa__mbar_arrive(B.tile_empty(k & 1u));
-        if (t >= ntiles) break;
-        int mb, bh, kb0, kb1;
-        dfa__fwd_tile_order(t, nm, heads, p.l2_heads, &mb, &bh);
-        const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, m0 = mb * BM;
-        dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
-        const int nblocks = kb1 - kb0, row0 = m0 + c * 64 + warp * 16;
-        typedef typename dfa__out_type<0>::type OutT;
-        OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
-        float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
-        if (nblocks <= 0) { /* this warp's 16 rows see no key: o = 0, lse = -inf */
-            for (int i = lane; i < 16 * (D / 8); i += 32) {
-                const int r = row0 + i / (D / 8), col = (i % (D / 8)) * 8;
-                if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * qstride + col);
-            }
-            if (lseg && lane < 16 && row0 + lane < p.sh.seqlen_q) lseg[row0 + lane] = -INFINITY;
-            continue;
+    uint32_t qn = 0, k = 0;
+    dfa__fwd_tile T;
+    if constexpr (!XTILE) {
+        while (dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &T)) {
+            int lim[2], mlo[2], mhi[2];
+            dfa__fwd_row_state(p.sh, T.b, T.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
+            float o[OT8 * 4];
+#pragma unroll
+            for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
+            float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+            dfa__mbar_wait(B.q_full(), qn & 1u);
+            dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo,
+                                                              mhi, lim, T.m0, p, c, lane, 0u);
+            dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
+            g += T.nblocks;
+            qn++;
         }
+    } else {
+        constexpr int FAST_EXP = (PP & 8) != 0;
+        if (!dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &T)) return;
         int lim[2], mlo[2], mhi[2];
-        dfa__fwd_row_state(p.sh, b, row0 + (lane >> 2), lim, mlo, mhi);
-        float o[OT8 * 4];
+        dfa__fwd_row_state(p.sh, T.b, T.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
+        float o[OT8 * 4], sc[NT8 * 4], alpha[2];
+        uint32_t pf[BN / 16][4];
+        float(*s4)[4] = (float(*)[4])sc;
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-        dfa__mbar_wait(B.q_full(), qn & 1u);
-        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, nblocks, kb0 * BN, 0, mlo, mhi,
-                                                          lim, m0, p, c, lane, 0u);
-        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q,
-                                          p.sh.head_dim, lane);
-        g += nblocks;
-        qn++;
+#define DFA__FWD_ISSUE_S(q_, s_)                                                                                  \
+    _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
+        const uint64_t da = dfa__wgmma_desc(sQ + (q_) * C::QBYTES + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, \
+                                            16);                                                                  \
+        const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
+        dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                              \
+    }                                                                                                             \
+    dfa__wgmma_commit()
+#define DFA__FWD_ISSUE_PV(s_)                                                                                     \
+    _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                                     \
+        const uint64_t dv = dfa__wgmma_desc(sV + (s_) * C::KVBYTES + kk * 16 * 128, BN * 128);                   \
+        dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);                                                                 \
+    }                                                                                                             \
+    dfa__wgmma_commit()
+        /* the first tile's first S, alone */
+        dfa__mbar_wait(B.q_full(0), 0);
+        dfa__mbar_wait(B.k_full(0), 0);
+        dfa__wgmma_fence();
+        DFA__FWD_ISSUE_S(0, 0);
+        dfa__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+        dfa__mbar_arrive(B.k_empty(0));
+        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, T.kb0 * BN, lane);
+        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, T.kb0 * BN, T.m0, p.sh.seqlen_k,
+                                           p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+        for (;;) {
+            const int qb = (int)(qn & 1u);
+            for (int it = 1; it < T.nblocks; it++) { /* as dfa__fwd_consume_tile's loop */
+                const int s = (g + it) % STAGES, sp = (g + it - 1) % STAGES;
+                const uint32_t ph = (uint32_t)((g + it) / STAGES) & 1u, php = (uint32_t)((g + it - 1) / STAGES) & 1u;
+                dfa__mbar_wait(B.k_full(s), ph);
+                dfa__mbar_wait(B.v_full(sp), php);
+                dfa__wgmma_fence();
+                DFA__FWD_ISSUE_S(qb, s);
+                DFA__FWD_ISSUE_PV(sp);
+                dfa__wgmma_wait<1>();
+#pragma unroll
+                for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+                dfa__mbar_arrive(B.k_empty(s));
+                const int n0 = (T.kb0 + it) * BN;
+                if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
+                dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, T.m0, p.sh.seqlen_k,
+                                                   p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
+                dfa__wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+                dfa__mbar_arrive(B.v_empty(sp));
+                dfa__rescale_o<OT8>(o, alpha);
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+            }
+            dfa__mbar_arrive(B.q_empty(qb)); /* every S of this tile has completed */
+            const int sp = (g + T.nblocks - 1) % STAGES;
+            const uint32_t php = (uint32_t)((g + T.nblocks - 1) / STAGES) & 1u;
+            dfa__fwd_tile N;
+            if (!dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &N)) {
+                dfa__mbar_wait(B.v_full(sp), php); /* the last P V, alone */
+                dfa__wgmma_fence();
+                DFA__FWD_ISSUE_PV(sp);
+                dfa__wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+                dfa__mbar_arrive(B.v_empty(sp));
+                dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
+                break;
+            }
+            /* the next tile's first S with this tile's last P V; its softmax under that product */
+            const float mt[2] = {m[0], m[1]}, lt[2] = {l[0], l[1]};
+            m[0] = m[1] = -INFINITY;
+            l[0] = l[1] = 0.0f;
+            dfa__fwd_row_state(p.sh, N.b, N.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
+            const int g1 = g + T.nblocks, s1 = g1 % STAGES;
+            const uint32_t qn1 = qn + 1;
+            dfa__mbar_wait(B.q_full((int)(qn1 & 1u)), (qn1 >> 1) & 1u);
+            dfa__mbar_wait(B.k_full(s1), (uint32_t)(g1 / STAGES) & 1u);
+            dfa__mbar_wait(B.v_full(sp), php);
+            dfa__wgmma_fence();
+            DFA__FWD_ISSUE_S((int)(qn1 & 1u), s1);
+            DFA__FWD_ISSUE_PV(sp);
+            dfa__wgmma_wait<1>();
+#pragma unroll
+            for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
+            dfa__mbar_arrive(B.k_empty(s1));
+            if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, N.kb0 * BN, lane);
+            dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, N.kb0 * BN, N.m0, p.sh.seqlen_k,
+                                               p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
+            dfa__wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+            dfa__mbar_arrive(B.v_empty(sp));
+            dfa__fwd_tile_store<D, BF16>(p, T, o, mt, lt, c, warp, lane);
+#pragma unroll
+            for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+            T = N;
+            g = g1;
+            qn = qn1;
+        }
+#undef DFA__FWD_ISSUE_S
+#undef DFA__FWD_ISSUE_PV
     }
+    (void)ntiles;
 #else
     (void)tq; (void)tk; (void)tv; (void)p; (void)tile_counter;
     __trap();

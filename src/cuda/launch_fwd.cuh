@@ -108,6 +108,7 @@ template <int D, int BN, int BF16, int PP, int NCW>
 static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, long long tiles, int sms, cudaStream_t st,
                                                    const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
+    typedef dfa__fwd_persist_cfg<D, BN, NCW, (PP & 64) != 0> PC;
     if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
     CUtensorMap tq, tk, tv;
     dfa_status s = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
@@ -118,7 +119,7 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
     e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), st);
     s = e != cudaSuccess ? dfa__cuda_fail(e, fn, "zeroing the forward's tile counter")
                          : dfa__launch(dfa__fwd_wgmma_persistent_kernel<D, BN, BF16, PP, NCW>, (long long)sms, C::NT,
-                                       C::SMEM, st, fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, p,
+                                       PC::SMEM, st, fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, p,
                                        (unsigned int *)counter);
     e = cudaFreeAsync(counter, st);
     if (!s && e != cudaSuccess) s = dfa__cuda_fail(e, fn, "cudaFreeAsync of the forward's tile counter");

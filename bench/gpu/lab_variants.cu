@@ -94,8 +94,6 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 7, 6>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 7, 6>(p, stream, fn);
     case LAB_FWD_WGMMA_M128:
         return s.bf16 ? lab_fwd_d64<1, 3, 2>(p, stream, fn) : lab_fwd_d64<0, 3, 2>(p, stream, fn);
-    case LAB_FWD_WGMMA_PERSIST_XTILE:
-        return s.bf16 ? dfa__fwd_wgmma<1, 0, 43, 106>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 43, 106>(p, stream, fn);
     case LAB_FWD_WGMMA_PERSIST:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 43, 42>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 43, 42>(p, stream, fn);
     case LAB_FWD_WGMMA_EXP2F:

@@ -30,7 +30,6 @@ enum {
                                  library's until 192-row tiles replaced it (2026-12-01, run 8) */
     LAB_FWD_WGMMA_CLUSTER,    /* the library's forward in pairs of CTAs sharing K/V loads (TMA multicast) */
     LAB_FWD_WGMMA_PERSIST,    /* the persistent forward (PP bit 5) at both head dims, o from registers */
-    LAB_FWD_WGMMA_PERSIST_XTILE, /* ... with the cross-tile overlap (PP bit 6) at d = 128 */
     LAB_FWD_WGMMA_D256_RETIRED, /* was head dim 256 on the Hopper forward, the library's since 2026-12-01 (run 13) */
     LAB_FWD_WGMMA_D256_PP,    /* head dim 256 on the Hopper forward with ping-pong consumers */
     LAB_FWD_WGMMA_HEADS_ORDER, /* the library's forward with the grid's old order (every head in one section:

@@ -116,20 +116,19 @@ static __device__ __forceinline__ void dfa__fwd_release(uint32_t empty, int shar
 }
 
 /* The kernels' mbarriers, 8 bytes each from `bar`: q_full, k_full[S], k_empty[S], v_full[S],
-   v_empty[S]; the persistent kernel adds q_empty, tile_full[2] and tile_empty[2], the second Q
-   buffer's q_full and q_empty, then two 4-byte slots for tile numbers (dfa__fwd_persist_cfg). */
+   v_empty[S]; the persistent kernel adds q_empty, tile_full[2] and tile_empty[2], then two
+   4-byte slots for tile numbers (dfa__fwd_persist_cfg). */
 template <int STAGES> struct dfa__fwd_bars {
     uint32_t bar;
-    /* q_full(1) / q_empty(1): the persistent kernel's second Q buffer (PP bit 6) */
-    __device__ __forceinline__ uint32_t q_full(int i = 0) const { return bar + (i ? 8u * (6 + 4 * STAGES) : 0u); }
+    __device__ __forceinline__ uint32_t q_full() const { return bar; }
     __device__ __forceinline__ uint32_t k_full(int s) const { return bar + 8u * (1 + s); }
     __device__ __forceinline__ uint32_t k_empty(int s) const { return bar + 8u * (1 + STAGES + s); }
     __device__ __forceinline__ uint32_t v_full(int s) const { return bar + 8u * (1 + 2 * STAGES + s); }
     __device__ __forceinline__ uint32_t v_empty(int s) const { return bar + 8u * (1 + 3 * STAGES + s); }
-    __device__ __forceinline__ uint32_t q_empty(int i = 0) const { return bar + 8u * (i ? 7 + 4 * STAGES : 1 + 4 * STAGES); }
+    __device__ __forceinline__ uint32_t q_empty() const { return bar + 8u * (1 + 4 * STAGES); }
     __device__ __forceinline__ uint32_t tile_full(int i) const { return bar + 8u * (2 + 4 * STAGES + i); }
     __device__ __forceinline__ uint32_t tile_empty(int i) const { return bar + 8u * (4 + 4 * STAGES + i); }
-    static constexpr int SLOTS = 8 * (8 + 4 * STAGES), END = SLOTS + 8; /* bytes from bar */
+    static constexpr int SLOTS = 8 * (6 + 4 * STAGES), END = SLOTS + 8; /* bytes from bar */
 };
 
 /* The producer's K and V loads of a query tile's key blocks [n_begin / BN, + nblocks) into the
@@ -483,16 +482,12 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
  * measured 7-13% slower: unequal work per CTA, bench/gpu/NOTES.md). It hands each number to
  * the consumers through two slots in shared memory (tile_full / tile_empty). o is written
  * from registers (PP bit 4 is ignored: the Q buffer is the next tile's by then); 16-bit o
- * only, no clusters.
- *
- * PP bit 6 (XTILE, without ping-pong) also overlaps tiles inside the consumers: with two Q
- * buffers, the next tile's first S is issued together with this tile's last P V, and its
- * softmax runs under that product, so the tensor pipe no longer waits for a first S and its
- * softmax at every tile start; this tile's epilogue follows. */
-template <int D, int BN, int NCW, int XTILE> struct dfa__fwd_persist_cfg {
+ * only, no clusters. (Overlapping tiles inside the consumers too, the next tile's first S issued
+ * with this tile's last P V from a second Q buffer, lost 5-9% at every shape: bench/gpu/NOTES.md,
+ * 2026-12-01 seventh session, item 4; the variant is in git history, commit 074a1e4.) */
+template <int D, int BN, int NCW> struct dfa__fwd_persist_cfg {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    static constexpr int NQ = XTILE ? 2 : 1;
-    static constexpr int BAR_OFF = NQ * C::QBYTES + 2 * C::STAGES * C::KVBYTES;
+    static constexpr int BAR_OFF = C::QBYTES + 2 * C::STAGES * C::KVBYTES;
     static constexpr int SMEM = BAR_OFF + dfa__fwd_bars<C::STAGES>::END + 1024;
 };
 
@@ -554,15 +549,13 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
                                      unsigned int *tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    constexpr int XTILE = (PP & 64) != 0;
-    typedef dfa__fwd_persist_cfg<D, BN, NCW, XTILE> PC;
-    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8, NT8 = BN / 8;
+    typedef dfa__fwd_persist_cfg<D, BN, NCW> PC;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8;
     static_assert((PP & 2) != 0, "the persistent forward is the pipelined one");
-    static_assert(!XTILE || (PP & 1) == 0, "the cross-tile overlap runs without ping-pong consumers");
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK = base + PC::NQ * C::QBYTES, sV = sK + STAGES * C::KVBYTES;
+    const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
     const dfa__fwd_bars<STAGES> B = {base + PC::BAR_OFF};
     volatile uint32_t *const tile_slot =
         (volatile uint32_t *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + PC::BAR_OFF + B.SLOTS);
@@ -572,10 +565,8 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     const int nm = (p.sh.seqlen_q + BM - 1) / BM;
     const uint32_t ntiles = (uint32_t)nm * (uint32_t)heads;
     if (tid == 0) {
-        for (int i = 0; i < PC::NQ; i++) {
-            dfa__mbar_init(B.q_full(i), 1);
-            dfa__mbar_init(B.q_empty(i), 128 * NCW);
-        }
+        dfa__mbar_init(B.q_full(), 1);
+        dfa__mbar_init(B.q_empty(), 128 * NCW);
         for (int i = 0; i < 2; i++) {
             dfa__mbar_init(B.tile_full(i), 1);
             dfa__mbar_init(B.tile_empty(i), 128 * NCW);
@@ -595,7 +586,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__setmaxnreg_dec<PRODUCER_REGS>();
         if (tid == 0) {
             int g = 0;       /* key blocks of earlier tiles: where the stage ring stands */
-            uint32_t qn = 0; /* Q tiles loaded before; tile qn goes to buffer qn % NQ */
+            uint32_t qn = 0; /* Q tiles loaded before */
             for (uint32_t t = blockIdx.x, k = 0;; t = atomicAdd(tile_counter, 1u) + gridDim.x, k++) {
                 dfa__mbar_wait(B.tile_empty(k & 1u), ((k >> 1) & 1u) ^ 1u); /* tile k's number (>= ntiles: the end) */
                 tile_slot[k & 1u] = t;
@@ -607,13 +598,11 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
                 const int kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
                 dfa__mask_key_blocks<BN>(p.sh, b, mb * BM, BM, &kb0, &kb1);
                 if (kb1 <= kb0) continue; /* no row sees a key: nothing to load */
-                const int qb = XTILE ? (int)(qn & 1u) : 0;
-                const uint32_t qph = XTILE ? (qn >> 1) & 1u : qn & 1u;
-                dfa__mbar_wait(B.q_empty(qb), qph ^ 1u); /* every S of the buffer's last tile is done */
-                dfa__mbar_expect_tx(B.q_full(qb), C::QBYTES);
+                dfa__mbar_wait(B.q_empty(), (qn & 1u) ^ 1u); /* every S of the last tile is done */
+                dfa__mbar_expect_tx(B.q_full(), C::QBYTES);
 #pragma unroll
                 for (int cb = 0; cb < NCB; cb++)
-                    dfa__tma_load_4d(sQ + qb * C::QBYTES + cb * BM * 128, &tq, B.q_full(qb), cb * 64, h, mb * BM, b);
+                    dfa__tma_load_4d(sQ + cb * BM * 128, &tq, B.q_full(), cb * 64, h, mb * BM, b);
                 dfa__fwd_load_tile_kv<1, NCB, BN, STAGES, C::KVBYTES>(B, sK, sV, &tk, &tv, kvh, b, kb0 * BN, kb1 - kb0,
                                                                       g, 0, 0u);
                 g += kb1 - kb0;
@@ -629,138 +618,20 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     int g = 0;
     uint32_t qn = 0, k = 0;
     dfa__fwd_tile T;
-    if constexpr (!XTILE) {
-        while (dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &T)) {
-            int lim[2], mlo[2], mhi[2];
-            dfa__fwd_row_state(p.sh, T.b, T.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
-            float o[OT8 * 4];
-#pragma unroll
-            for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
-            float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-            dfa__mbar_wait(B.q_full(), qn & 1u);
-            dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo,
-                                                              mhi, lim, T.m0, p, c, lane, 0u);
-            dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
-            g += T.nblocks;
-            qn++;
-        }
-    } else {
-        constexpr int FAST_EXP = (PP & 8) != 0;
-        if (!dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &T)) return;
+    while (dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &T)) {
         int lim[2], mlo[2], mhi[2];
         dfa__fwd_row_state(p.sh, T.b, T.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
-        float o[OT8 * 4], sc[NT8 * 4], alpha[2];
-        uint32_t pf[BN / 16][4];
-        float(*s4)[4] = (float(*)[4])sc;
+        float o[OT8 * 4];
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-#define DFA__FWD_ISSUE_S(q_, s_)                                                                                  \
-    _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
-        const uint64_t da = dfa__wgmma_desc(sQ + (q_) * C::QBYTES + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, \
-                                            16);                                                                  \
-        const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
-        dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                              \
-    }                                                                                                             \
-    dfa__wgmma_commit()
-#define DFA__FWD_ISSUE_PV(s_)                                                                                     \
-    _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                                     \
-        const uint64_t dv = dfa__wgmma_desc(sV + (s_) * C::KVBYTES + kk * 16 * 128, BN * 128);                   \
-        dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);                                                                 \
-    }                                                                                                             \
-    dfa__wgmma_commit()
-        /* the first tile's first S, alone */
-        dfa__mbar_wait(B.q_full(0), 0);
-        dfa__mbar_wait(B.k_full(0), 0);
-        dfa__wgmma_fence();
-        DFA__FWD_ISSUE_S(0, 0);
-        dfa__wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-        dfa__mbar_arrive(B.k_empty(0));
-        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, T.kb0 * BN, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, T.kb0 * BN, T.m0, p.sh.seqlen_k,
-                                           p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-        for (;;) {
-            const int qb = (int)(qn & 1u);
-            for (int it = 1; it < T.nblocks; it++) { /* as dfa__fwd_consume_tile's loop */
-                const int s = (g + it) % STAGES, sp = (g + it - 1) % STAGES;
-                const uint32_t ph = (uint32_t)((g + it) / STAGES) & 1u, php = (uint32_t)((g + it - 1) / STAGES) & 1u;
-                dfa__mbar_wait(B.k_full(s), ph);
-                dfa__mbar_wait(B.v_full(sp), php);
-                dfa__wgmma_fence();
-                DFA__FWD_ISSUE_S(qb, s);
-                DFA__FWD_ISSUE_PV(sp);
-                dfa__wgmma_wait<1>();
-#pragma unroll
-                for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-                dfa__mbar_arrive(B.k_empty(s));
-                const int n0 = (T.kb0 + it) * BN;
-                if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-                dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, T.m0, p.sh.seqlen_k,
-                                                   p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
-                dfa__wgmma_wait<0>();
-#pragma unroll
-                for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-                dfa__mbar_arrive(B.v_empty(sp));
-                dfa__rescale_o<OT8>(o, alpha);
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-            }
-            dfa__mbar_arrive(B.q_empty(qb)); /* every S of this tile has completed */
-            const int sp = (g + T.nblocks - 1) % STAGES;
-            const uint32_t php = (uint32_t)((g + T.nblocks - 1) / STAGES) & 1u;
-            dfa__fwd_tile N;
-            if (!dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &N)) {
-                dfa__mbar_wait(B.v_full(sp), php); /* the last P V, alone */
-                dfa__wgmma_fence();
-                DFA__FWD_ISSUE_PV(sp);
-                dfa__wgmma_wait<0>();
-#pragma unroll
-                for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-                dfa__mbar_arrive(B.v_empty(sp));
-                dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
-                break;
-            }
-            /* the next tile's first S with this tile's last P V; its softmax under that product */
-            const float mt[2] = {m[0], m[1]}, lt[2] = {l[0], l[1]};
-            m[0] = m[1] = -INFINITY;
-            l[0] = l[1] = 0.0f;
-            dfa__fwd_row_state(p.sh, N.b, N.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
-            const int g1 = g + T.nblocks, s1 = g1 % STAGES;
-            const uint32_t qn1 = qn + 1;
-            dfa__mbar_wait(B.q_full((int)(qn1 & 1u)), (qn1 >> 1) & 1u);
-            dfa__mbar_wait(B.k_full(s1), (uint32_t)(g1 / STAGES) & 1u);
-            dfa__mbar_wait(B.v_full(sp), php);
-            dfa__wgmma_fence();
-            DFA__FWD_ISSUE_S((int)(qn1 & 1u), s1);
-            DFA__FWD_ISSUE_PV(sp);
-            dfa__wgmma_wait<1>();
-#pragma unroll
-            for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
-            dfa__mbar_arrive(B.k_empty(s1));
-            if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, N.kb0 * BN, lane);
-            dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, N.kb0 * BN, N.m0, p.sh.seqlen_k,
-                                               p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
-            dfa__wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-            dfa__mbar_arrive(B.v_empty(sp));
-            dfa__fwd_tile_store<D, BF16>(p, T, o, mt, lt, c, warp, lane);
-#pragma unroll
-            for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
-            T = N;
-            g = g1;
-            qn = qn1;
-        }
-#undef DFA__FWD_ISSUE_S
-#undef DFA__FWD_ISSUE_PV
+        dfa__mbar_wait(B.q_full(), qn & 1u);
+        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo,
+                                                          mhi, lim, T.m0, p, c, lane, 0u);
+        dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
+        g += T.nblocks;
+        qn++;
     }
-    (void)ntiles;
 #else
     (void)tq; (void)tk; (void)tv; (void)p; (void)tile_counter;
     __trap();

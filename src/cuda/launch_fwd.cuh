@@ -108,7 +108,7 @@ template <int D, int BN, int BF16, int PP, int NCW>
 static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, long long tiles, int sms, cudaStream_t st,
                                                    const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    typedef dfa__fwd_persist_cfg<D, BN, NCW, (PP & 64) != 0> PC;
+    typedef dfa__fwd_persist_cfg<D, BN, NCW> PC;
     if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
     CUtensorMap tq, tk, tv;
     dfa_status s = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);

@@ -57,7 +57,9 @@
  * that no peer waits forever; every rank's outputs are left untouched; the peers return
  * DFA_OK from the enqueue and report the failure at their next call on the communicator (or
  * dfa_comm_check): "rank r failed in an earlier call". CUDA and NCCL failures are
- * DFA_ERR_BACKEND with their own message.
+ * DFA_ERR_BACKEND with their own message; after one during the transfers and kernels (not an
+ * argument: those fail before anything is enqueued) the outputs' contents are unspecified:
+ * a rank's own block writes the rows no other rank adds to straight into its outputs.
  *
  * Timeouts. A peer that dies or never calls would leave the others waiting on the device.
  * Each communicator watches its transfers from a background thread: when one has not

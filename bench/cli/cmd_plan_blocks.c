@@ -138,9 +138,10 @@ static void time_block(const pb_opts *o, const dfa__compute_ops *ops, void *ctx,
         for (int r = -1; r < o->reps; r++) { /* one warm-up */
             PB_CUDA(cudaEventRecord(e0, st));
             dfa_status s = bwd ? ops->bwd(ctx, &bd, b->q + q0 * qrow, b->k + k0 * krow, b->v + k0 * krow,
-                                          b->o + q0 * qrow, b->lse_rows, b->dout + q0 * qrow, b->dq32, b->dk32, b->dv32)
+                                          b->o + q0 * qrow, b->lse_rows, b->dout + q0 * qrow, b->dq32, b->dk32, b->dv32,
+                                          NULL)
                                : ops->fwd(ctx, &bd, b->q + q0 * qrow, b->k + k0 * krow, b->v + k0 * krow, b->o32,
-                                          b->lse32);
+                                          b->lse32, NULL);
             if (s == DFA_OK && ops->take_error) s = ops->take_error(ctx, "plan-blocks");
             if (s != DFA_OK) {
                 fprintf(stderr, "distflash plan-blocks: block q%d[%d:%d] x k%d[%d:%d]: %s\n", t->q_chunk, t->row0,

@@ -22,7 +22,8 @@ static dfa_status dfa__launch_bwd_wgmma(const dfa__bwd_params &p, cudaStream_t s
 /* The two-warpgroup Hopper key-block kernel, head dims 64 and 128 (VARIANT 0: the library's
    until the warp-specialised kernel replaced it; 1-3 atomic dq only; bench/gpu/NOTES.md). */
 template <int ATOMIC, int BF16, int OUT32, int VARIANT = 0>
-static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+static dfa_status dfa__bwd_kv_wgmma(const dfa__bwd_params &p, const dfa__cuda_dkv16 &, cudaStream_t st,
+                                    const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_bwd_wgmma<64, 128, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
     return dfa__launch_bwd_wgmma<128, 64, ATOMIC, VARIANT, BF16, OUT32>(p, st, fn);
 }
@@ -111,9 +112,10 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
 }
 
 template <int BF16>
-static dfa_status lab_bwd_mask_uni(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, 1, 513>(p, st, fn);
-    return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, 1, 769>(p, st, fn);
+static dfa_status lab_bwd_mask_uni(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                   const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, 1, 513>(p, dkv16, st, fn);
+    return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, 1, 769>(p, dkv16, st, fn);
 }
 
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
@@ -180,6 +182,6 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     if (!kv) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "backward variant %d does not take this dq path", variant);
     void *buf = NULL; /* masked: the intervals first, as the library's calls do */
     if (s.masked && (st = dfa__cuda_mask_begin(d, &s, &buf, stream, fn))) return st;
-    st = dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, kv, atomic, stream, fn);
+    st = dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, NULL, kv, atomic, stream, fn);
     return dfa__cuda_mask_end(buf, st, stream, fn);
 }

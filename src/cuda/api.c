@@ -77,7 +77,7 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     void *mbuf = NULL;
     if (s.masked && (st = dfa__cuda_mask_begin(&d, &s, &mbuf, stream, fn))) return st;
-    st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, stream, fn);
+    st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, NULL, stream, fn);
     return dfa__cuda_mask_end(mbuf, st, stream, fn);
 }
 

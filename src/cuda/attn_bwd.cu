@@ -43,12 +43,12 @@ extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
 
 /* Everything but the key-block kernel, per element type and output type. */
 template <int BF16, int OUT32>
-static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, dfa__bwd_launcher kv, int kv_dq, cudaStream_t st,
-                                  const char *fn) {
+static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, dfa__bwd_launcher kv,
+                                  int kv_dq, cudaStream_t st, const char *fn) {
     const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
     dfa_status s = dfa__launch(dfa__bwd_dsum_kernel<BF16>, (rows + 7) / 8, 256, 0, st, fn, "rows",
                                "backward D kernel launch", p);
-    if (s || (s = kv(p, st, fn))) return s;
+    if (s || (s = kv(p, dkv16, st, fn))) return s;
     if (!kv_dq) return dfa__bwd_dq_mma<BF16, OUT32>(p, st, fn);
     if (OUT32) return DFA_OK; /* the key-block kernel added scale * dq into the caller's float32 dq */
     const long long n8 = rows * p.sh.head_dim / 8;
@@ -56,14 +56,20 @@ static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, dfa__bwd_launcher kv
                        "dq conversion kernel launch", p, n8);
 }
 
-typedef dfa_status (*dfa__bwd_passes_fn)(const dfa__bwd_params &, dfa__bwd_launcher, int, cudaStream_t, const char *);
+typedef dfa_status (*dfa__bwd_passes_fn)(const dfa__bwd_params &, const dfa__cuda_dkv16 &, dfa__bwd_launcher, int,
+                                         cudaStream_t, const char *);
 static const dfa__bwd_passes_fn dfa__bwd_passes_of[2][2] = {/* [bf16][out_f32] */
                                                             {dfa__bwd_passes<0, 0>, dfa__bwd_passes<0, 1>},
                                                             {dfa__bwd_passes<1, 0>, dfa__bwd_passes<1, 1>}};
 
 dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
                               const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
-                              dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream, const char *fn) {
+                              const dfa__cuda_dkv16 *dkv16, dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream,
+                              const char *fn) {
+    dfa__cuda_dkv16 direct = {NULL, NULL, 0};
+    if (dkv16 && dkv16->dk && dkv16->dv && dkv16->keys > 0) direct = *dkv16;
+    if (direct.keys && !s->out_f32)
+        return dfa__fail(DFA_ERR_INTERNAL, fn, "16-bit keys of dk, dv in a call without float32 outputs");
     if ((uintptr_t)scratch % 256)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch = %p is not 256-byte aligned", scratch);
     if (kv_dq == 1 && (s->flags & DFA_FLAG_DETERMINISTIC))
@@ -98,7 +104,7 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq accumulator");
     if (!st && kv_dq == 2 && (e = cudaMemsetAsync(p.dq_sem, 0, bytes - sem_off, stream)) != cudaSuccess)
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq tile counters");
-    if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, kv, kv_dq, stream, fn);
+    if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, direct, kv, kv_dq, stream, fn);
     if (!scratch) {
         e = cudaFreeAsync(buf, stream);
         if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the backward scratch");
@@ -117,12 +123,13 @@ static const dfa__bwd_launcher dfa__bwd_kv_kernels[2][3][2][2] = {DFA__KV_KERNEL
 
 extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v,
                                     const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv,
-                                    void *scratch, cudaStream_t stream, const char *fn) {
+                                    void *scratch, const dfa__cuda_dkv16 *dkv16, cudaStream_t stream,
+                                    const char *fn) {
     int wgmma = 0;
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 1, &wgmma, fn);
     if (st) return st;
     const int dq_mode = dfa__bwd_dq_mode(s, wgmma);
-    return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, dk, dv, scratch,
+    return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, dk, dv, scratch, dkv16,
                               dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 != 0], dq_mode, stream,
                               fn);
 }

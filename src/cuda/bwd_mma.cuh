@@ -74,7 +74,8 @@ template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_
 };
 
 template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16, int OUT32>
-__global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(const dfa__bwd_params p) {
+__global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(const dfa__bwd_params p,
+                                                                                     const dfa__cuda_dkv16 dkv16) {
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, DQ_ATOMIC> C;
     constexpr int NW = C::NW, NT = C::NT, Q8 = BM / 8, DW = DP / DSPLIT, DW8 = DW / 8;
@@ -249,6 +250,19 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     for (int r = 0; r < 2; r++) {
         const int key = n0 + kw * 16 + g + 8 * r;
         if (key >= p.sh.seqlen_k) continue;
+        if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
+            if (key < dkv16.keys) {
+                const long long at = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
+#pragma unroll
+                for (int j = 0; j < DW8; j++) {
+                    const int c = dsp * DW + j * 8 + 2 * t;
+                    if (c >= p.sh.head_dim) continue;
+                    dfa__store2<BF16>((uint16_t *)dkv16.dk + at + c, dk[j][2 * r] * p.sh.scale,
+                                      dk[j][2 * r + 1] * p.sh.scale);
+                    dfa__store2<BF16>((uint16_t *)dkv16.dv + at + c, dv[j][2 * r], dv[j][2 * r + 1]);
+                }
+                continue;
+            }
 #pragma unroll
         for (int j = 0; j < DW8; j++) {
             const int c = dsp * DW + j * 8 + 2 * t;

@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
                        const __grid_constant__ CUtensorMap tdq, const __grid_constant__ CUtensorMap tdk,
-                       const __grid_constant__ CUtensorMap tdv, const dfa__bwd_params p) {
+                       const __grid_constant__ CUtensorMap tdv, const dfa__bwd_params p,
+                       const __grid_constant__ dfa__cuda_dkv16 dkv16) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_ws_cfg<D, BM> C;
@@ -489,6 +490,18 @@ __global__ void __launch_bounds__(384, 1)
     for (int r = 0; r < 2; r++) {
         const int key = n0 + key0 + 8 * r;
         if (key >= p.sh.seqlen_k) continue;
+        if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
+            if (key < dkv16.keys) {
+                const long long at = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
+#pragma unroll
+                for (int j = 0; j < D8; j++) {
+                    const int col = 8 * j + 2 * t;
+                    dfa__store2<BF16>((uint16_t *)dkv16.dk + at + col, dk[4 * j + 2 * r] * p.sh.scale,
+                                      dk[4 * j + 2 * r + 1] * p.sh.scale);
+                    dfa__store2<BF16>((uint16_t *)dkv16.dv + at + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+                }
+                continue;
+            }
 #pragma unroll
         for (int j = 0; j < D8; j++) {
             const int col = 8 * j + 2 * t;
@@ -506,7 +519,7 @@ __global__ void __launch_bounds__(384, 1)
 #undef DQ_EMPTY
 #undef DS_READY
 #else
-    (void)tq; (void)tk; (void)tv; (void)tdo; (void)tdq; (void)tdk; (void)tdv; (void)p;
+    (void)tq; (void)tk; (void)tv; (void)tdo; (void)tdq; (void)tdk; (void)tdv; (void)p; (void)dkv16;
     __trap();
 #endif
 }

@@ -73,14 +73,26 @@ dfa_status dfa__cuda_mask_end(void *buf, dfa_status st, cudaStream_t stream, con
 dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, void *o,
                          float *lse, cudaStream_t stream, const char *fn);
 
+/* Keys of a float32 backward (out_f32) whose dk, dv go to outputs of the storage type instead,
+   same layouts ([batch, seqlen_k, kv_heads, D]): the sequence-parallel executor's diagonal
+   blocks write the keys no other block adds to straight into the caller's dk, dv
+   (seqpar/compute.h, dfa__direct). The float32 dk, dv of those keys are left unwritten. The
+   kernels take it as a parameter of its own, after their parameter block, which leaves the
+   16-bit kernels' code as it was. */
+typedef struct {
+    void *dk, *dv; /* NULL: none */
+    int keys;      /* keys [0, keys) of every (batch, kv head) */
+} dfa__cuda_dkv16;
+
 /* dq, dk, dv of one backward, enqueued on stream. scratch: NULL to take dfa__cuda_bwd_scratch(s)
    bytes with cudaMallocAsync on stream (given back with cudaFreeAsync before this returns), or a
    caller-owned device buffer of at least that many bytes, 256-byte aligned, used instead (it
    must stay untouched until the stream has passed this call). With out_f32, dq itself is the
-   float32 accumulator (zeroed on the stream first) unless a separate dq pass computes it. */
+   float32 accumulator (zeroed on the stream first) unless a separate dq pass computes it.
+   dkv16: NULL, or (with out_f32) the keys whose dk, dv go to 16-bit outputs. */
 dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
                          const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
-                         cudaStream_t stream, const char *fn);
+                         const dfa__cuda_dkv16 *dkv16, cudaStream_t stream, const char *fn);
 
 /* Bytes of device scratch one backward with this shape takes on the current device: D and
    lse * log2(e) per (batch, head, query row), 256-byte aligned; the float32 dq accumulator

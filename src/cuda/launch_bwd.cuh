@@ -12,15 +12,18 @@
 #include "launch.cuh"
 #include "tmap.h"
 
-/* One backward kernel (of a family, every head dim it takes) on a stream. */
-typedef dfa_status (*dfa__bwd_launcher)(const dfa__bwd_params &p, cudaStream_t st, const char *fn);
+/* One backward kernel (of a family, every head dim it takes) on a stream. dkv16: the keys whose
+   dk, dv go to 16-bit outputs (OUT32 kernels of the library; others ignore it; launch.h). */
+typedef dfa_status (*dfa__bwd_launcher)(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                        const char *fn);
 
 template <int DP, int BN, int BM, int DSPLIT, int ATOMIC, int BF16, int OUT32>
-static dfa_status dfa__launch_bwd_kv(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+static dfa_status dfa__launch_bwd_kv(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                     const char *fn) {
     typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, ATOMIC> C;
     const long long ctas = (long long)((p.sh.seqlen_k + BN - 1) / BN) * p.sh.batch * p.sh.num_kv_heads;
     return dfa__launch(dfa__bwd_kv_kernel<DP, BN, BM, DSPLIT, ATOMIC, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn,
-                       "key tiles", "backward key-block kernel launch", p);
+                       "key tiles", "backward key-block kernel launch", p, dkv16);
 }
 
 template <int DP, int NW, int BN, int BF16, int OUT32>
@@ -32,7 +35,8 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
 }
 
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT, int VARIANT_MASKED_ARG>
-static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                     const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
     /* -1: the library's masked variant for this head dim */
     constexpr int VARIANT_MASKED = VARIANT_MASKED_ARG < 0 ? DFA__BWD_WS_LIBRARY_MASKED(D) : VARIANT_MASKED_ARG;
@@ -54,17 +58,18 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, cudaStream_t st, 
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");
     if (masked)
         return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2, VARIANT_MASKED>, ctas, C::NT, C::SMEM, st, fn,
-                           "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p);
+                           "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p, dkv16);
     return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, 0, VARIANT>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
-                       "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p);
+                       "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p, dkv16);
 }
 
 /* The mma.sync key-block kernel, any head dim; ATOMIC: dq through float32 atomics too. */
 template <int ATOMIC, int BF16, int OUT32>
-static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim <= 64) return dfa__launch_bwd_kv<64, 128, 64, 1, ATOMIC, BF16, OUT32>(p, st, fn);
-    if (p.sh.head_dim <= 128) return dfa__launch_bwd_kv<128, 128, 64, 1, ATOMIC, BF16, OUT32>(p, st, fn);
-    return dfa__launch_bwd_kv<256, 64, 32, 2, ATOMIC, BF16, OUT32>(p, st, fn);
+static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                  const char *fn) {
+    if (p.sh.head_dim <= 64) return dfa__launch_bwd_kv<64, 128, 64, 1, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__launch_bwd_kv<128, 128, 64, 1, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
+    return dfa__launch_bwd_kv<256, 64, 32, 2, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
 }
 
 /* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 (128-row query
@@ -74,9 +79,11 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, cudaStream_t st, con
    windows); with the library's VARIANT the library's masked one (-1: per head dim), else VARIANT. */
 template <int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY,
           int VARIANT_MASKED = VARIANT == DFA__BWD_WS_LIBRARY ? -1 : VARIANT>
-static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, st, fn);
-    return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, st, fn);
+static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                 const char *fn) {
+    if (p.sh.head_dim == 64)
+        return dfa__launch_bwd_ws<64, 128, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, dkv16, st, fn);
+    return dfa__launch_bwd_ws<128, 64, DQ_MODE, BF16, OUT32, VARIANT, VARIANT_MASKED>(p, dkv16, st, fn);
 }
 
 /* The deterministic dq pass (mma.sync), any head dim. */
@@ -91,9 +98,10 @@ static dfa_status dfa__bwd_dq_mma(const dfa__bwd_params &p, cudaStream_t st, con
    dq accumulator (and with kv_dq == 2 its tile counters) zeroed, D and base-2 lse, kv, then the
    dq pass (kv_dq == 0: kv computes no dq) or the dq conversion. kv_dq: 0 no dq in kv, 1 added
    in any order (not with DFA_FLAG_DETERMINISTIC), 2 in a fixed order. Defined by the library
-   (attn_bwd.cu); dfa__cuda_bwd is this with the library's own kernel. */
+   (attn_bwd.cu); dfa__cuda_bwd is this with the library's own kernel. dkv16 as in dfa__cuda_bwd. */
 dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, const void *o,
                               const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
-                              dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream, const char *fn);
+                              const dfa__cuda_dkv16 *dkv16, dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream,
+                              const char *fn);
 
 #endif

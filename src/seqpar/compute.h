@@ -21,6 +21,17 @@
 
 #include "distflash.h"
 
+/* Results a block writes in the storage type straight into the caller's outputs, same layouts
+   as its float32 ones ([batch, rows, heads, D] from the block's first row): the rows no other
+   block adds to, which then need no float32 accumulator and no rounding pass (executor.c,
+   direct_ranges). The float32 outputs' elements there are undefined afterwards. */
+typedef struct {
+    void *o;       /* fwd: rows [o_from, seqlen_q) of every (batch, head); NULL: none */
+    int o_from;
+    void *dk, *dv; /* bwd: keys [0, dkv_to) of every (batch, kv head); NULL: none */
+    int dkv_to;
+} dfa__direct;
+
 typedef struct {
     const char *name; /* "cpu", ... */
 
@@ -52,11 +63,13 @@ typedef struct {
                        float *lse_acc, const float *o_part, const float *lse_part);
 
     /* One block: d describes it (seqlen_q = window rows, seqlen_k = n, dtype = storage type of
-       q/k/v/o/dout, q_start/k_start/causal set). Outputs are float32, packed, overwritten. */
+       q/k/v/o/dout, q_start/k_start/causal set). Outputs are float32, packed, overwritten;
+       direct (NULL: none) hands some of them to the caller's outputs instead. */
     dfa_status (*fwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
-                      float *lse);
+                      float *lse, const dfa__direct *direct);
     dfa_status (*bwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                      const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv);
+                      const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv,
+                      const dfa__direct *direct);
 
     /* --- optional (NULL: not needed) --- */
     /* Bytes of memory free for a workspace now (device backends: the device's free memory),

@@ -123,25 +123,50 @@ static const void *widen(const cpu_ctx *c, const void *src, float *buf, int64_t 
     return buf;
 }
 
+/* Rows [r0, r1) of each of `batch` float32 [rows, width] matrices, rounded into the same rows
+   of dst (storage type t, same layout). The CPU kernels compute in float32 either way: a
+   direct part (compute.h) is its rounding, written after the block, as the store pass would. */
+static void store_rows(dfa_dtype t, const float *src, void *dst, int batch, int rows, int64_t width, int r0, int r1) {
+    const size_t es = dfa__dtype_size(t);
+    for (int b = 0; b < batch; b++) {
+        const int64_t off = ((int64_t)b * rows + r0) * width, n = (int64_t)(r1 - r0) * width;
+        if (n <= 0) continue;
+        if (t == DFA_F32) memcpy((float *)dst + off, src + off, sizeof(float) * (size_t)n);
+        else dfa__store_f32(t, src + off, (char *)dst + (size_t)off * es, n);
+    }
+}
+
 static dfa_status cpu_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
-                          float *lse) {
+                          float *lse, const dfa__direct *direct) {
     const cpu_ctx *c = ctx;
     dfa_attn_desc d32 = *d;
     d32.dtype = DFA_F32;
     const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
     const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
-    return dfa_attn_fwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk), o, lse);
+    const dfa_status st = dfa_attn_fwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk), o, lse);
+    if (!st && direct && direct->o)
+        store_rows(c->dtype, o, direct->o, d->batch, d->seqlen_q, (int64_t)d->num_heads * d->head_dim,
+                   direct->o_from < 0 ? 0 : direct->o_from, d->seqlen_q);
+    return st;
 }
 
 static dfa_status cpu_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                          const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+                          const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv,
+                          const dfa__direct *direct) {
     const cpu_ctx *c = ctx;
     dfa_attn_desc d32 = *d;
     d32.dtype = DFA_F32;
     const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
     const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
-    return dfa_attn_bwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk),
-                        widen(c, o, c->o, nq), lse, widen(c, dout, c->dout, nq), dq, dk, dv);
+    const dfa_status st = dfa_attn_bwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk),
+                                       widen(c, o, c->o, nq), lse, widen(c, dout, c->dout, nq), dq, dk, dv);
+    if (!st && direct && direct->dk && direct->dv && direct->dkv_to > 0) {
+        const int64_t w = (int64_t)d->num_kv_heads * d->head_dim;
+        const int to = direct->dkv_to < d->seqlen_k ? direct->dkv_to : d->seqlen_k;
+        store_rows(c->dtype, dk, direct->dk, d->batch, d->seqlen_k, w, 0, to);
+        store_rows(c->dtype, dv, direct->dv, d->batch, d->seqlen_k, w, 0, to);
+    }
+    return st;
 }
 
 static const dfa__compute_ops cpu_ops = {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/dtype.h"
 #include "../common/error.h"
 #include "../cuda/launch.h"
 #include "compute.h"
@@ -131,24 +132,68 @@ static dfa_status block_prepare(cuda_ctx *c, const dfa_attn_desc *d, dfa__cuda_s
     return dfa__cuda_mask_prepare(&m, c->scratch, s, c->stream, fn);
 }
 
+/* A block's direct rows of o (compute.h, dfa__direct): a second launch with 16-bit o over rows
+   [from, rows) of the block, into the caller's o, after the float32 one over rows [0, from);
+   the forward's cost follows its query tiles, so two launches cost what one does (and the
+   16-bit one runs persistent: launch_fwd.cuh). Their lse go to the scratch behind the mask's
+   intervals (the backward's per-row sums, twice as large), then into the block's packed lse.
+   Rounding in the kernel's epilogue or in the store pass is the same rounding: the same bits.
+   The rows are contiguous only for one batch row, or when all of them are direct. */
+static dfa_status cuda_fwd_direct(cuda_ctx *c, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                                  float *o, float *lse, const dfa__direct *direct, const char *fn) {
+    const int rows = d->seqlen_q, from = direct->o_from < 0 ? 0 : direct->o_from;
+    if (from > 0 && d->batch != 1)
+        return dfa__fail(DFA_ERR_INTERNAL, fn, "direct rows from %d of %d in a block of %d batch rows", from, rows,
+                         d->batch);
+    const size_t es = dfa__dtype_size(d->dtype), hd = (size_t)d->num_heads * d->head_dim;
+    float *lse_parts = (float *)(void *)((char *)c->scratch + mask_scratch(d));
+    dfa_status st = DFA_OK;
+    for (int part = 0; part < 2 && !st; part++) {
+        const int r0 = part ? from : 0, r1 = part ? rows : from;
+        if (r0 >= r1) continue;
+        dfa_attn_desc pd = *d;
+        pd.seqlen_q = r1 - r0;
+        pd.q_start += r0;
+        if (pd.q_doc) pd.q_doc += r0;
+        dfa__cuda_shape s;
+        if ((st = block_prepare(c, &pd, &s, fn))) break;
+        if (part) s.out_f32 = 0; /* 16 bits, into the caller's rows */
+        const size_t lse_at = (size_t)d->batch * d->num_heads * r0;
+        st = dfa__cuda_fwd(&s, (const char *)q + (size_t)r0 * hd * es, k, v,
+                           part ? (void *)((char *)direct->o + (size_t)r0 * hd * es) : (void *)o,
+                           lse ? lse_parts + lse_at : NULL, c->stream, fn);
+        if (!st && lse) /* [heads][r1 - r0] into [heads][rows] from r0 */
+            note(c, cudaMemcpy2DAsync(lse + r0, (size_t)rows * 4, lse_parts + lse_at, (size_t)(r1 - r0) * 4,
+                                      (size_t)(r1 - r0) * 4, (size_t)d->batch * d->num_heads, cudaMemcpyDeviceToDevice,
+                                      c->stream),
+                 "cudaMemcpy2DAsync (direct rows' lse)");
+    }
+    return st;
+}
+
 static dfa_status cuda_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
-                           float *lse) {
+                           float *lse, const dfa__direct *direct) {
     static const char fn[] = "dfa__compute_cuda fwd";
     cuda_ctx *c = ctx;
+    if (direct && direct->o) return cuda_fwd_direct(c, d, q, k, v, o, lse, direct, fn);
     dfa__cuda_shape s;
     const dfa_status st = block_prepare(c, d, &s, fn);
     return st ? st : dfa__cuda_fwd(&s, q, k, v, o, lse, c->stream, fn);
 }
 
+/* A block's direct keys of dk, dv (compute.h): the kernels write them in 16 bits from their
+   registers instead of the float32 ones (launch.h, dfa__cuda_dkv16). */
 static dfa_status cuda_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                           const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+                           const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv,
+                           const dfa__direct *direct) {
     static const char fn[] = "dfa__compute_cuda bwd";
     cuda_ctx *c = ctx;
     dfa__cuda_shape s;
+    const dfa__cuda_dkv16 dkv16 = {direct ? direct->dk : NULL, direct ? direct->dv : NULL, direct ? direct->dkv_to : 0};
     const dfa_status st = block_prepare(c, d, &s, fn);
     return st ? st
-              : dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, (char *)c->scratch + mask_scratch(d), c->stream,
-                              fn);
+              : dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, (char *)c->scratch + mask_scratch(d), &dkv16,
+                              c->stream, fn);
 }
 
 /* The largest block has all n rows of a chunk against all n keys: its scratch bounds every other. */

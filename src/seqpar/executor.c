@@ -32,6 +32,10 @@ void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s) {
     if (c) c->stats = s;
 }
 
+void dfa__dist_force_direct(dfa_comm *c, int on) {
+    if (c) c->force_direct = on != 0;
+}
+
 void dfa__dist_set_fold_cost(dfa_comm *c, int per_row) {
     if (c) c->fold_cost = per_row >= 0 ? per_row + 1 : 0; /* stored + 1: a zeroed communicator has the default */
 }
@@ -85,6 +89,11 @@ typedef struct {
     int own_window, own_q_rows, own_kv;
     int own_lse;         /* forward: the rows of an own diagonal that lent its first rows (its lse is
                             written here, then into the accumulator's rows) */
+    /* Direct parts (direct_ranges): the rows of this rank's queries [q_direct, n) and its keys
+       [0, k_direct) that no block but the step-0 diagonal adds to; with `direct` on, that block
+       writes them in the storage type straight into the caller's outputs. */
+    int q_direct, k_direct;
+    int direct;
     float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
     char *ghost_buf;     /* device backends: what a ghost sends instead of the caller's memory */
     int async;           /* the communicator agrees on the device (comm.h agree_async) */
@@ -200,6 +209,13 @@ static size_t buffer_bytes(const exec *e, const dfa__msg *m) {
     return parts_total(task_parts(e, m->kind, &m->task));
 }
 
+/* Narrows the direct parts (see exec) by one contribution to this rank's rows: query rows
+   [row0, row1) of a result for them, or its keys [k0, k1). */
+static void narrow_direct(exec *e, const dfa__task *t, int queries, int keys) {
+    if (queries && t->row1 > e->q_direct) e->q_direct = t->row1;
+    if (keys && t->k_row0 < e->k_direct) e->k_direct = t->k_row0;
+}
+
 static dfa_status plan(exec *e, const char *fn) {
     const int cap = dfa__sched_max_messages(&e->s);
     dfa__msg *tmp = malloc(sizeof *tmp * (size_t)cap);
@@ -210,6 +226,8 @@ static dfa_status plan(exec *e, const char *fn) {
     }
     for (int i = 0; i < 3; i++) e->slot_bytes[i] = 0;
     e->own_window = e->own_q_rows = e->own_kv = e->own_lse = 0;
+    e->q_direct = 0;
+    e->k_direct = e->n;
     for (int t = 0; t < e->T; t++) {
         planned_step *ps = &e->steps[t];
         ps->has_task = dfa__sched_task(&e->s, e->rank, t, &ps->task);
@@ -221,6 +239,8 @@ static dfa_status plan(exec *e, const char *fn) {
             if (qmine && !direct && rows > e->own_q_rows) e->own_q_rows = rows;
             if (direct && rows != e->n && !e->bwd) e->own_lse = rows; /* its lse, before it goes in */
             if (kmine && !direct && e->bwd) e->own_kv = 1;
+            if (direct) narrow_direct(e, &(dfa__task){.row1 = tk->row0, .k_row0 = e->n}, 1, 0);
+            else narrow_direct(e, tk, qmine, kmine);
         }
         const int nm = dfa__sched_messages(&e->s, e->bwd, e->rank, t, tmp, cap);
         if (nm < 0) {
@@ -237,6 +257,8 @@ static dfa_status plan(exec *e, const char *fn) {
         size_t off = 0;
         for (int i = 0; i < nm; i++) {
             ps->msgs[i].m = tmp[i];
+            if (!tmp[i].send) /* results for this rank's rows or keys, computed elsewhere */
+                narrow_direct(e, &tmp[i].task, tmp[i].kind == DFA__MSG_QRESULT, tmp[i].kind == DFA__MSG_KVRESULT);
             if (needs_buffer(e, &tmp[i])) {
                 ps->msgs[i].off = off;
                 off += buffer_bytes(e, &tmp[i]);
@@ -246,6 +268,8 @@ static dfa_status plan(exec *e, const char *fn) {
         }
         if (off > e->slot_bytes[t % 3]) e->slot_bytes[t % 3] = off;
     }
+    /* a block's direct rows are contiguous in the caller's o for one batch row, or all of them */
+    if (e->d.batch > 1 && e->q_direct > 0) e->q_direct = e->n;
     free(tmp);
     return DFA_OK;
 }
@@ -655,6 +679,22 @@ static void compute(exec *e, int t) {
         kres[1] = b4[1];
     }
 
+    /* the step-0 diagonal's direct parts: o16 from the block's first row (its row0) on */
+    dfa__direct dr = {0};
+    if (direct && e->direct) {
+        const size_t qrow = (size_t)e->d.num_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+        if (!e->bwd && e->q_direct < e->n) {
+            dr.o = (char *)e->io->o_out + (size_t)tk->row0 * qrow;
+            dr.o_from = e->q_direct - tk->row0;
+        }
+        if (e->bwd && e->k_direct > 0) {
+            dr.dk = e->io->dk;
+            dr.dv = e->io->dv;
+            dr.dkv_to = e->k_direct;
+        }
+    }
+    const dfa__direct *drp = dr.o || dr.dk ? &dr : NULL;
+
     dfa_attn_desc bd = e->d;
     bd.seqlen_q = rows;
     bd.seqlen_k = dfa__task_key_rows(tk, e->n);
@@ -669,9 +709,9 @@ static void compute(exec *e, int t) {
     }
     dfa_status st;
     if (e->bwd)
-        st = e->ops->bwd(e->ctx, &bd, qs[0], kv[0], kv[1], qs[1], qs[3], qs[2], qres[0], kres[0], kres[1]);
+        st = e->ops->bwd(e->ctx, &bd, qs[0], kv[0], kv[1], qs[1], qs[3], qs[2], qres[0], kres[0], kres[1], drp);
     else
-        st = e->ops->fwd(e->ctx, &bd, qs[0], kv[0], kv[1], qres[0], qres[1]);
+        st = e->ops->fwd(e->ctx, &bd, qs[0], kv[0], kv[1], qres[0], qres[1], drp);
     if (st) {
         record(e, st);
         poison_results(e, t);
@@ -1010,19 +1050,48 @@ static void pack_group(exec *e, const dfa__dist_io *io, int g) {
     }
 }
 
-/* Group g's float32 accumulators, rounded into its heads of the caller's outputs. */
+/* Whether this call's step-0 diagonal writes its direct parts (see exec) into the caller's
+   outputs. Only where a failure after it cannot break a promise: device backends, once every
+   rank has passed the agreement on the host (e->gate NULL: masked calls always, others on
+   their first call), in one group of heads (the caller's rows, not packed ones). A host
+   backend writes no output before its closing agreement, so that a rank failing midway leaves
+   every rank's outputs untouched (test_dist_errors); tests force the direct parts there
+   (dfa__dist_force_direct) to check them against the accumulators, bit for bit. */
+static int use_direct(const exec *e) {
+    if (!(e->async || e->c->force_direct) || e->gate || e->G != 1 || e->ghost || !first_is_diagonal(e)) return 0;
+    return e->bwd ? e->io->dk && e->io->dv && e->k_direct > 0 : e->io->o_out && e->q_direct < e->n;
+}
+
+/* Rows [r0, r1) of each batch row of a float32 accumulator ([batch, n, width]) rounded into dst
+   ([batch, n] rows of pitch elements, the group's heads). */
+static void store_rows(exec *e, dfa_dtype t, const float *acc, char *dst, int64_t width, int64_t pitch, int r0, int r1) {
+    const size_t es = dfa__dtype_size(t);
+    if (r0 >= r1) return;
+    if (r0 == 0 && r1 == e->n) {
+        e->ops->store(e->ctx, t, acc, dst, (int64_t)e->d.batch * e->n, width, pitch, e->gate);
+        return;
+    }
+    for (int b = 0; b < e->d.batch; b++) {
+        const int64_t row = (int64_t)b * e->n + r0;
+        e->ops->store(e->ctx, t, acc + row * width, dst + (size_t)(row * pitch) * es, r1 - r0, width, pitch, e->gate);
+    }
+}
+
+/* Group g's float32 accumulators, rounded into its heads of the caller's outputs (all but the
+   direct parts the diagonal wrote itself). */
 static void store_group(exec *e, const dfa__dist_io *io, int g) {
     const dfa_attn_desc *d = &e->d, *f = &e->full;
     const size_t es = dfa__dtype_size(d->dtype);
-    const int64_t rows = (int64_t)d->batch * e->n, D = d->head_dim;
+    const int64_t D = d->head_dim;
     const int64_t wq = d->num_heads * D, wk = d->num_kv_heads * D;
     const int64_t pq = (int64_t)f->num_heads * D, pk = (int64_t)f->num_kv_heads * D;
+    const int q_end = e->direct && !e->bwd ? e->q_direct : e->n, k_begin = e->direct && e->bwd ? e->k_direct : 0;
     if (e->bwd) {
-        e->ops->store(e->ctx, d->dtype, e->acc[0], (char *)io->dq + (size_t)(g * wq) * es, rows, wq, pq, e->gate);
-        e->ops->store(e->ctx, d->dtype, e->acc[1], (char *)io->dk + (size_t)(g * wk) * es, rows, wk, pk, e->gate);
-        e->ops->store(e->ctx, d->dtype, e->acc[2], (char *)io->dv + (size_t)(g * wk) * es, rows, wk, pk, e->gate);
+        store_rows(e, d->dtype, e->acc[0], (char *)io->dq + (size_t)(g * wq) * es, wq, pq, 0, e->n);
+        store_rows(e, d->dtype, e->acc[1], (char *)io->dk + (size_t)(g * wk) * es, wk, pk, k_begin, e->n);
+        store_rows(e, d->dtype, e->acc[2], (char *)io->dv + (size_t)(g * wk) * es, wk, pk, k_begin, e->n);
     } else {
-        e->ops->store(e->ctx, d->dtype, e->acc[0], (char *)io->o_out + (size_t)(g * wq) * es, rows, wq, pq, e->gate);
+        store_rows(e, d->dtype, e->acc[0], (char *)io->o_out + (size_t)(g * wq) * es, wq, pq, 0, q_end);
         if (io->lse_out)
             e->ops->store(e->ctx, DFA_F32, e->acc[1], io->lse_out + (size_t)g * d->num_heads * e->n, d->batch,
                           (int64_t)d->num_heads * e->n, (int64_t)f->num_heads * e->n, e->gate);
@@ -1203,6 +1272,7 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
         stats->steps = e.T;
         stats->setup_s = now() - start;
     }
+    e.direct = use_direct(&e);
     double fin = now();
     for (int g = 0; g < e.G && !st; g++) {
         if (e.G > 1) {

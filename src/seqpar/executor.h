@@ -15,6 +15,10 @@
  *   3. agrees on the outcome (one more allreduce), and only then writes the
  *      caller's outputs from the float32 accumulators, so outputs are
  *      untouched on every rank when any rank failed.
+ * Device backends have no closing agreement (step 3 happens on the device, gating the
+ * stores): there, once every rank has passed the agreement on the host, the step-0 diagonal
+ * writes the rows no other block adds to straight into the outputs (executor.c, use_direct),
+ * and a rank whose kernels fail midway returns its failure with those rows written.
  */
 #ifndef DFA_DIST_EXECUTOR_H
 #define DFA_DIST_EXECUTOR_H
@@ -49,6 +53,11 @@ void dfa__dist_force_head_groups(dfa_comm *c, int groups);
    DFA__PLAN_FOLD_COST); a negative value goes back to the default. Small test chunks need a
    lower one for busy diagonals to lend their rows. */
 void dfa__dist_set_fold_cost(dfa_comm *c, int per_row);
+
+/* Tests: the following calls on c (a host backend) write the step-0 diagonal's direct parts
+   straight into the outputs, as device backends do (executor.c, use_direct); 0 goes back. The
+   results are the same bits either way. */
+void dfa__dist_force_direct(dfa_comm *c, int on);
 
 /* Collect timings of the following calls on c into *s (NULL stops). */
 void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s);

@@ -92,6 +92,7 @@ static void check_fwd_f32(const dfa_attn_desc *d, const char *kernel, const void
     CHECK(rounds_to(d->dtype, o, o16, nq), "o f32 [%s]: rounded to 16 bits it is not the 16-bit o for %s", kernel,
           tl_desc_str(d));
     CHECK(!memcmp(l, lse16, 4 * (size_t)nl), "lse [%s] differs with out_f32 for %s", kernel, tl_desc_str(d));
+
     CUDA_OK(cudaFree(od));
     CUDA_OK(cudaFree(ld));
     free(o);
@@ -104,7 +105,7 @@ static void run_bwd_internal(const dfa__cuda_shape *s, const char *kernel, const
                              void *const outs[3], const size_t bytes[3], void *scratch) {
     for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes[i]);
     const dfa_status st = dfa__cuda_bwd(s, ins[0], ins[1], ins[2], ins[3], lse, ins[4], outs[0], outs[1], outs[2],
-                                        scratch, 0, "test_gpu_attn");
+                                        scratch, NULL, 0, "test_gpu_attn");
     CHECK(st == DFA_OK, "bwd [%s%s%s] failed: %s (%s)", kernel, s->out_f32 ? ", f32" : "",
           scratch ? ", caller scratch" : "", dfa_status_string(st), dfa_last_error());
     CUDA_OK(cudaGetLastError());
@@ -184,6 +185,49 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
             CHECK(!memcmp(got[0][i], got[1][i], bytes32[i]), "%s f32 [%s, deterministic] differs between two runs for %s",
                   names[i], kernel, tl_desc_str(d));
 
+    /* 16-bit keys (the executor's diagonal blocks, launch.h dfa__cuda_dkv16): dk, dv of keys
+       below `to` go to 16-bit outputs, the public call's bits there, the float32 ones' elsewhere,
+       neither written where the other is; dq as before */
+    {
+        const int to = (d->seqlen_k + 1) / 2;
+        void *d16[2] = {dev_alloc(bytes16[1]), dev_alloc(bytes16[2])};
+        void *h16 = malloc(bytes16[1]);
+        float *h32 = malloc(bytes32[1]);
+        for (int i = 0; i < 2; i++) dev_poison(d16[i], bytes16[1 + i]);
+        const dfa__cuda_dkv16 direct = {d16[0], d16[1], to};
+        for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);
+        const dfa_status st2 = dfa__cuda_bwd(&s32, ins[0], ins[1], ins[2], ins[3], lse, ins[4], outs[0], outs[1],
+                                             outs[2], NULL, &direct, 0, "test_gpu_attn");
+        CHECK(st2 == DFA_OK, "bwd f32 [%s] with direct keys failed: %s (%s)", kernel, dfa_status_string(st2),
+              dfa_last_error());
+        CUDA_OK(cudaGetLastError());
+        to_host(h32, outs[0], bytes32[0]);
+        CHECK(tl_max_err(DFA_F32, h32, refs[0], n[0]) <= tol[0], "dq f32 [%s] with direct keys: max error %.3g > %.3g",
+              kernel, tl_max_err(DFA_F32, h32, refs[0], n[0]), tol[0]);
+        const int64_t w = (int64_t)d->num_kv_heads * d->head_dim;
+        for (int i = 1; i < 3; i++) {
+            to_host(h32, outs[i], bytes32[i]);
+            to_host(h16, d16[i - 1], bytes16[i]);
+            int64_t wrong = 0;
+            for (int b = 0; b < d->batch; b++)
+                for (int j = 0; j < d->seqlen_k; j++) {
+                    const int64_t e0 = ((int64_t)b * d->seqlen_k + j) * w;
+                    if (j < to)
+                        wrong += memcmp((char *)h16 + e0 * es, (const char *)grads16[i] + e0 * es, es * (size_t)w) != 0 ||
+                                 tl_count_nan(DFA_F32, h32 + e0, w) != w;
+                    else
+                        wrong += memcmp(h32 + e0, got[0][i] + e0, 4 * (size_t)w) != 0 ||
+                                 tl_count_nan(t, (char *)h16 + e0 * es, w) != w;
+                }
+            CHECK(wrong == 0, "%s f32 [%s] with direct keys below %d: %lld keys wrong (float32 keys not the float32 "
+                  "%s, direct keys not the 16-bit %s, or a key written twice) for %s", names[i], kernel, to,
+                  (long long)wrong, names[i], names[i], tl_desc_str(d));
+        }
+        for (int i = 0; i < 2; i++) CUDA_OK(cudaFree(d16[i]));
+        free(h16);
+        free(h32);
+    }
+
     /* 16-bit outputs with the caller's scratch (which then holds the dq accumulator) */
     snprintf(kname, sizeof kname, "%s, caller's scratch", kernel);
     dev_poison(scratch, sbytes + canary);
@@ -206,7 +250,7 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     /* a misaligned caller's scratch is refused before anything is enqueued */
     for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);
     const dfa_status st = dfa__cuda_bwd(&s32, ins[0], ins[1], ins[2], ins[3], lse, ins[4], outs[0], outs[1], outs[2],
-                                        scratch + 16, 0, "test_gpu_attn");
+                                        scratch + 16, NULL, 0, "test_gpu_attn");
     CHECK(st == DFA_ERR_INVALID_ARGUMENT && strstr(dfa_last_error(), "scratch"),
           "bwd [%s] with a misaligned scratch: %s (%s)", kernel, dfa_status_string(st), dfa_last_error());
     to_host(got[0][1], outs[1], bytes32[1]);

@@ -205,6 +205,30 @@ static void run_case(dfa_comm *c, const dcase *k) {
     check_slice("dv vs single", cfg, t, ldv, x = tl_slice_rows_f64(s1v, B, N, r0, n, wk), nk, tol_dv);
     free(x);
 
+    /* the step-0 diagonal's direct writes (device backends: executor.c, use_direct), forced
+       here: the same bits as the accumulators' rounding, every element written */
+    {
+        void *xo = tl_alloc(t, nq), *xq = tl_alloc(t, nq), *xk = tl_alloc(t, nk), *xv = tl_alloc(t, nk);
+        float *xl = malloc(sizeof(float) * (size_t)nl);
+        tl_poison(xo, (size_t)nq * es);
+        tl_poison(xq, (size_t)nq * es);
+        tl_poison(xk, (size_t)nk * es);
+        tl_poison(xv, (size_t)nk * es);
+        tl_poison(xl, sizeof(float) * (size_t)nl);
+        dfa__dist_force_direct(c, 1);
+        st = dfa__dist_fwd(c, &dd, k->kind, lq, lk, lv, xo, xl);
+        CHECK(st == DFA_OK, "rank %d: fwd with direct writes failed: %s for %s", rank, dfa_last_error(), cfg);
+        st = dfa__dist_bwd(c, &dd, k->kind, lq, lk, lv, lo, ll, ldo, xq, xk, xv);
+        CHECK(st == DFA_OK, "rank %d: bwd with direct writes failed: %s for %s", rank, dfa_last_error(), cfg);
+        dfa__dist_force_direct(c, 0);
+        CHECK(!memcmp(xo, lo, (size_t)nq * es) && !memcmp(xl, ll, sizeof(float) * (size_t)nl),
+              "rank %d: o or lse differ with direct writes for %s", rank, cfg);
+        CHECK(!memcmp(xq, ldq, (size_t)nq * es) && !memcmp(xk, ldk, (size_t)nk * es) &&
+                  !memcmp(xv, ldv, (size_t)nk * es),
+              "rank %d: dq, dk or dv differ with direct writes for %s", rank, cfg);
+        free(xo); free(xq); free(xk); free(xv); free(xl);
+    }
+
     /* lse may be NULL in the forward (inference), like dfa_attn_fwd */
     tl_poison(lo, (size_t)nq * es);
     st = dfa__dist_fwd(c, &dd, k->kind, lq, lk, lv, lo, NULL);

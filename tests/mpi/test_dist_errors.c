@@ -396,15 +396,16 @@ static dfa__compute_ops failing_ops;
 static int blocks_before_failure;
 
 static dfa_status failing_fwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                              float *o, float *lse) {
+                              float *o, float *lse, const dfa__direct *direct) {
     if (blocks_before_failure-- <= 0) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "test", "injected failure");
-    return dfa__compute_cpu()->fwd(ctx, d, q, k, v, o, lse);
+    return dfa__compute_cpu()->fwd(ctx, d, q, k, v, o, lse, direct);
 }
 
 static dfa_status failing_bwd(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
-                              const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv) {
+                              const void *o, const float *lse, const void *dout, float *dq, float *dk, float *dv,
+                              const dfa__direct *direct) {
     if (blocks_before_failure-- <= 0) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "test", "injected failure");
-    return dfa__compute_cpu()->bwd(ctx, d, q, k, v, o, lse, dout, dq, dk, dv);
+    return dfa__compute_cpu()->bwd(ctx, d, q, k, v, o, lse, dout, dq, dk, dv, direct);
 }
 
 static void test_failure_midway(dfa_comm *c, bufs *b) {

@@ -112,7 +112,8 @@ struct dfa_comm {
     int n_agreed;
     int force_groups; /* tests: run every call in this many head groups (0: choose) */
     int fold_cost;    /* tests: the masked plans' fold cost per row plus 1 (0: DFA__PLAN_FOLD_COST) */
-    int force_direct; /* tests: host backends write the diagonal's direct parts too (executor.c, use_direct) */
+    int force_direct; /* tests: 1 host backends write the diagonal's direct parts too, -1 no backend does
+                         (executor.c, use_direct); 0 the default */
 };
 
 /* Frees the cached scratch (dfa_comm_destroy calls it before the backend's destroy). */

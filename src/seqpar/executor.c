@@ -33,7 +33,7 @@ void dfa__dist_set_stats(dfa_comm *c, dfa__dist_stats *s) {
 }
 
 void dfa__dist_force_direct(dfa_comm *c, int on) {
-    if (c) c->force_direct = on != 0;
+    if (c) c->force_direct = on > 0 ? 1 : on < 0 ? -1 : 0;
 }
 
 void dfa__dist_set_fold_cost(dfa_comm *c, int per_row) {
@@ -1058,7 +1058,8 @@ static void pack_group(exec *e, const dfa__dist_io *io, int g) {
    every rank's outputs untouched (test_dist_errors); tests force the direct parts there
    (dfa__dist_force_direct) to check them against the accumulators, bit for bit. */
 static int use_direct(const exec *e) {
-    if (!(e->async || e->c->force_direct) || e->gate || e->G != 1 || e->ghost || !first_is_diagonal(e)) return 0;
+    const int force = e->c->force_direct;
+    if (force < 0 || !(e->async || force > 0) || e->gate || e->G != 1 || e->ghost || !first_is_diagonal(e)) return 0;
     return e->bwd ? e->io->dk && e->io->dv && e->k_direct > 0 : e->io->o_out && e->q_direct < e->n;
 }
 

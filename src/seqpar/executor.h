@@ -54,9 +54,9 @@ void dfa__dist_force_head_groups(dfa_comm *c, int groups);
    lower one for busy diagonals to lend their rows. */
 void dfa__dist_set_fold_cost(dfa_comm *c, int per_row);
 
-/* Tests: the following calls on c (a host backend) write the step-0 diagonal's direct parts
-   straight into the outputs, as device backends do (executor.c, use_direct); 0 goes back. The
-   results are the same bits either way. */
+/* Tests: on = 1: the following calls on c write the step-0 diagonal's direct parts straight into
+   the outputs on host backends too, as device backends do (executor.c, use_direct); -1: no
+   backend does; 0 goes back. The results are the same bits either way. */
 void dfa__dist_force_direct(dfa_comm *c, int on);
 
 /* Collect timings of the following calls on c into *s (NULL stops). */

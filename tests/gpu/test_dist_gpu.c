@@ -561,6 +561,47 @@ static void test_masks(dfa_comm *c, cudaStream_t s) {
     dfa__dist_set_fold_cost(c, -1);
 }
 
+/* The step-0 diagonal's direct 16-bit writes (every masked call on the device, executor.c
+   use_direct) give the bits of the float32 accumulators' rounding: documents, a window, lent
+   rows, the deterministic backward (atomics would sum dq in any order). */
+static void test_direct_bits(dfa_comm *c, cudaStream_t s) {
+    const int n = small ? 24 : 80;
+    const dfa__sched_kind BAL = DFA__SCHED_BALANCED;
+    const int det = DFA_FLAG_DETERMINISTIC;
+    const dcase cases[] = {
+        {1, n, 4, 2, 64, DFA_BF16, 1, 1, BAL, det, 1, 0, 0, 0},   /* documents */
+        {1, n + 3, 4, 4, 128, DFA_F16, 1, 1, BAL, det, 0, 1, n / 2, 0}, /* window of half a chunk */
+        {2, n, 4, 2, 128, DFA_BF16, 1, 0, BAL, det, 0, 1, n, 0},   /* two batch rows, a chunk's window */
+        {1, 272, 4, 2, 128, DFA_BF16, 1, 1, BAL, det, 2, 0, 0, 0}, /* a busy diagonal lends rows */
+    };
+    const int ncases = small ? 1 : (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < ncases; i++) {
+        const dcase *k = &cases[i];
+        whole w = draw_whole(k);
+        dbufs b;
+        local_bufs(&b, k, &w);
+        dfa_dist_desc d = desc_of(k);
+        set_mask(&d.attn, k, w.lids_dev);
+        dfa__dist_set_fold_cost(c, k->docs == 2 ? 0 : -1);
+        unsigned char *snap[2];
+        for (int off = 0; off < 2; off++) {
+            dfa__dist_force_direct(c, off ? -1 : 0);
+            dbufs_poison(&b);
+            CHECK(fwd_bwd(c, &d, k->kind, &b, s) == DFA_OK, "rank %d: direct %s, case %d: %s", rank, off ? "off" : "on",
+                  i, dfa_last_error());
+            snap[off] = snapshot(&b);
+        }
+        dfa__dist_force_direct(c, 0);
+        dfa__dist_set_fold_cost(c, -1);
+        CHECK(!memcmp(snap[0], snap[1], 2 * b.qb + 2 * b.kb + b.lb),
+              "rank %d: case %d: the direct writes differ from the accumulators' rounding", rank, i);
+        free(snap[0]);
+        free(snap[1]);
+        dbufs_free(&b);
+        whole_free(&w);
+    }
+}
+
 /* Masked calls that must fail: bad ids on one rank (every rank fails, outputs untouched),
    documents on some ranks only, a window that differs, and a capture. */
 static void test_mask_errors(dfa_comm *c, cudaStream_t s) {
@@ -757,6 +798,7 @@ int main(int argc, char **argv) {
     if (!masks_only) test_bits(c, s);
     if (!masks_only) test_errors(c, s);
     test_masks(c, s);
+    test_direct_bits(c, s);
     test_mask_errors(c, s);
     CHECK(dfa_comm_check(c) == DFA_OK, "rank %d: leftover failure: %s", rank, dfa_last_error());
     dfa_comm_destroy(c);

@@ -192,7 +192,7 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
         const int to = (d->seqlen_k + 1) / 2;
         void *d16[2] = {dev_alloc(bytes16[1]), dev_alloc(bytes16[2])};
         void *h16 = malloc(bytes16[1]);
-        float *h32 = malloc(bytes32[1]);
+        float *h32 = malloc(bytes32[0] > bytes32[1] ? bytes32[0] : bytes32[1]); /* dq, then dk and dv */
         for (int i = 0; i < 2; i++) dev_poison(d16[i], bytes16[1 + i]);
         const dfa__cuda_dkv16 direct = {d16[0], d16[1], to};
         for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);

@@ -217,12 +217,17 @@ static timing measure(dfa_comm *c, const dfa_dist_desc *d, int kind, const bufs 
     return tm;
 }
 
-/* One more call of each pass with device timing marks; per step compute / wait of every rank. */
+/* One more call of each pass with device timing marks; per step compute / wait of every rank,
+   and the host's time before the first step (setup: checks, the agreement, the ids' round trip
+   and the plan of a masked call), with the stream idle before each pass so that it is the
+   host's own (in a training step the device waits that long, less what it still has queued). */
 static void print_steps(dfa_comm *c, const dfa_dist_desc *d, int kind, const bufs *b, cudaStream_t s) {
     dfa__dist_stats sf, sb;
+    cudaStreamSynchronize(s);
     MPI_Barrier(MPI_COMM_WORLD);
     dfa__dist_set_stats(c, &sf);
     dfa_status st = dfa__dist_fwd_cuda(c, d, (dfa__sched_kind)kind, b->q, b->k, b->v, b->o, b->lse, s);
+    cudaStreamSynchronize(s);
     dfa__dist_set_stats(c, &sb);
     if (!st) st = dfa__dist_bwd_cuda(c, d, (dfa__sched_kind)kind, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq, b->dk,
                                      b->dv, s);
@@ -232,20 +237,22 @@ static void print_steps(dfa_comm *c, const dfa_dist_desc *d, int kind, const buf
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const int T = sf.steps < 16 ? sf.steps : 16, Tb = sb.steps < 16 ? sb.steps : 16;
-    double mine[64] = {0}, *all = rank == 0 ? malloc(sizeof mine * (size_t)nranks) : NULL;
+    double mine[66] = {0}, *all = rank == 0 ? malloc(sizeof mine * (size_t)nranks) : NULL;
     for (int t = 0; t < T; t++) mine[t] = sf.compute_s[t], mine[16 + t] = sf.wait_s[t];
     for (int t = 0; t < Tb; t++) mine[32 + t] = sb.compute_s[t], mine[48 + t] = sb.wait_s[t];
-    MPI_Gather(mine, 64, MPI_DOUBLE, all, 64, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    mine[64] = sf.setup_s;
+    mine[65] = sb.setup_s;
+    MPI_Gather(mine, 66, MPI_DOUBLE, all, 66, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         for (int pass = 0; pass < 2; pass++) {
             printf("    %s  rank |", pass ? "bwd" : "fwd");
             for (int t = 0; t < (pass ? Tb : T); t++) printf(" step %d compute/wait ms |", t);
-            printf("\n");
+            printf(" host setup ms\n");
             for (int p = 0; p < nranks; p++) {
                 printf("         R%-3d |", p);
                 for (int t = 0; t < (pass ? Tb : T); t++)
-                    printf(" %10.2f / %-9.2f |", 1e3 * all[64 * p + 32 * pass + t], 1e3 * all[64 * p + 32 * pass + 16 + t]);
-                printf("\n");
+                    printf(" %10.2f / %-9.2f |", 1e3 * all[66 * p + 32 * pass + t], 1e3 * all[66 * p + 32 * pass + 16 + t]);
+                printf(" %8.2f\n", 1e3 * all[66 * p + 64 + pass]);
             }
         }
         free(all);

@@ -1164,6 +1164,7 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
                                 "cannot allocate %zu bytes of device memory for every rank's document ids", bytes));
     }
     if ((st = agree(e, NULL, NULL, 0, NULL, fn))) return st;
+    const double t_ids = now();
     if (docs) {
         int32_t *gathered = device ? (int32_t *)c->mask_ids : e->ids;
         if ((st = c->ops->allgather(c, dd->attn.q_doc, gathered, sizeof(int32_t) * chunk))) return st;
@@ -1177,6 +1178,8 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
             }
         }
     }
+    const double t_plan = now();
+    if (c->stats) c->stats->setup_ids_s = t_plan - t_ids;
     if (!e->local) {
         mask_counts(c, &dd->attn, e->ids, docs ? bytes : 0, &e->mc);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
@@ -1193,6 +1196,7 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
             e->masked = 1;
     }
     if (!e->local) record(e, prepare(e, dd, kind, groups, fn));
+    if (c->stats) c->stats->setup_mask_plan_s = now() - t_plan;
     return agree(e, NULL, NULL, 0, NULL, fn);
 }
 
@@ -1250,14 +1254,23 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
        descriptor agreed before keeps the head groups agreed then. */
     int64_t groups = 1;
     const int masked = dd && dfa__has_mask(&dd->attn);
+    if (c->stats) { /* the setup's parts (the rest is set after the setup) */
+        c->stats->setup_plan_s = c->stats->setup_agree_s = 0.0;
+        c->stats->setup_ids_s = c->stats->setup_mask_plan_s = 0.0;
+    }
     if (!e.local || (e.async && dd)) {
         const int known = e.async ? agreed_groups_of(c, f, e.bwd) : 0;
         groups = known > 0 ? known : choose_groups(&e, dd, kind);
         record(&e, prepare(&e, dd, kind, (int)groups, fn));
     }
+    const double t_agree = now();
     dfa_status st = e.async && masked ? agree_masked_device(&e, f, names, DFA__AGREED_FIELDS, &groups, fn)
                     : e.async         ? agree_device(&e, dd != NULL, f, names, DFA__AGREED_FIELDS, &groups, fn)
                                       : agree(&e, f, names, DFA__AGREED_FIELDS, NULL, fn);
+    if (c->stats) {
+        c->stats->setup_plan_s = t_agree - start;
+        c->stats->setup_agree_s = now() - t_agree;
+    }
     if (!st && groups != e.G && (st = prepare(&e, dd, kind, (int)groups, fn))) /* another rank needs more groups */
         st = dfa__fail(DFA_ERR_INTERNAL, fn, "could not re-plan in %lld head groups: %s", (long long)groups,
                        dfa_last_error());
@@ -1269,9 +1282,15 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
 
     dfa__dist_stats *stats = c->stats;
     if (stats) {
+        const double parts[4] = {stats->setup_plan_s, stats->setup_agree_s, stats->setup_ids_s,
+                                 stats->setup_mask_plan_s};
         memset(stats, 0, sizeof *stats);
         stats->steps = e.T;
         stats->setup_s = now() - start;
+        stats->setup_plan_s = parts[0];
+        stats->setup_agree_s = parts[1];
+        stats->setup_ids_s = parts[2];
+        stats->setup_mask_plan_s = parts[3];
     }
     e.direct = use_direct(&e);
     double fin = now();

@@ -40,6 +40,13 @@ typedef struct dfa__dist_stats {
                                                  compute_s x threads it shows how much of the cores this
                                                  rank actually got */
     double setup_s;                           /* validation, allocation, the collective check */
+    double setup_plan_s;                      /* of which: the pass planned and allocated (choose_groups,
+                                                 prepare) before the agreement */
+    double setup_agree_s;                     /* the agreement (host: a round trip of the ranks) */
+    double setup_ids_s;                       /* masked calls: every rank's ids gathered and copied to the
+                                                 host (synchronising the stream) and checked */
+    double setup_mask_plan_s;                 /* masked calls: counts (or their cached copy), the masked
+                                                 plan, the pass planned and allocated again on it */
     double finish_s;                          /* the closing agreement and writing the outputs */
     double total_s;
     int64_t bytes_sent, bytes_recv;

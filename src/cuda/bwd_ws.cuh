@@ -90,7 +90,8 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    4k window at 32k and 128k (short CTAs: 66 query blocks each), -1.9% on plain causal 32k (the
    main loop scheduled differently, 849 SASS instructions against 815); at d = 64 level on the
    window at 128k, -4% at 32k (run 45). The masked instances at d = 128 take it
-   (DFA__BWD_WS_LIBRARY_MASKED), the others not (2026-12-01, runs 44 and 45). */
+   (DFA__BWD_WS_LIBRARY_MASKED), the others not (2026-12-01, runs 44 and 45); their float32
+   instances (the executor's blocks) too, for key tiles handed whole to 16-bit outputs. */
 #define DFA__BWD_WS_LIBRARY 1
 #define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 257 : 1)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
@@ -125,6 +126,9 @@ __global__ void __launch_bounds__(384, 1)
     /* TMA_DKV (16-bit dk, dv): dK and dV leave through the copy engine, staged over the K and V
        tiles once both consumers' products have retired (see the end) */
     constexpr int TMA_DKV = (VARIANT & 256) != 0 && !OUT32;
+    /* float32 instances (the executor's blocks) with bit 8: a key tile handed whole to 16-bit
+       outputs (dkv16, launch.h) leaves the same way, through the tensor maps tdk, tdv over them */
+    constexpr int TMA_DKV16 = (VARIANT & 256) != 0 && OUT32;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -458,7 +462,7 @@ __global__ void __launch_bounds__(384, 1)
         if (total > 0) DFA__BWD_STAGE_DQ(total - 1);
     }
 
-    if (TMA_DKV) {
+    if (TMA_DKV || (TMA_DKV16 && n0 + BN <= dkv16.keys)) {
         /* Every product of both consumers has retired (barrier 3: the other's last dQ reads all
            of K), so each warpgroup writes its 64 keys' dK and dV, rounded, over its own rows of
            the K and V tiles in their 128-byte swizzle, and one thread stores them by TMA (boxes

@@ -52,9 +52,11 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, const dfa__cuda_d
     const bool masked = DQ_MODE != 2 && p.sh.masked; /* the in-order dq is never masked (attn_bwd.cu) */
     /* dK and dV by TMA (VARIANT bit 8, 16-bit outputs): boxes of one consumer's 64 keys; otherwise unused */
     CUtensorMap tdk = tk, tdv = tv;
-    if (((masked ? VARIANT_MASKED : VARIANT) & 256) && !OUT32 &&
-        (!dfa__tmap(&tdk, p.dk, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
-         !dfa__tmap(&tdv, p.dv, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
+    /* (float32 dk, dv: over the 16-bit outputs that whole key tiles go to, if any; bwd_ws.cuh TMA_DKV16) */
+    const void *dk16 = OUT32 ? dkv16.dk : p.dk, *dv16 = OUT32 ? dkv16.dv : p.dv;
+    if (((masked ? VARIANT_MASKED : VARIANT) & 256) && (!OUT32 || dkv16.keys > 0) &&
+        (!dfa__tmap(&tdk, dk16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
+         !dfa__tmap(&tdv, dv16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");
     if (masked)
         return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2, VARIANT_MASKED>, ctas, C::NT, C::SMEM, st, fn,

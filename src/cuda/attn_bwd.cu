@@ -129,7 +129,13 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 1, &wgmma, fn);
     if (st) return st;
     const int dq_mode = dfa__bwd_dq_mode(s, wgmma);
-    return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, dk, dv, scratch, dkv16,
-                              dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 != 0], dq_mode, stream,
-                              fn);
+    /* Every key handed to 16-bit outputs, and dq added by the key-block kernel: that is the 16-bit
+       kernel itself, with the caller's float32 dq as its accumulator (scaled on the way in, as
+       every dq contribution is) and no conversion after it. The float32 instances are scheduled
+       differently by ptxas and ran 2-3% slower (ncu, run 63). */
+    const int all16 = s->out_f32 && dq_mode != 0 && dkv16 && dkv16->dk && dkv16->dv && dkv16->keys >= s->seqlen_k;
+    return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, all16 ? dkv16->dk : dk, all16 ? dkv16->dv : dv, scratch,
+                              all16 ? NULL : dkv16,
+                              dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16], dq_mode,
+                              stream, fn);
 }

@@ -188,8 +188,8 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     /* 16-bit keys (the executor's diagonal blocks, launch.h dfa__cuda_dkv16): dk, dv of keys
        below `to` go to 16-bit outputs, the public call's bits there, the float32 ones' elsewhere,
        neither written where the other is; dq as before */
-    {
-        const int to = (d->seqlen_k + 1) / 2;
+    for (int all = 0; all < 2; all++) { /* half the keys, then all (the 16-bit kernel, launch: attn_bwd.cu) */
+        const int to = all ? d->seqlen_k : (d->seqlen_k + 1) / 2;
         void *d16[2] = {dev_alloc(bytes16[1]), dev_alloc(bytes16[2])};
         void *h16 = malloc(bytes16[1]);
         float *h32 = malloc(bytes32[0] > bytes32[1] ? bytes32[0] : bytes32[1]); /* dq, then dk and dv */

@@ -24,7 +24,7 @@
 /* Results a block writes in the storage type straight into the caller's outputs, same layouts
    as its float32 ones ([batch, rows, heads, D] from the block's first row): the rows no other
    block adds to, which then need no float32 accumulator and no rounding pass (executor.c,
-   direct_ranges). The float32 outputs' elements there are undefined afterwards. */
+   narrow_direct, use_direct). The float32 outputs' elements there are undefined afterwards. */
 typedef struct {
     void *o;       /* fwd: rows [o_from, seqlen_q) of every (batch, head); NULL: none */
     int o_from;

@@ -89,7 +89,7 @@ typedef struct {
     int own_window, own_q_rows, own_kv;
     int own_lse;         /* forward: the rows of an own diagonal that lent its first rows (its lse is
                             written here, then into the accumulator's rows) */
-    /* Direct parts (direct_ranges): the rows of this rank's queries [q_direct, n) and its keys
+    /* Direct parts (narrow_direct, use_direct): the rows of this rank's queries [q_direct, n) and its keys
        [0, k_direct) that no block but the step-0 diagonal adds to; with `direct` on, that block
        writes them in the storage type straight into the caller's outputs. */
     int q_direct, k_direct;

@@ -124,15 +124,14 @@ static const void *widen(const cpu_ctx *c, const void *src, float *buf, int64_t 
 }
 
 /* Rows [r0, r1) of each of `batch` float32 [rows, width] matrices, rounded into the same rows
-   of dst (storage type t, same layout). The CPU kernels compute in float32 either way: a
-   direct part (compute.h) is its rounding, written after the block, as the store pass would. */
+   of dst (storage type t, same layout) by the store pass's own code. The CPU kernels compute
+   in float32 either way: a direct part (compute.h) is its rounding, written after the block. */
 static void store_rows(dfa_dtype t, const float *src, void *dst, int batch, int rows, int64_t width, int r0, int r1) {
     const size_t es = dfa__dtype_size(t);
+    if (r0 >= r1) return;
     for (int b = 0; b < batch; b++) {
-        const int64_t off = ((int64_t)b * rows + r0) * width, n = (int64_t)(r1 - r0) * width;
-        if (n <= 0) continue;
-        if (t == DFA_F32) memcpy((float *)dst + off, src + off, sizeof(float) * (size_t)n);
-        else dfa__store_f32(t, src + off, (char *)dst + (size_t)off * es, n);
+        const int64_t off = ((int64_t)b * rows + r0) * width;
+        cpu_store(NULL, t, src + off, (char *)dst + (size_t)off * es, r1 - r0, width, width, NULL);
     }
 }
 

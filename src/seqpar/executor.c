@@ -1254,10 +1254,7 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
        descriptor agreed before keeps the head groups agreed then. */
     int64_t groups = 1;
     const int masked = dd && dfa__has_mask(&dd->attn);
-    if (c->stats) { /* the setup's parts (the rest is set after the setup) */
-        c->stats->setup_plan_s = c->stats->setup_agree_s = 0.0;
-        c->stats->setup_ids_s = c->stats->setup_mask_plan_s = 0.0;
-    }
+    if (c->stats) memset(c->stats, 0, sizeof *c->stats); /* the setup's parts are timed into it as it goes */
     if (!e.local || (e.async && dd)) {
         const int known = e.async ? agreed_groups_of(c, f, e.bwd) : 0;
         groups = known > 0 ? known : choose_groups(&e, dd, kind);
@@ -1282,15 +1279,8 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
 
     dfa__dist_stats *stats = c->stats;
     if (stats) {
-        const double parts[4] = {stats->setup_plan_s, stats->setup_agree_s, stats->setup_ids_s,
-                                 stats->setup_mask_plan_s};
-        memset(stats, 0, sizeof *stats);
         stats->steps = e.T;
         stats->setup_s = now() - start;
-        stats->setup_plan_s = parts[0];
-        stats->setup_agree_s = parts[1];
-        stats->setup_ids_s = parts[2];
-        stats->setup_mask_plan_s = parts[3];
     }
     e.direct = use_direct(&e);
     double fin = now();

@@ -62,6 +62,8 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
 /* Flags for dfa_attn_desc.flags. */
 #define DFA_FLAG_DETERMINISTIC 1u /* device backward: bitwise reproducible dq (CPU always is) */
 #define DFA_FLAG_WINDOW 2u        /* sliding window: window_left / window_right apply (descriptor v2) */
+#define DFA_FLAG_SAME_DOCS 4u     /* distributed calls: the document ids are those of the communicator's
+                                     last call with documents (see dfa_dist_attn_fwd); needs q_doc */
 
 /*
  * Descriptors that can grow (dfa_attn_desc, dfa_dist_desc).
@@ -276,6 +278,17 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * document lending its first rows to the least busy rank (causal, batch 1); a
  * window shorter than a chunk pairs neighbours only. The device calls
  * (distflash_nccl.h) take masks too, with the ids in device memory.
+ * A training step passes the same ids to every layer, forward and backward:
+ * DFA_FLAG_SAME_DOCS in attn.flags is the caller's promise that they equal
+ * the ids of this communicator's last call with documents. The call then
+ * reuses what that call gathered and planned instead of exchanging and
+ * reading the ids again (on the device calls, that exchange is what
+ * synchronises the stream). When the communicator kept nothing it can reuse
+ * (no earlier call with documents, another shape, batch, window or causal
+ * setting in between, or a failure in the last one) on any rank, every rank
+ * reads the ids as without the flag. The promise is not checked: a call
+ * whose ids changed computes with the previous ids' mask. The single-device
+ * calls ignore the flag; without documents it is refused.
  */
 DFA_API dfa_status dfa_dist_attn_fwd(dfa_comm *c, const dfa_dist_desc *d, const void *q, const void *k,
                                      const void *v, void *o, float *lse);

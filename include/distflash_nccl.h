@@ -44,7 +44,12 @@
  * check them; a rank with bad ids fails every rank, DFA_ERR_INVALID_ARGUMENT, message naming
  * d->q_doc) and the masked plan is built; then the pass is enqueued like any other, the
  * blocks reading every rank's ids from a device copy that the communicator keeps (4 bytes
- * a token of the whole sequence, apart from the workspace). So a masked call cannot be
+ * a token of the whole sequence, apart from the workspace). With DFA_FLAG_SAME_DOCS
+ * (distflash.h, dfa_dist_attn_fwd: the ids are those of the communicator's last call with
+ * documents) the call reuses that device copy and the plan's counts: nothing is gathered or
+ * copied, `stream` is not synchronised, and the host work is the agreement (it waits for the
+ * communicator's earlier transfers, not for `stream`) and the plan. A training step sets it
+ * on every call after its first. Either way a masked call cannot be
  * captured into a CUDA graph (refused, DFA_ERR_INVALID_ARGUMENT, before anything is
  * enqueued or exchanged). dfa_dist_attn_cuda_workspace_bytes bounds the workspace of any
  * masked plan.

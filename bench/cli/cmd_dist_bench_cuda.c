@@ -60,6 +60,7 @@ static int rank, nranks;
 typedef struct {
     int seqs[16], nseqs;
     int batch, heads, kv_heads, head_dim, causal, warmup, reps, single, deterministic, fit, paper, fit_run;
+    int same_docs;
     dfa_dtype dtype;
     const char *json;
     bench_mask mask;
@@ -79,11 +80,13 @@ static void usage(FILE *f) {
             "  --json FILE                   results as JSON (rank 0)\n"
             "  --docs MEAN                   packed documents, log-normal lengths of this mean (sigma 1, fixed seed)\n"
             "  --window W                    sliding window of W keys back (and ahead when non-causal)\n"
+            "  --same-docs                   with --docs: DFA_FLAG_SAME_DOCS on the distributed calls (the ids are\n"
+            "                                those of the last call, as in a training step after its first call)\n"
             "  --fit                         the longest causal fwd+bwd that fits (H x D as given)\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, 1 << 20, DFA_BF16, NULL, {0.0, -1}};
+    *o = (opts){{32768, 65536, 131072, 262144}, 4, 1, 32, 32, 128, 1, 2, 5, 1, 0, 0, 0, 1 << 20, 0, DFA_BF16, NULL, {0.0, -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const int mk = bench_mask_arg(argc, argv, &i, &o->mask);
@@ -112,12 +115,17 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--deterministic")) o->deterministic = 1;
         else if (!strcmp(a, "--no-single")) o->single = 0;
         else if (!strcmp(a, "--fit")) o->fit = 1;
+        else if (!strcmp(a, "--same-docs")) o->same_docs = 1;
         else {
             if (rank == 0) fprintf(stderr, "distflash dist-bench: unknown or incomplete option %s\n", a);
             return -1;
         }
     }
     if (o->heads % o->kv_heads) return -1;
+    if (o->same_docs && !(o->mask.doc_mean > 0)) {
+        if (rank == 0) fprintf(stderr, "distflash dist-bench: --same-docs needs --docs\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -399,10 +407,11 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
         cudaGetDeviceProperties(&prop, 0);
         char mdesc[160];
         bench_mask_describe(&o.mask, 0, mdesc, sizeof mdesc);
-        printf("dist-bench --device cuda: %d ranks on %s, batch %d, %d heads (%d kv) x %d, %s, %s%s, %s; median of %d "
+        printf("dist-bench --device cuda: %d ranks on %s, batch %d, %d heads (%d kv) x %d, %s, %s%s, %s%s; median of %d "
                "(+%d warm-up)\n%s\n",
                nranks, prop.name, o.batch, o.heads, o.kv_heads, o.head_dim, o.dtype == DFA_BF16 ? "bf16" : "f16",
-               o.causal ? "causal" : "non-causal", o.deterministic ? ", deterministic" : "", mdesc, o.reps, o.warmup,
+               o.causal ? "causal" : "non-causal", o.deterministic ? ", deterministic" : "", mdesc,
+               o.same_docs ? " (DFA_FLAG_SAME_DOCS)" : "", o.reps, o.warmup,
                dfa_version_string());
         if (bench_mask_on(&o.mask)) printf("(masked: FLOPs over visible pairs only)\n");
         printf("\n%8s %-9s %-7s %9s %10s %9s %9s %8s %8s\n", "S", "schedule", "overlap", "fwd ms", "f+b ms",
@@ -478,6 +487,8 @@ int cmd_dist_bench_cuda(int argc, char **argv) {
         d.attn.causal = o.causal;
         d.attn.flags = o.deterministic ? DFA_FLAG_DETERMINISTIC : 0;
         bench_mask_apply(&o.mask, &d.attn, lids_dev);
+        /* every call after the first of each size reuses the kept ids (the first reads them: nothing kept) */
+        if (o.same_docs) d.attn.flags |= DFA_FLAG_SAME_DOCS;
         const int kinds[3] = {DFA__SCHED_RING, DFA__SCHED_BALANCED, DFA__SCHED_PAPER};
         timing res[3][2];
         for (int ki = 0; ki < (o.paper ? 3 : 2); ki++)

@@ -175,11 +175,12 @@ atexit.register(destroy_comms)
 # --- the ops --------------------------------------------------------------------------------
 
 def dist_desc_for(q, k, schedule, causal, scale, deterministic=False, doc=None, window_left=NO_WINDOW,
-                  window_right=NO_WINDOW):
+                  window_right=NO_WINDOW, same_docs=False):
     B, S, H, D = q.shape
+    flags = (_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0) | (
+        _capi.DFA_FLAG_SAME_DOCS if same_docs and doc is not None else 0)
     return _capi.dist_desc(B, S, H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal, softmax_scale=scale,
-                           schedule=schedule, overlap=1,
-                           flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0,
+                           schedule=schedule, overlap=1, flags=flags,
                            doc=None if doc is None else doc.data_ptr(),
                            window=None if window_left == NO_WINDOW else (window_left, window_right))
 
@@ -239,19 +240,20 @@ def _p(t):
 
 
 # doc: this rank's int32 document ids [batch, local_rows] (the descriptor's q_doc and k_doc), or
-# None; window_left/right: as in distflash::attn_fwd (NO_WINDOW: no window). Defaults keep the
-# calls of the unmasked schema valid.
+# None; window_left/right: as in distflash::attn_fwd (NO_WINDOW: no window); same_docs: set
+# DFA_FLAG_SAME_DOCS (doc equals the ids of the communicator's last call with documents). Defaults
+# keep the calls of the unmasked schema valid.
 @torch.library.custom_op("distflash::dist_attn_fwd", mutates_args=())
 def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, causal: bool,
                   softmax_scale: float, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
-                  window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor]:
+                  window_right: int = NO_WINDOW, same_docs: bool = False) -> Tuple[Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_fwd", contiguous=False)
     doc = check_doc(doc, q, "distflash::dist_attn_fwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     c = get_comm(group, q.device)
-    d = dist_desc_for(q, k, schedule, causal, softmax_scale, False, doc, window_left, window_right)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, False, doc, window_left, window_right, same_docs)
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_fwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
                    cuda_stream(q))
@@ -259,7 +261,8 @@ def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, ca
 
 
 @dist_attn_fwd.register_fake
-def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW):
+def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW,
+      same_docs=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -267,14 +270,14 @@ def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_
 def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, group: str,
                   schedule: int, causal: bool, softmax_scale: float,
                   deterministic: bool, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
-                  window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor, Tensor]:
+                  window_right: int = NO_WINDOW, same_docs: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_bwd", contiguous=False)
     doc = check_doc(doc, q, "distflash::dist_attn_bwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     c = get_comm(group, q.device)
-    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic, doc, window_left, window_right)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic, doc, window_left, window_right, same_docs)
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_bwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
                    _p(dout), _p(dq), _p(dk), _p(dv), cuda_stream(q))
@@ -283,24 +286,27 @@ def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
 
 @dist_attn_bwd.register_fake
 def _(dout, q, k, v, o, lse, group, schedule, causal, softmax_scale, deterministic, doc=None,
-      window_left=NO_WINDOW, window_right=NO_WINDOW):
+      window_left=NO_WINDOW, window_right=NO_WINDOW, same_docs=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, group, schedule, causal, softmax_scale, doc, window_left, window_right = inputs
+    q, k, v, group, schedule, causal, softmax_scale, doc, window_left, window_right, same_docs = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, doc)  # the backward needs the forward's mask
     ctx.args = (group, schedule, causal, softmax_scale)
     ctx.window = (window_left, window_right)
+    ctx.same_docs = same_docs
 
 
 def _backward(ctx, grad_o, grad_lse):
     # lse is internal here (dist_attention returns o only), so its gradient is always zero.
     q, k, v, o, lse, doc = ctx.saved_tensors
     deterministic = torch.are_deterministic_algorithms_enabled()
-    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic, doc, *ctx.window)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    # the forward's promise holds for its backward: a step that passes one packing to every
+    # layer calls the backwards right after the last forward, in reverse, with the same ids
+    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic, doc, *ctx.window, ctx.same_docs)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 dist_attn_fwd.register_autograd(_backward, setup_context=_setup_context)

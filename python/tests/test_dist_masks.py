@@ -137,6 +137,19 @@ def test_bad_window(bad, exc, match):
     assert str(e.value).startswith(FN + ": ")
 
 
+def test_same_doc_ids():
+    """same_doc_ids=True is a promise about doc_ids: it needs them and a bool; where the call falls
+    back to attention() (no process group) it changes nothing."""
+    q, k, v = _qkv(B=1)
+    ids = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2])
+    ref = dft.dist_attention(q, k, v, doc_ids=ids)
+    assert torch.equal(dft.dist_attention(q, k, v, doc_ids=ids, same_doc_ids=True), ref)
+    with pytest.raises(ValueError, match="same_doc_ids=True promises that doc_ids did not change, but doc_ids is None"):
+        dft.dist_attention(q, k, v, same_doc_ids=True)
+    with pytest.raises(TypeError, match="same_doc_ids must be a bool, not int"):
+        dft.dist_attention(q, k, v, doc_ids=ids, same_doc_ids=1)
+
+
 def test_decreasing_ids_are_the_librarys_error():
     q, k, v = _qkv(B=1)
     with pytest.raises(dft.DistflashInvalidArgument, match="q_doc decreases in batch row 0 at row 4"):
@@ -170,7 +183,7 @@ def test_op_checks_its_doc():
 def test_op_schemas_take_the_mask():
     for op in (torch.ops.distflash.dist_attn_fwd.default, torch.ops.distflash.dist_attn_bwd.default):
         schema = str(op._schema)
-        for arg in ("Tensor? doc=None", "SymInt window_left=-2", "SymInt window_right=-2"):
+        for arg in ("Tensor? doc=None", "SymInt window_left=-2", "SymInt window_right=-2", "bool same_docs=False"):
             assert arg in schema or arg.replace("SymInt", "int") in schema, schema
 
 

@@ -224,8 +224,12 @@ dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char
     if (full && (d->k_start <= -DFA__MAX_OFFSET || d->k_start >= DFA__MAX_OFFSET))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->k_start = %lld is out of range (|k_start| < 2^62)",
                          (long long)d->k_start);
-    if (d->flags & ~(DFA_FLAG_DETERMINISTIC | DFA_FLAG_WINDOW))
+    if (d->flags & ~(DFA_FLAG_DETERMINISTIC | DFA_FLAG_WINDOW | DFA_FLAG_SAME_DOCS))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->flags = 0x%x has unknown bits", d->flags);
+    if (full && (d->flags & DFA_FLAG_SAME_DOCS) && !d->q_doc)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->flags has DFA_FLAG_SAME_DOCS but d->q_doc is NULL (the flag says the document ids "
+                         "did not change; there are none)");
     if (full && !(d->flags & DFA_FLAG_WINDOW) && (d->window_left != 0 || d->window_right != 0))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "d->window_left = %d, d->window_right = %d but DFA_FLAG_WINDOW is not set in d->flags "

@@ -953,8 +953,8 @@ static dfa_status agree_device(exec *e, int desc_ok, const int64_t *f, const cha
 }
 
 /* The agreement of a masked call on a device backend: always on the host, as on host
-   backends (each call brings new document ids, which the plan depends on, so there is
-   nothing to remember), and so never while the stream is being captured. Peers whose
+   backends (the plan depends on the document ids, which the call may bring new, and is
+   built on the host), and so never while the stream is being captured. Peers whose
    descriptor has no mask may be on the device path then (a descriptor that differs across
    ranks in q_doc or the window): as with any descriptor some ranks remember and others do
    not, that is the caller's error and ends in the communicator's timeout at worst. */
@@ -966,7 +966,7 @@ static dfa_status agree_masked_device(exec *e, const int64_t *f, const char *con
     if (c->ops->capturing(c))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "a call with documents or a window (d->attn.q_doc, DFA_FLAG_WINDOW) is being captured into a "
-                         "CUDA graph, but it synchronises its stream once to plan on the host: make masked calls "
+                         "CUDA graph, but it agrees with the other ranks and plans on the host: make masked calls "
                          "outside the capture");
     return agree(e, f, names, nf, groups, fn);
 }
@@ -1140,7 +1140,11 @@ static void mask_counts(dfa_comm *c, const dfa_attn_desc *d, const int32_t *ids,
    into the communicator's mask_ids (the blocks read them there), then copied to the host
    (which synchronises the call's stream) to be checked and to build the plan, the same
    function as on the host. Host backends checked their ids before the agreement
-   (dist_api.c); device ones can only check them here. */
+   (dist_api.c); device ones can only check them here.
+   With DFA_FLAG_SAME_DOCS (the caller's promise that the ids are those of the last call with
+   documents) nothing is exchanged or read: the ids come from the communicator's copies (the
+   host one mask_counts keeps, the device one in mask_ids, which the code below keeps equal),
+   provided every rank has them for this mask (one more value in the first agreement). */
 static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind kind, int groups, const char *fn) {
     dfa_comm *c = e->c;
     const int P = c->size, n = dd->attn.seqlen_q, docs = dd->attn.q_doc != NULL, device = e->ops->to_host != NULL;
@@ -1154,8 +1158,15 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     if (docs) e->ids = malloc(bytes);
     if (counts_failed || (docs && !e->ids))
         record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
+    /* DFA_FLAG_SAME_DOCS: every rank's ids as the communicator kept them (mask_counts), when every
+       rank kept them for this mask; one rank without them makes every rank read the ids */
+    int64_t read_ids = docs && !((dd->attn.flags & DFA_FLAG_SAME_DOCS) && c->mask_key_ids &&
+                                 c->mask_key_bytes == bytes && same_mask(&c->mask_key, &dd->attn));
     if (docs && device && c->mask_ids_bytes < bytes) {
-        /* (the context exists: the pass was prepared before this, with the same shapes) */
+        /* (the context exists: the pass was prepared before this, with the same shapes; the kept
+           ids described the old buffer) */
+        mask_cache_clear(c);
+        read_ids = 1;
         if (c->mask_ids) e->ops->release(c->ctx, c->mask_ids);
         c->mask_ids = e->ops->alloc(c->ctx, bytes);
         c->mask_ids_bytes = c->mask_ids ? bytes : 0;
@@ -1163,13 +1174,16 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn,
                                 "cannot allocate %zu bytes of device memory for every rank's document ids", bytes));
     }
-    if ((st = agree(e, NULL, NULL, 0, NULL, fn))) return st;
+    if ((st = agree(e, NULL, NULL, 0, docs ? &read_ids : NULL, fn))) return st; /* docs: the same on every rank */
     const double t_ids = now();
-    if (docs) {
+    if (docs && !read_ids) {
+        if (e->ids) memcpy(e->ids, c->mask_key_ids, bytes);
+        e->ids_b = device ? (const int32_t *)c->mask_ids : e->ids;
+    } else if (docs) {
         int32_t *gathered = device ? (int32_t *)c->mask_ids : e->ids;
-        if ((st = c->ops->allgather(c, dd->attn.q_doc, gathered, sizeof(int32_t) * chunk))) return st;
+        st = c->ops->allgather(c, dd->attn.q_doc, gathered, sizeof(int32_t) * chunk);
         e->ids_b = gathered;
-        if (device) {
+        if (!st && device) {
             record(e, e->ops->to_host(e->ctx, e->ids, gathered, bytes));
             if (!e->local) { /* this rank's own ids, with the rule of the host calls */
                 dfa_attn_desc own = dd->attn;
@@ -1177,6 +1191,10 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
                 record(e, dfa__check_docs_host(&own, fn));
             }
         }
+        /* on the device the kept ids must stay those in mask_ids, which now holds these: a call
+           that does not count them (mask_counts) forgets the old ones */
+        if (device && (st || e->local)) mask_cache_clear(c);
+        if (st) return st;
     }
     const double t_plan = now();
     if (c->stats) c->stats->setup_ids_s = t_plan - t_ids;

@@ -148,6 +148,7 @@ static void test_masks(void) {
     bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "window_left", 0);
     d = good(); d.flags = DFA_FLAG_WINDOW; d.window_right = -7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "window_right", 0);
     d = good(); d.flags = DFA_FLAG_WINDOW | 0x10; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "flags", 1);
+    d = good(); d.flags = DFA_FLAG_SAME_DOCS; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "DFA_FLAG_SAME_DOCS", 0);
     d = with_docs(); d.k_doc = NULL; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->k_doc is NULL", 0);
     d = with_docs(); d.q_doc = NULL; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->q_doc is NULL", 0);
     d = with_docs(); qdoc[SQ + 3] = -5; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->q_doc decreases in batch row 1 at row 3", 0);
@@ -162,6 +163,8 @@ static void test_masks(void) {
     CHECK(dfa_attn_fwd(&d, q, k, v, o, lse) == DFA_OK, "fwd with documents and a window: %s", dfa_last_error());
     CHECK(dfa_attn_bwd(&d, q, k, v, o, lse, dout, dq, dk, dv) == DFA_OK, "bwd with documents and a window: %s",
           dfa_last_error());
+    d = with_docs(); d.flags = DFA_FLAG_SAME_DOCS; /* a promise for the distributed calls; this one reads its ids */
+    CHECK(dfa_attn_fwd(&d, q, k, v, o, lse) == DFA_OK, "fwd with DFA_FLAG_SAME_DOCS: %s", dfa_last_error());
     d = with_docs(); qdoc[0] = 99; d.k_doc = NULL; d.window_left = 5;
     CHECK(dfa_attn_merge(&d, o, lse, o2, lse2) == DFA_OK, "merge read the mask fields: %s", dfa_last_error());
 }

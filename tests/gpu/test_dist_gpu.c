@@ -124,6 +124,7 @@ static void dbufs_poison(dbufs *b) {
     dev_poison(b->dk, b->kb);
     dev_poison(b->dv, b->kb);
     dev_poison(b->lse, b->lb);
+    CUDA_OK(cudaDeviceSynchronize()); /* the memsets ran on the legacy stream; the calls use a non-blocking one */
 }
 
 static void dbufs_free(dbufs *b) {
@@ -602,6 +603,55 @@ static void test_direct_bits(dfa_comm *c, cudaStream_t s) {
     }
 }
 
+/* DFA_FLAG_SAME_DOCS on the device: the communicator's copies of the ids (host and device)
+   replace the exchange; one rank without them makes every rank read them; ids changed under
+   the promise are not read (the kept ids' result, as documented). Same bits as the plain call
+   each time: documents, and a busy diagonal lending rows. */
+static void test_same_docs(dfa_comm *c, cudaStream_t s) {
+    const dfa__sched_kind BAL = DFA__SCHED_BALANCED;
+    const dcase cases[] = {
+        {1, small ? 24 : 80, 4, 2, 64, DFA_BF16, 1, 1, BAL, DFA_FLAG_DETERMINISTIC, 1, 0, 0, 0},
+        {1, 272, 4, 2, 128, DFA_BF16, 1, 1, BAL, DFA_FLAG_DETERMINISTIC, 2, 1, 300, 0},
+    };
+    static const char *const what[] = {"kept ids", "kept on some ranks only", "ids changed under the flag"};
+    for (int i = 0; i < (small ? 1 : 2); i++) {
+        const dcase *k = &cases[i];
+        whole w = draw_whole(k);
+        dbufs b;
+        local_bufs(&b, k, &w);
+        const size_t ib = sizeof(int32_t) * (size_t)k->B * k->n;
+        int32_t *hone = malloc(ib);
+        for (int j = 0; j < k->B * k->n; j++) hone[j] = 7; /* one document */
+        int32_t *done = dev_copy_of(hone, ib);
+        dfa_dist_desc d = desc_of(k);
+        set_mask(&d.attn, k, w.lids_dev);
+        dfa__dist_set_fold_cost(c, k->docs == 2 ? 0 : -1);
+        dbufs_poison(&b);
+        CHECK(fwd_bwd(c, &d, k->kind, &b, s) == DFA_OK, "rank %d: same docs case %d, plain: %s", rank, i,
+              dfa_last_error());
+        unsigned char *want = snapshot(&b);
+        for (int round = 0; round < 3; round++) {
+            if (round == 1 && rank == 0) dfa__comm_drop_cache(c);
+            dfa_dist_desc sd = d;
+            sd.attn.flags |= DFA_FLAG_SAME_DOCS;
+            if (round == 2) sd.attn.q_doc = sd.attn.k_doc = done;
+            dbufs_poison(&b);
+            CHECK(fwd_bwd(c, &sd, k->kind, &b, s) == DFA_OK, "rank %d: same docs case %d (%s): %s", rank, i,
+                  what[round], dfa_last_error());
+            unsigned char *got = snapshot(&b);
+            CHECK(!memcmp(got, want, 2 * b.qb + 2 * b.kb + b.lb),
+                  "rank %d: case %d: outputs differ with DFA_FLAG_SAME_DOCS (%s)", rank, i, what[round]);
+            free(got);
+        }
+        dfa__dist_set_fold_cost(c, -1);
+        free(want);
+        free(hone);
+        cudaFree(done);
+        dbufs_free(&b);
+        whole_free(&w);
+    }
+}
+
 /* Masked calls that must fail: bad ids on one rank (every rank fails, outputs untouched),
    documents on some ranks only, a window that differs, and a capture. */
 static void test_mask_errors(dfa_comm *c, cudaStream_t s) {
@@ -799,6 +849,7 @@ int main(int argc, char **argv) {
     if (!masks_only) test_errors(c, s);
     test_masks(c, s);
     test_direct_bits(c, s);
+    test_same_docs(c, s);
     test_mask_errors(c, s);
     CHECK(dfa_comm_check(c) == DFA_OK, "rank %d: leftover failure: %s", rank, dfa_last_error());
     dfa_comm_destroy(c);

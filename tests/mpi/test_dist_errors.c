@@ -212,6 +212,14 @@ static void test_masks(dfa_comm *c, bufs *b) {
         d.attn.flags = DFA_FLAG_WINDOW;
         d.attn.window_right = -3;
         expect_fail(c, "window_right -3", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "window_right");
+        d = good_desc();
+        d.attn.flags = DFA_FLAG_SAME_DOCS; /* a promise about ids there are none of */
+        expect_fail(c, "DFA_FLAG_SAME_DOCS without ids", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "DFA_FLAG_SAME_DOCS");
+        d = good_desc();
+        d.attn.q_doc = d.attn.k_doc = ids;
+        d.attn.flags = rank == 0 && nranks > 1 ? DFA_FLAG_SAME_DOCS : 0;
+        if (nranks > 1)
+            expect_fail(c, "DFA_FLAG_SAME_DOCS on one rank", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.flags");
     }
     /* and a valid masked call goes through on every rank */
     dfa_dist_desc d = good_desc();

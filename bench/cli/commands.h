@@ -9,6 +9,7 @@ int cmd_bench(int argc, char **argv);      /* single-device speed and memory, vs
 int cmd_simulate(int argc, char **argv);   /* distributed schedules: table and predicted makespans */
 int cmd_dist_bench(int argc, char **argv); /* distributed attention under mpirun: per-rank, per-step times */
 int cmd_plan_blocks(int argc, char **argv); /* a masked plan's blocks, one by one on one GPU (cmd_plan_blocks.c) */
+int cmd_rank_sim(int argc, char **argv);    /* each rank's whole pass of a P-rank call on one GPU (cmd_rank_sim.c) */
 
 /* `distflash bench --device cuda ...`: cmd_bench hands its whole argument list here
    (cmd_bench_cuda.c; prints a clear message when built without CUDA). */

@@ -66,9 +66,9 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
                               const float *lse, const void *dout, void *dq, void *dk, void *dv, void *scratch,
                               const dfa__cuda_dkv16 *dkv16, dfa__bwd_launcher kv, int kv_dq, cudaStream_t stream,
                               const char *fn) {
-    dfa__cuda_dkv16 direct = {NULL, NULL, 0};
-    if (dkv16 && dkv16->dk && dkv16->dv && dkv16->keys > 0) direct = *dkv16;
-    if (direct.keys && !s->out_f32)
+    dfa__cuda_dkv16 direct = {NULL, NULL, 0, 0};
+    if (dkv16 && dkv16->dk && dkv16->dv && dkv16->to > dkv16->from) direct = *dkv16;
+    if (direct.dk && !s->out_f32)
         return dfa__fail(DFA_ERR_INTERNAL, fn, "16-bit keys of dk, dv in a call without float32 outputs");
     if ((uintptr_t)scratch % 256)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch = %p is not 256-byte aligned", scratch);
@@ -133,7 +133,8 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
        kernel itself, with the caller's float32 dq as its accumulator (scaled on the way in, as
        every dq contribution is) and no conversion after it. The float32 instances are scheduled
        differently by ptxas and ran 2-3% slower (ncu, run 63). */
-    const int all16 = s->out_f32 && dq_mode != 0 && dkv16 && dkv16->dk && dkv16->dv && dkv16->keys >= s->seqlen_k;
+    const int all16 = s->out_f32 && dq_mode != 0 && dkv16 && dkv16->dk && dkv16->dv && dkv16->from <= 0 &&
+                      dkv16->to >= s->seqlen_k;
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, all16 ? dkv16->dk : dk, all16 ? dkv16->dv : dv, scratch,
                               all16 ? NULL : dkv16,
                               dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16], dq_mode,

@@ -251,7 +251,7 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
         const int key = n0 + kw * 16 + g + 8 * r;
         if (key >= p.sh.seqlen_k) continue;
         if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
-            if (key < dkv16.keys) {
+            if ((unsigned)(key - dkv16.from) < (unsigned)(dkv16.to - dkv16.from)) {
                 const long long at = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
 #pragma unroll
                 for (int j = 0; j < DW8; j++) {

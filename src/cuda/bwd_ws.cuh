@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(384, 1)
         if (total > 0) DFA__BWD_STAGE_DQ(total - 1);
     }
 
-    if (TMA_DKV || (TMA_DKV16 && n0 + BN <= dkv16.keys)) {
+    if (TMA_DKV || (TMA_DKV16 && n0 >= dkv16.from && n0 + BN <= dkv16.to)) {
         /* Every product of both consumers has retired (barrier 3: the other's last dQ reads all
            of K), so each warpgroup writes its 64 keys' dK and dV, rounded, over its own rows of
            the K and V tiles in their 128-byte swizzle, and one thread stores them by TMA (boxes
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(384, 1)
         const int key = n0 + key0 + 8 * r;
         if (key >= p.sh.seqlen_k) continue;
         if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
-            if (key < dkv16.keys) {
+            if ((unsigned)(key - dkv16.from) < (unsigned)(dkv16.to - dkv16.from)) {
                 const long long at = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
 #pragma unroll
                 for (int j = 0; j < D8; j++) {

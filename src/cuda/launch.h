@@ -81,7 +81,7 @@ dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k,
    16-bit kernels' code as it was. */
 typedef struct {
     void *dk, *dv; /* NULL: none */
-    int keys;      /* keys [0, keys) of every (batch, kv head) */
+    int from, to;  /* keys [from, to) of every (batch, kv head) */
 } dfa__cuda_dkv16;
 
 /* dq, dk, dv of one backward, enqueued on stream. scratch: NULL to take dfa__cuda_bwd_scratch(s)

@@ -54,7 +54,7 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, const dfa__cuda_d
     CUtensorMap tdk = tk, tdv = tv;
     /* (float32 dk, dv: over the 16-bit outputs that whole key tiles go to, if any; bwd_ws.cuh TMA_DKV16) */
     const void *dk16 = OUT32 ? dkv16.dk : p.dk, *dv16 = OUT32 ? dkv16.dv : p.dv;
-    if (((masked ? VARIANT_MASKED : VARIANT) & 256) && (!OUT32 || dkv16.keys > 0) &&
+    if (((masked ? VARIANT_MASKED : VARIANT) & 256) && (!OUT32 || dkv16.to > dkv16.from) &&
         (!dfa__tmap(&tdk, dk16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
          !dfa__tmap(&tdv, dv16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");

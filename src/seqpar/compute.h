@@ -28,8 +28,8 @@
 typedef struct {
     void *o;       /* fwd: rows [o_from, seqlen_q) of every (batch, head); NULL: none */
     int o_from;
-    void *dk, *dv; /* bwd: keys [0, dkv_to) of every (batch, kv head); NULL: none */
-    int dkv_to;
+    void *dk, *dv; /* bwd: keys [dkv_from, dkv_to) of every (batch, kv head); NULL: none */
+    int dkv_from, dkv_to;
 } dfa__direct;
 
 typedef struct {

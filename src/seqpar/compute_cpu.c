@@ -159,11 +159,12 @@ static dfa_status cpu_bwd(void *ctx, const dfa_attn_desc *d, const void *q, cons
     const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
     const dfa_status st = dfa_attn_bwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk),
                                        widen(c, o, c->o, nq), lse, widen(c, dout, c->dout, nq), dq, dk, dv);
-    if (!st && direct && direct->dk && direct->dv && direct->dkv_to > 0) {
+    if (!st && direct && direct->dk && direct->dv && direct->dkv_to > direct->dkv_from) {
         const int64_t w = (int64_t)d->num_kv_heads * d->head_dim;
+        const int from = direct->dkv_from > 0 ? direct->dkv_from : 0;
         const int to = direct->dkv_to < d->seqlen_k ? direct->dkv_to : d->seqlen_k;
-        store_rows(c->dtype, dk, direct->dk, d->batch, d->seqlen_k, w, 0, to);
-        store_rows(c->dtype, dv, direct->dv, d->batch, d->seqlen_k, w, 0, to);
+        store_rows(c->dtype, dk, direct->dk, d->batch, d->seqlen_k, w, from, to);
+        store_rows(c->dtype, dv, direct->dv, d->batch, d->seqlen_k, w, from, to);
     }
     return st;
 }

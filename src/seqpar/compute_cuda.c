@@ -189,7 +189,8 @@ static dfa_status cuda_bwd(void *ctx, const dfa_attn_desc *d, const void *q, con
     static const char fn[] = "dfa__compute_cuda bwd";
     cuda_ctx *c = ctx;
     dfa__cuda_shape s;
-    const dfa__cuda_dkv16 dkv16 = {direct ? direct->dk : NULL, direct ? direct->dv : NULL, direct ? direct->dkv_to : 0};
+    const dfa__cuda_dkv16 dkv16 = {direct ? direct->dk : NULL, direct ? direct->dv : NULL, direct ? direct->dkv_from : 0,
+                                   direct ? direct->dkv_to : 0};
     const dfa_status st = block_prepare(c, d, &s, fn);
     return st ? st
               : dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, (char *)c->scratch + mask_scratch(d), &dkv16,

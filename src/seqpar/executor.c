@@ -90,9 +90,9 @@ typedef struct {
     int own_lse;         /* forward: the rows of an own diagonal that lent its first rows (its lse is
                             written here, then into the accumulator's rows) */
     /* Direct parts (narrow_direct, use_direct): the rows of this rank's queries [q_direct, n) and its keys
-       [0, k_direct) that no block but the step-0 diagonal adds to; with `direct` on, that block
-       writes them in the storage type straight into the caller's outputs. */
-    int q_direct, k_direct;
+       [k_direct0, k_direct1) that no block but the step-0 diagonal adds to; with `direct` on, that
+       block writes them in the storage type straight into the caller's outputs. */
+    int q_direct, k_direct0, k_direct1;
     int direct;
     float *acc[3];       /* fwd: o, lse; bwd: dq, dk, dv (float32) */
     char *ghost_buf;     /* device backends: what a ghost sends instead of the caller's memory */
@@ -210,10 +210,19 @@ static size_t buffer_bytes(const exec *e, const dfa__msg *m) {
 }
 
 /* Narrows the direct parts (see exec) by one contribution to this rank's rows: query rows
-   [row0, row1) of a result for them, or its keys [k0, k1). */
+   [row0, row1) of a result for them (results come for a prefix: a document's or a window's
+   first rows, which see earlier chunks, or rows lent away), or its keys [k0, k1) (a suffix that
+   later chunks' queries read, or the prefix a lent block reads): the direct keys keep the
+   larger side. */
 static void narrow_direct(exec *e, const dfa__task *t, int queries, int keys) {
     if (queries && t->row1 > e->q_direct) e->q_direct = t->row1;
-    if (keys && t->k_row0 < e->k_direct) e->k_direct = t->k_row0;
+    if (keys) {
+        const int k0 = t->k_row0, k1 = dfa__task_key_end(t, e->n);
+        if (k1 <= e->k_direct0 || k0 >= e->k_direct1) return; /* outside the direct keys already */
+        const int below = k0 - e->k_direct0, above = e->k_direct1 - k1; /* direct keys left on each side */
+        if (below >= above) e->k_direct1 = k0 > e->k_direct0 ? k0 : e->k_direct0;
+        else e->k_direct0 = k1 < e->k_direct1 ? k1 : e->k_direct1;
+    }
 }
 
 static dfa_status plan(exec *e, const char *fn) {
@@ -227,7 +236,8 @@ static dfa_status plan(exec *e, const char *fn) {
     for (int i = 0; i < 3; i++) e->slot_bytes[i] = 0;
     e->own_window = e->own_q_rows = e->own_kv = e->own_lse = 0;
     e->q_direct = 0;
-    e->k_direct = e->n;
+    e->k_direct0 = 0;
+    e->k_direct1 = e->n;
     for (int t = 0; t < e->T; t++) {
         planned_step *ps = &e->steps[t];
         ps->has_task = dfa__sched_task(&e->s, e->rank, t, &ps->task);
@@ -239,7 +249,7 @@ static dfa_status plan(exec *e, const char *fn) {
             if (qmine && !direct && rows > e->own_q_rows) e->own_q_rows = rows;
             if (direct && rows != e->n && !e->bwd) e->own_lse = rows; /* its lse, before it goes in */
             if (kmine && !direct && e->bwd) e->own_kv = 1;
-            if (direct) narrow_direct(e, &(dfa__task){.row1 = tk->row0, .k_row0 = e->n}, 1, 0);
+            if (direct) narrow_direct(e, &(dfa__task){.row1 = tk->row0}, 1, 0);
             else narrow_direct(e, tk, qmine, kmine);
         }
         const int nm = dfa__sched_messages(&e->s, e->bwd, e->rank, t, tmp, cap);
@@ -687,10 +697,11 @@ static void compute(exec *e, int t) {
             dr.o = (char *)e->io->o_out + (size_t)tk->row0 * qrow;
             dr.o_from = e->q_direct - tk->row0;
         }
-        if (e->bwd && e->k_direct > 0) {
+        if (e->bwd && e->k_direct1 > e->k_direct0) {
             dr.dk = e->io->dk;
             dr.dv = e->io->dv;
-            dr.dkv_to = e->k_direct;
+            dr.dkv_from = e->k_direct0;
+            dr.dkv_to = e->k_direct1;
         }
     }
     const dfa__direct *drp = dr.o || dr.dk ? &dr : NULL;
@@ -1060,7 +1071,7 @@ static void pack_group(exec *e, const dfa__dist_io *io, int g) {
 static int use_direct(const exec *e) {
     const int force = e->c->force_direct;
     if (force < 0 || !(e->async || force > 0) || e->gate || e->G != 1 || e->ghost || !first_is_diagonal(e)) return 0;
-    return e->bwd ? e->io->dk && e->io->dv && e->k_direct > 0 : e->io->o_out && e->q_direct < e->n;
+    return e->bwd ? e->io->dk && e->io->dv && e->k_direct1 > e->k_direct0 : e->io->o_out && e->q_direct < e->n;
 }
 
 /* Rows [r0, r1) of each batch row of a float32 accumulator ([batch, n, width]) rounded into dst
@@ -1086,11 +1097,16 @@ static void store_group(exec *e, const dfa__dist_io *io, int g) {
     const int64_t D = d->head_dim;
     const int64_t wq = d->num_heads * D, wk = d->num_kv_heads * D;
     const int64_t pq = (int64_t)f->num_heads * D, pk = (int64_t)f->num_kv_heads * D;
-    const int q_end = e->direct && !e->bwd ? e->q_direct : e->n, k_begin = e->direct && e->bwd ? e->k_direct : 0;
+    const int q_end = e->direct && !e->bwd ? e->q_direct : e->n;
     if (e->bwd) {
+        /* dk, dv: the keys below and above the direct ones (all of them without) */
+        const int k0 = e->direct ? e->k_direct0 : e->n, k1 = e->direct ? e->k_direct1 : e->n;
         store_rows(e, d->dtype, e->acc[0], (char *)io->dq + (size_t)(g * wq) * es, wq, pq, 0, e->n);
-        store_rows(e, d->dtype, e->acc[1], (char *)io->dk + (size_t)(g * wk) * es, wk, pk, k_begin, e->n);
-        store_rows(e, d->dtype, e->acc[2], (char *)io->dv + (size_t)(g * wk) * es, wk, pk, k_begin, e->n);
+        for (int i = 1; i < 3; i++) {
+            char *dst = (char *)(i == 1 ? io->dk : io->dv) + (size_t)(g * wk) * es;
+            store_rows(e, d->dtype, e->acc[i], dst, wk, pk, 0, k0);
+            store_rows(e, d->dtype, e->acc[i], dst, wk, pk, k1, e->n);
+        }
     } else {
         store_rows(e, d->dtype, e->acc[0], (char *)io->o_out + (size_t)(g * wq) * es, wq, pq, 0, q_end);
         if (io->lse_out)

@@ -186,15 +186,17 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
                   names[i], kernel, tl_desc_str(d));
 
     /* 16-bit keys (the executor's diagonal blocks, launch.h dfa__cuda_dkv16): dk, dv of keys
-       below `to` go to 16-bit outputs, the public call's bits there, the float32 ones' elsewhere,
+       [from, to) go to 16-bit outputs, the public call's bits there, the float32 ones' elsewhere,
        neither written where the other is; dq as before */
-    for (int all = 0; all < 2; all++) { /* half the keys, then all (the 16-bit kernel, launch: attn_bwd.cu) */
-        const int to = all ? d->seqlen_k : (d->seqlen_k + 1) / 2;
+    for (int part = 0; part < 3; part++) { /* the first half, all (the 16-bit kernel, attn_bwd.cu), the middle */
+        const int all = part == 1;
+        const int from = part == 2 ? d->seqlen_k / 3 : 0;
+        const int to = all ? d->seqlen_k : part == 0 ? (d->seqlen_k + 1) / 2 : d->seqlen_k - d->seqlen_k / 4;
         void *d16[2] = {dev_alloc(bytes16[1]), dev_alloc(bytes16[2])};
         void *h16 = malloc(bytes16[1]);
         float *h32 = malloc(bytes32[0] > bytes32[1] ? bytes32[0] : bytes32[1]); /* dq, then dk and dv */
         for (int i = 0; i < 2; i++) dev_poison(d16[i], bytes16[1 + i]);
-        const dfa__cuda_dkv16 direct = {d16[0], d16[1], to};
+        const dfa__cuda_dkv16 direct = {d16[0], d16[1], from, to};
         for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);
         const dfa_status st2 = dfa__cuda_bwd(&s32, ins[0], ins[1], ins[2], ins[3], lse, ins[4], outs[0], outs[1],
                                              outs[2], NULL, &direct, 0, "test_gpu_attn");
@@ -212,15 +214,15 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
             for (int b = 0; b < d->batch; b++)
                 for (int j = 0; j < d->seqlen_k; j++) {
                     const int64_t e0 = ((int64_t)b * d->seqlen_k + j) * w;
-                    if (j < to)
+                    if (j >= from && j < to)
                         wrong += memcmp((char *)h16 + e0 * es, (const char *)grads16[i] + e0 * es, es * (size_t)w) != 0 ||
                                  tl_count_nan(DFA_F32, h32 + e0, w) != w;
                     else
                         wrong += memcmp(h32 + e0, got[0][i] + e0, 4 * (size_t)w) != 0 ||
                                  tl_count_nan(t, (char *)h16 + e0 * es, w) != w;
                 }
-            CHECK(wrong == 0, "%s f32 [%s] with direct keys below %d: %lld keys wrong (float32 keys not the float32 "
-                  "%s, direct keys not the 16-bit %s, or a key written twice) for %s", names[i], kernel, to,
+            CHECK(wrong == 0, "%s f32 [%s] with direct keys [%d, %d): %lld keys wrong (float32 keys not the float32 "
+                  "%s, direct keys not the 16-bit %s, or a key written twice) for %s", names[i], kernel, from, to,
                   (long long)wrong, names[i], names[i], tl_desc_str(d));
         }
         for (int i = 0; i < 2; i++) CUDA_OK(cudaFree(d16[i]));

@@ -1,0 +1,383 @@
+/* `distflash rank-sim`: each rank's whole pass of a P-rank distributed call, run on one GPU.
+ *
+ * What P GPUs would take cannot be timed without P GPUs, but most of it is each rank's own
+ * device work: its blocks, the float32 accumulators' fills and folds, the direct 16-bit writes,
+ * the rounding passes, the packing of messages, and its host setup. This runs the library's
+ * executor for rank r of P (r = 0 .. P-1 in turn) with the CUDA compute table on a loopback
+ * communicator: sends go nowhere, receives are zero-filled on the call's stream (about the
+ * device traffic a received message costs), collectives see one rank, and the document ids of
+ * every rank come from the whole sequence's copy. So every rank plans the same masked plan
+ * the real call would (lending included) and does all of its work except waiting for
+ * transfers. The busiest rank's forward+backward against the single-GPU call on the whole
+ * sequence (same run) bounds the P-GPU scaling efficiency from above: on NVLink with overlap
+ * the transfers hide behind the blocks, so the bound is near what P GPUs measure unless a rank
+ * waits for a peer's message that arrives late. Device backends write the direct parts (the
+ * host-style loopback is told to, dfa__dist_force_direct), as the NCCL path does. */
+#include <stdio.h>
+
+#include "commands.h"
+
+#ifndef DFA_HAVE_CUDA
+int cmd_rank_sim(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "distflash rank-sim: this build has no CUDA support\n");
+    return 2;
+}
+#else
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_masks.h"
+#include "cli_values.h"
+#include "common/desc.h"
+#include "common/error.h"
+#include "cuda_fill.h"
+#include "distflash_cuda.h"
+#include "seqpar/comm.h"
+#include "seqpar/executor.h"
+
+#define RS_CUDA(call)                                                                                 \
+    do {                                                                                             \
+        cudaError_t e_ = (call);                                                                     \
+        if (e_ != cudaSuccess) {                                                                     \
+            fprintf(stderr, "distflash rank-sim: %s: %s\n", #call, cudaGetErrorString(e_));          \
+            exit(1);                                                                                 \
+        }                                                                                            \
+    } while (0)
+
+/* --- the loopback communicator ------------------------------------------------------------ */
+
+typedef struct {
+    const int32_t *all_ids; /* device: every rank's ids, [P][batch][n] (batch 1: the whole sequence) */
+} loop_impl;
+
+static dfa_status loop_start(dfa_comm *c, const dfa__xfer *x, int n, void **pending) {
+    for (int i = 0; i < n; i++)
+        if (!x[i].is_send) {
+            const cudaError_t e = cudaMemsetAsync(x[i].buf, 0, x[i].bytes, (cudaStream_t)c->stream);
+            if (e != cudaSuccess)
+                return dfa__fail(DFA_ERR_BACKEND, "rank-sim", "cudaMemsetAsync: %s", cudaGetErrorString(e));
+        }
+    *pending = NULL;
+    return DFA_OK;
+}
+
+static dfa_status loop_wait(dfa_comm *c, void *pending) {
+    (void)c;
+    (void)pending;
+    return DFA_OK;
+}
+
+/* One rank's view of a collective over identical ranks: the values stay as they are. */
+static dfa_status loop_allreduce_max(dfa_comm *c, int64_t *v, int n) {
+    (void)c;
+    (void)v;
+    (void)n;
+    return DFA_OK;
+}
+
+static dfa_status loop_bcast(dfa_comm *c, void *buf, size_t bytes, int root) {
+    (void)c;
+    (void)buf;
+    (void)bytes;
+    (void)root;
+    return DFA_OK;
+}
+
+/* The ids of every rank, from the whole sequence's copy (the real allgather waits too). */
+static dfa_status loop_allgather(dfa_comm *c, const void *send, void *recv, size_t bytes) {
+    (void)send;
+    const loop_impl *m = (const loop_impl *)c->impl;
+    cudaError_t e = cudaMemcpyAsync(recv, m->all_ids, bytes * (size_t)c->size, cudaMemcpyDeviceToDevice,
+                                    (cudaStream_t)c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)c->stream);
+    return e == cudaSuccess ? DFA_OK : dfa__fail(DFA_ERR_BACKEND, "rank-sim", "ids: %s", cudaGetErrorString(e));
+}
+
+static void loop_destroy(dfa_comm *c) {
+    free(c->impl);
+    free(c);
+}
+
+static const dfa__comm_ops loop_ops = {
+    .name = "loopback",
+    .start = loop_start,
+    .wait = loop_wait,
+    .allreduce_max = loop_allreduce_max,
+    .bcast = loop_bcast,
+    .allgather = loop_allgather,
+    .destroy = loop_destroy,
+};
+
+static dfa_comm *loop_create(int rank, int size, const int32_t *all_ids) {
+    dfa_comm *c = calloc(1, sizeof *c);
+    loop_impl *m = calloc(1, sizeof *m);
+    if (!c || !m) {
+        fprintf(stderr, "distflash rank-sim: out of host memory\n");
+        exit(1);
+    }
+    m->all_ids = all_ids;
+    c->ops = &loop_ops;
+    c->compute = dfa__compute_cuda();
+    c->rank = rank;
+    c->size = size;
+    c->impl = m;
+    c->call = "rank-sim";
+    dfa__dist_force_direct(c, 1); /* as the NCCL path does once the ranks agreed on the host */
+    return c;
+}
+
+/* --- the command ---------------------------------------------------------------------------- */
+
+typedef struct {
+    int seqlen, ranks, heads, kv_heads, head_dim, reps, warmup, ring, same_docs;
+    dfa_dtype dtype;
+    bench_mask mask;
+} rs_opts;
+
+static int usage(FILE *f) {
+    fprintf(f, "usage: distflash rank-sim [options]   (one GPU)\n\n"
+               "  --seqlen S        tokens of the sequence (default 128k)\n"
+               "  --ranks P         ranks of the simulated call (default 2)\n"
+               "  --heads H         query heads (default 32)\n"
+               "  --kv-heads H      key/value heads (default = heads)\n"
+               "  --head-dim D      64 or 128 (default 128)\n"
+               "  --dtype T         bf16 or f16 (default bf16)\n"
+               "  --docs MEAN       documents, log-normal lengths of this mean (default 4096; 0: none)\n"
+               "  --window W        a sliding window of W keys (with or without documents)\n"
+               "  --ring            the ring schedule (default: balanced)\n"
+               "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
+               "  --reps R          timed repetitions, median (default 5)\n"
+               "  --warmup W        untimed repetitions first (default 1)\n");
+    return f == stdout ? 0 : 2;
+}
+
+static int parse(int argc, char **argv, rs_opts *o) {
+    *o = (rs_opts){131072, 2, 32, 0, 128, 5, 1, 0, 0, DFA_BF16, {4096, -1}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+        if (!strcmp(a, "--ring")) {
+            o->ring = 1;
+            continue;
+        }
+        if (!strcmp(a, "--same-docs")) {
+            o->same_docs = 1;
+            continue;
+        }
+        if (!strcmp(a, "--docs") && i + 1 < argc && !strcmp(argv[i + 1], "0")) {
+            o->mask.doc_mean = 0;
+            i++;
+            continue;
+        }
+        const int m = bench_mask_arg(argc, argv, &i, &o->mask);
+        if (m < 0) return -1;
+        if (m > 0) continue;
+        if (i + 1 >= argc) return -1;
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--seqlen")) bad = cli_size(v, 2, 1 << 24, &o->seqlen);
+        else if (!strcmp(a, "--ranks")) bad = cli_size(v, 1, 64, &o->ranks);
+        else if (!strcmp(a, "--heads")) bad = cli_size(v, 1, 256, &o->heads);
+        else if (!strcmp(a, "--kv-heads")) bad = cli_size(v, 1, 256, &o->kv_heads);
+        else if (!strcmp(a, "--head-dim")) bad = cli_size(v, 64, 128, &o->head_dim);
+        else if (!strcmp(a, "--reps")) bad = cli_size(v, 1, 1000, &o->reps);
+        else if (!strcmp(a, "--warmup")) bad = cli_size(v, 0, 1000, &o->warmup);
+        else if (!strcmp(a, "--dtype")) bad = cli_dtype(v, &o->dtype) || o->dtype == DFA_F32;
+        else return -1;
+        if (bad) return -1;
+    }
+    if (!o->kv_heads) o->kv_heads = o->heads;
+    if (o->heads % o->kv_heads || o->seqlen % o->ranks || (o->head_dim != 64 && o->head_dim != 128)) return -1;
+    if (o->same_docs && !(o->mask.doc_mean > 0)) return -1;
+    return 0;
+}
+
+static double median(double *x, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
+            const double t = x[j];
+            x[j] = x[j - 1];
+            x[j - 1] = t;
+        }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* The whole sequence's tensors ([S] rows); a rank's rows are a contiguous slice (batch 1). */
+typedef struct {
+    char *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+    float *lse;
+} rs_bufs;
+
+typedef struct {
+    rs_opts o;
+    size_t qrow, krow; /* bytes a row */
+    cudaStream_t st;
+    cudaEvent_t ev[3];
+} rs_ctx;
+
+/* One forward+backward: milliseconds of the forward and of both. rank < 0: the single-GPU
+   call on the whole sequence; else rank's pass through the executor on c. */
+static void run_once(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_desc *dd, const dfa_attn_desc *whole,
+                     int rank, double ms[2]) {
+    const int n = dd ? dd->attn.seqlen_q : 0;
+    const size_t q0 = rank < 0 ? 0 : (size_t)rank * n * x->qrow, k0 = rank < 0 ? 0 : (size_t)rank * n * x->krow;
+    float *lse = b->lse + (rank < 0 ? 0 : (size_t)rank * n * x->o.heads);
+    dfa_status st;
+    RS_CUDA(cudaEventRecord(x->ev[0], x->st));
+    if (rank < 0) {
+        st = dfa_attn_fwd_cuda(whole, b->q, b->k, b->v, b->o, b->lse, x->st);
+        RS_CUDA(cudaEventRecord(x->ev[1], x->st));
+        if (!st) st = dfa_attn_bwd_cuda(whole, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq, b->dk, b->dv, x->st);
+    } else {
+        const dfa__sched_kind kind = x->o.ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
+        c->stream = x->st;
+        const dfa__dist_io fio = {.q = b->q + q0, .k = b->k + k0, .v = b->v + k0, .o_out = b->o + q0, .lse_out = lse};
+        st = dfa__dist_run(c, dd, kind, DFA__PASS_FWD, &fio, DFA_OK, "rank-sim fwd");
+        RS_CUDA(cudaEventRecord(x->ev[1], x->st));
+        const dfa__dist_io bio = {.q = b->q + q0, .k = b->k + k0, .v = b->v + k0, .o = b->o + q0, .lse = lse,
+                                  .dout = b->dout + q0, .dq = b->dq + q0, .dk = b->dk + k0, .dv = b->dv + k0};
+        if (!st) st = dfa__dist_run(c, dd, kind, DFA__PASS_BWD, &bio, DFA_OK, "rank-sim bwd");
+    }
+    if (st) {
+        fprintf(stderr, "distflash rank-sim: rank %d: %s\n", rank, dfa_last_error());
+        exit(1);
+    }
+    RS_CUDA(cudaEventRecord(x->ev[2], x->st));
+    RS_CUDA(cudaEventSynchronize(x->ev[2]));
+    float a = 0, ab = 0;
+    RS_CUDA(cudaEventElapsedTime(&a, x->ev[0], x->ev[1]));
+    RS_CUDA(cudaEventElapsedTime(&ab, x->ev[0], x->ev[2]));
+    ms[0] = a, ms[1] = ab;
+}
+
+static void measure(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_desc *dd, const dfa_attn_desc *whole,
+                    int rank, double out[2]) {
+    double *f = malloc(sizeof(double) * (size_t)x->o.reps), *fb = malloc(sizeof(double) * (size_t)x->o.reps);
+    for (int r = 0; r < x->o.warmup + x->o.reps; r++) {
+        double ms[2];
+        RS_CUDA(cudaStreamSynchronize(x->st)); /* the stream idle before each call, as dist-bench */
+        run_once(x, b, c, dd, whole, rank, ms);
+        if (r >= x->o.warmup) f[r - x->o.warmup] = ms[0], fb[r - x->o.warmup] = ms[1];
+    }
+    out[0] = median(f, x->o.reps);
+    out[1] = median(fb, x->o.reps);
+    free(f);
+    free(fb);
+}
+
+int cmd_rank_sim(int argc, char **argv) {
+    rs_ctx x;
+    memset(&x, 0, sizeof x);
+    const int p = parse(argc, argv, &x.o);
+    if (p) return usage(p > 0 ? stdout : stderr);
+    const rs_opts *o = &x.o;
+    const int P = o->ranks, S = o->seqlen, n = S / P, H = o->heads, HK = o->kv_heads, D = o->head_dim;
+    x.qrow = (size_t)H * D * 2;
+    x.krow = (size_t)HK * D * 2;
+    int ndocs = 0;
+    int32_t *ids = bench_docs(&o->mask, 1, S, &ndocs);
+    if (o->mask.doc_mean > 0 && !ids) {
+        fprintf(stderr, "distflash rank-sim: out of host memory\n");
+        return 1;
+    }
+    rs_bufs b;
+    char **t[8] = {&b.q, &b.k, &b.v, &b.o, &b.dout, &b.dq, &b.dk, &b.dv};
+    for (int i = 0; i < 8; i++) {
+        const int kv = i == 1 || i == 2 || i == 6 || i == 7;
+        RS_CUDA(cudaMalloc((void **)t[i], (size_t)S * (kv ? x.krow : x.qrow)));
+    }
+    RS_CUDA(cudaMalloc((void **)&b.lse, sizeof(float) * (size_t)S * H));
+    int32_t *ids_dev = NULL;
+    if (ids) {
+        RS_CUDA(cudaMalloc((void **)&ids_dev, sizeof(int32_t) * (size_t)S));
+        RS_CUDA(cudaMemcpy(ids_dev, ids, sizeof(int32_t) * (size_t)S, cudaMemcpyHostToDevice));
+    }
+    {
+        char *dst[4] = {b.q, b.k, b.v, b.dout};
+        const size_t bytes[4] = {S * x.qrow, S * x.krow, S * x.krow, S * x.qrow};
+        for (int i = 0; i < 4; i++) RS_CUDA(bench_cuda_fill_random(o->dtype, dst[i], bytes[i], 11 + (uint64_t)i));
+    }
+    RS_CUDA(cudaStreamCreateWithFlags(&x.st, cudaStreamNonBlocking));
+    for (int i = 0; i < 3; i++) RS_CUDA(cudaEventCreate(&x.ev[i]));
+
+    dfa_attn_desc whole = dfa_attn_desc_init(1, S, S, H, HK, D);
+    whole.dtype = o->dtype;
+    whole.causal = 1;
+    bench_mask_apply(&o->mask, &whole, ids_dev);
+    char what[160];
+    bench_mask_describe(&o->mask, ndocs, what, sizeof what);
+    printf("rank-sim: %d tokens on %d simulated ranks (%d rows each), %s, %d heads (%d kv) x %d, %s, causal, %s "
+           "schedule%s; medians of %d (+%d warm-up)\n",
+           S, P, n, what, H, HK, D, cli_dtype_name(o->dtype), o->ring ? "ring" : "balanced",
+           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->reps, o->warmup);
+    printf("(each rank's whole pass through the executor on this GPU, transfers replaced by zero-filled receives: "
+           "everything but the waits for peers)\n\n");
+    double single[2];
+    measure(&x, &b, NULL, NULL, &whole, -1, single);
+    printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
+
+    double most = 0, sum = 0;
+    for (int r = 0; r < P; r++) {
+        dfa_comm *c = loop_create(r, P, ids_dev);
+        dfa_dist_desc user = dfa_dist_desc_init(1, n, H, HK, D), dd;
+        user.attn.dtype = o->dtype;
+        user.attn.causal = 1;
+        user.overlap = 1;
+        user.schedule = o->ring ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
+        bench_mask_apply(&o->mask, &user.attn, ids_dev ? ids_dev + (size_t)r * n : NULL);
+        if (dfa__dist_desc_import(&user, &dd, "rank-sim")) {
+            fprintf(stderr, "distflash rank-sim: %s\n", dfa_last_error());
+            return 1;
+        }
+        double ms[2];
+        run_once(&x, &b, c, &dd, &whole, r, ms); /* the first call reads the ids (nothing kept) */
+        if (o->same_docs) dd.attn.flags |= DFA_FLAG_SAME_DOCS;
+        measure(&x, &b, c, &dd, &whole, r, ms);
+        /* one more call with the executor's timing marks: per step, and the host's setup */
+        dfa__dist_stats sf, sb;
+        RS_CUDA(cudaStreamSynchronize(x.st));
+        dfa__dist_set_stats(c, &sf);
+        c->stream = x.st;
+        const size_t q0 = (size_t)r * n * x.qrow, k0 = (size_t)r * n * x.krow;
+        float *lse = b.lse + (size_t)r * n * H;
+        const dfa__sched_kind kind = o->ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
+        const dfa__dist_io fio = {.q = b.q + q0, .k = b.k + k0, .v = b.v + k0, .o_out = b.o + q0, .lse_out = lse};
+        const dfa__dist_io bio = {.q = b.q + q0, .k = b.k + k0, .v = b.v + k0, .o = b.o + q0, .lse = lse,
+                                  .dout = b.dout + q0, .dq = b.dq + q0, .dk = b.dk + k0, .dv = b.dv + k0};
+        dfa_status st = dfa__dist_run(c, &dd, kind, DFA__PASS_FWD, &fio, DFA_OK, "rank-sim fwd");
+        RS_CUDA(cudaStreamSynchronize(x.st));
+        dfa__dist_set_stats(c, &sb);
+        if (!st) st = dfa__dist_run(c, &dd, kind, DFA__PASS_BWD, &bio, DFA_OK, "rank-sim bwd");
+        RS_CUDA(cudaStreamSynchronize(x.st));
+        dfa__dist_set_stats(c, NULL);
+        if (st) {
+            fprintf(stderr, "distflash rank-sim: rank %d: %s\n", r, dfa_last_error());
+            return 1;
+        }
+        printf("  rank %-3d                fwd %8.2f ms   f+b %8.2f ms   steps fwd", r, ms[0], ms[1]);
+        for (int s = 0; s < sf.steps && s < 8; s++) printf(" %.2f", 1e3 * sf.compute_s[s]);
+        printf(", bwd");
+        for (int s = 0; s < sb.steps && s < 8; s++) printf(" %.2f", 1e3 * sb.compute_s[s]);
+        printf(" ms; host setup %.2f / %.2f ms\n", 1e3 * sf.setup_s, 1e3 * sb.setup_s);
+        fflush(stdout);
+        most = ms[1] > most ? ms[1] : most;
+        sum += ms[1];
+        dfa_comm_destroy(c);
+    }
+    printf("\n  busiest rank f+b %.2f ms, mean %.2f (balance %.3f); bound on the %d-GPU scaling efficiency: "
+           "%.3f (1 GPU %.2f ms / (%d x %.2f))\n",
+           most, sum / P, sum / P / most, P, single[1] / (P * most), single[1], P, most);
+    for (int i = 0; i < 3; i++) cudaEventDestroy(x.ev[i]);
+    cudaStreamDestroy(x.st);
+    for (int i = 0; i < 8; i++) cudaFree(*t[i]);
+    cudaFree(b.lse);
+    cudaFree(ids_dev);
+    free(ids);
+    return 0;
+}
+#endif

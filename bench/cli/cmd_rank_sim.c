@@ -134,7 +134,7 @@ static dfa_comm *loop_create(int rank, int size, const int32_t *all_ids) {
 /* --- the command ---------------------------------------------------------------------------- */
 
 typedef struct {
-    int seqlen, ranks, heads, kv_heads, head_dim, reps, warmup, ring, same_docs;
+    int seqlen, ranks, heads, kv_heads, head_dim, reps, warmup, ring, same_docs, fold_cost;
     dfa_dtype dtype;
     bench_mask mask;
 } rs_opts;
@@ -151,13 +151,14 @@ static int usage(FILE *f) {
                "  --window W        a sliding window of W keys (with or without documents)\n"
                "  --ring            the ring schedule (default: balanced)\n"
                "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
+               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n"
                "  --reps R          timed repetitions, median (default 5)\n"
                "  --warmup W        untimed repetitions first (default 1)\n");
     return f == stdout ? 0 : 2;
 }
 
 static int parse(int argc, char **argv, rs_opts *o) {
-    *o = (rs_opts){131072, 2, 32, 0, 128, 5, 1, 0, 0, DFA_BF16, {4096, -1}};
+    *o = (rs_opts){131072, 2, 32, 0, 128, 5, 1, 0, 0, -1, DFA_BF16, {4096, -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
@@ -187,6 +188,7 @@ static int parse(int argc, char **argv, rs_opts *o) {
         else if (!strcmp(a, "--head-dim")) bad = cli_size(v, 64, 128, &o->head_dim);
         else if (!strcmp(a, "--reps")) bad = cli_size(v, 1, 1000, &o->reps);
         else if (!strcmp(a, "--warmup")) bad = cli_size(v, 0, 1000, &o->warmup);
+        else if (!strcmp(a, "--fold-cost")) bad = cli_size(v, 0, 1 << 20, &o->fold_cost);
         else if (!strcmp(a, "--dtype")) bad = cli_dtype(v, &o->dtype) || o->dtype == DFA_F32;
         else return -1;
         if (bad) return -1;
@@ -255,21 +257,6 @@ static void run_once(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_de
     ms[0] = a, ms[1] = ab;
 }
 
-static void measure(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_desc *dd, const dfa_attn_desc *whole,
-                    int rank, double out[2]) {
-    double *f = malloc(sizeof(double) * (size_t)x->o.reps), *fb = malloc(sizeof(double) * (size_t)x->o.reps);
-    for (int r = 0; r < x->o.warmup + x->o.reps; r++) {
-        double ms[2];
-        RS_CUDA(cudaStreamSynchronize(x->st)); /* the stream idle before each call, as dist-bench */
-        run_once(x, b, c, dd, whole, rank, ms);
-        if (r >= x->o.warmup) f[r - x->o.warmup] = ms[0], fb[r - x->o.warmup] = ms[1];
-    }
-    out[0] = median(f, x->o.reps);
-    out[1] = median(fb, x->o.reps);
-    free(f);
-    free(fb);
-}
-
 int cmd_rank_sim(int argc, char **argv) {
     rs_ctx x;
     memset(&x, 0, sizeof x);
@@ -317,27 +304,51 @@ int cmd_rank_sim(int argc, char **argv) {
            o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->reps, o->warmup);
     printf("(each rank's whole pass through the executor on this GPU, transfers replaced by zero-filled receives: "
            "everything but the waits for peers)\n\n");
-    double single[2];
-    measure(&x, &b, NULL, NULL, &whole, -1, single);
-    printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
 
-    double most = 0, sum = 0;
+    /* every rank's communicator at once, so that the repetitions interleave the ranks and the
+       single-GPU call: a lent H200's clock drifts by a few percent over a run, which would
+       otherwise favour whichever ran first */
+    dfa_comm **cs = calloc((size_t)P, sizeof *cs);
+    dfa_dist_desc *dds = calloc((size_t)P, sizeof *dds);
+    /* [rank + 1][rep]: row 0 the single-GPU call */
+    double *fs = malloc(sizeof(double) * (size_t)(P + 1) * o->reps), *fbs = malloc(sizeof(double) * (size_t)(P + 1) * o->reps);
+    if (!cs || !dds || !fs || !fbs) {
+        fprintf(stderr, "distflash rank-sim: out of host memory\n");
+        return 1;
+    }
     for (int r = 0; r < P; r++) {
-        dfa_comm *c = loop_create(r, P, ids_dev);
-        dfa_dist_desc user = dfa_dist_desc_init(1, n, H, HK, D), dd;
+        cs[r] = loop_create(r, P, ids_dev);
+        dfa__dist_set_fold_cost(cs[r], o->fold_cost);
+        dfa_dist_desc user = dfa_dist_desc_init(1, n, H, HK, D);
         user.attn.dtype = o->dtype;
         user.attn.causal = 1;
         user.overlap = 1;
         user.schedule = o->ring ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
         bench_mask_apply(&o->mask, &user.attn, ids_dev ? ids_dev + (size_t)r * n : NULL);
-        if (dfa__dist_desc_import(&user, &dd, "rank-sim")) {
+        if (dfa__dist_desc_import(&user, &dds[r], "rank-sim")) {
             fprintf(stderr, "distflash rank-sim: %s\n", dfa_last_error());
             return 1;
         }
         double ms[2];
-        run_once(&x, &b, c, &dd, &whole, r, ms); /* the first call reads the ids (nothing kept) */
-        if (o->same_docs) dd.attn.flags |= DFA_FLAG_SAME_DOCS;
-        measure(&x, &b, c, &dd, &whole, r, ms);
+        run_once(&x, &b, cs[r], &dds[r], &whole, r, ms); /* the first call reads the ids (nothing kept) */
+        if (o->same_docs) dds[r].attn.flags |= DFA_FLAG_SAME_DOCS;
+    }
+    for (int rep = 0; rep < o->warmup + o->reps; rep++)
+        for (int r = -1; r < P; r++) {
+            double ms[2];
+            RS_CUDA(cudaStreamSynchronize(x.st)); /* the stream idle before each call, as dist-bench */
+            run_once(&x, &b, r < 0 ? NULL : cs[r], r < 0 ? NULL : &dds[r], &whole, r, ms);
+            const size_t at = (size_t)(r + 1) * o->reps + rep - o->warmup;
+            if (rep >= o->warmup) fs[at] = ms[0], fbs[at] = ms[1];
+        }
+    const double single[2] = {median(fs, o->reps), median(fbs, o->reps)};
+    printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
+    double most = 0, sum = 0;
+    for (int r = 0; r < P; r++) {
+        dfa_comm *c = cs[r];
+        const dfa_dist_desc dd = dds[r];
+        const double ms[2] = {median(fs + (size_t)(r + 1) * o->reps, o->reps),
+                              median(fbs + (size_t)(r + 1) * o->reps, o->reps)};
         /* one more call with the executor's timing marks: per step, and the host's setup */
         dfa__dist_stats sf, sb;
         RS_CUDA(cudaStreamSynchronize(x.st));
@@ -367,8 +378,9 @@ int cmd_rank_sim(int argc, char **argv) {
         fflush(stdout);
         most = ms[1] > most ? ms[1] : most;
         sum += ms[1];
-        dfa_comm_destroy(c);
     }
+    for (int r = 0; r < P; r++) dfa_comm_destroy(cs[r]);
+    free(cs), free(dds), free(fs), free(fbs);
     printf("\n  busiest rank f+b %.2f ms, mean %.2f (balance %.3f); bound on the %d-GPU scaling efficiency: "
            "%.3f (1 GPU %.2f ms / (%d x %.2f))\n",
            most, sum / P, sum / P / most, P, single[1] / (P * most), single[1], P, most);

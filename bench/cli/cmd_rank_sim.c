@@ -195,7 +195,10 @@ static int parse(int argc, char **argv, rs_opts *o) {
     }
     if (!o->kv_heads) o->kv_heads = o->heads;
     if (o->heads % o->kv_heads || o->seqlen % o->ranks || (o->head_dim != 64 && o->head_dim != 128)) return -1;
-    if (o->same_docs && !(o->mask.doc_mean > 0)) return -1;
+    if (o->same_docs && !(o->mask.doc_mean > 0)) {
+        fprintf(stderr, "distflash rank-sim: --same-docs needs documents (--docs MEAN > 0)\n");
+        return -1;
+    }
     return 0;
 }
 

@@ -30,66 +30,27 @@ int cmd_plan_blocks(int argc, char **argv) {
 #include "cuda_fill.h"
 #include "distflash_cuda.h"
 #include "measure.h"
+#include "plan_args.h"
 #include "seqpar/compute.h"
 #include "seqpar/schedule.h"
 
-#define PB_CUDA(call)                                                                                 \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "distflash plan-blocks: %s: %s\n", #call, cudaGetErrorString(e_));       \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
+#define PB_CUDA(call) BENCH_CUDA_OR_EXIT("plan-blocks", call)
 
-typedef struct {
-    int seqlen, ranks, heads, kv_heads, head_dim, reps;
-    dfa_dtype dtype;
-    bench_mask mask;
-} pb_opts;
+typedef plan_args pb_opts;
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: distflash plan-blocks [options]   (one GPU)\n\n"
-               "  --seqlen S        tokens of the packed sequence (default 128k)\n"
-               "  --ranks P         ranks of the plan (default 2)\n"
-               "  --heads H         query heads (default 32)\n"
-               "  --kv-heads H      key/value heads (default = heads)\n"
-               "  --head-dim D      64 or 128 (default 128)\n"
-               "  --dtype T         bf16 or f16 (default bf16)\n"
-               "  --docs MEAN       documents, log-normal lengths of this mean (default 4096; 0: none)\n"
-               "  --window W        also a sliding window of W keys\n"
-               "  --reps R          timed repetitions of each block, median (default 5)\n");
+    fprintf(f, "usage: distflash plan-blocks [options]   (one GPU)\n\n");
+    plan_args_usage(f, "each block");
     return f == stdout ? 0 : 2;
 }
 
 static int parse(int argc, char **argv, pb_opts *o) {
-    *o = (pb_opts){131072, 2, 32, 0, 128, 5, DFA_BF16, {4096, -1}};
+    *o = plan_args_default();
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        if (!strcmp(a, "--docs") && i + 1 < argc && !strcmp(argv[i + 1], "0")) { /* no documents (a window alone) */
-            o->mask.doc_mean = 0;
-            i++;
-            continue;
-        }
-        const int m = bench_mask_arg(argc, argv, &i, &o->mask);
-        if (m < 0) return -1;
-        if (m > 0) continue;
-        if (i + 1 >= argc) return -1;
-        const char *v = argv[++i];
-        int bad = 0;
-        if (!strcmp(a, "--seqlen")) bad = cli_size(v, 2, 1 << 24, &o->seqlen);
-        else if (!strcmp(a, "--ranks")) bad = cli_size(v, 1, 64, &o->ranks);
-        else if (!strcmp(a, "--heads")) bad = cli_size(v, 1, 256, &o->heads);
-        else if (!strcmp(a, "--kv-heads")) bad = cli_size(v, 1, 256, &o->kv_heads);
-        else if (!strcmp(a, "--head-dim")) bad = cli_size(v, 64, 128, &o->head_dim);
-        else if (!strcmp(a, "--reps")) bad = cli_size(v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--dtype")) bad = cli_dtype(v, &o->dtype) || o->dtype == DFA_F32;
-        else return -1;
-        if (bad) return -1;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+        if (plan_args_parse(argc, argv, &i, o) != 1) return -1;
     }
-    if (!o->kv_heads) o->kv_heads = o->heads;
-    if (o->heads % o->kv_heads || o->seqlen % o->ranks || (o->head_dim != 64 && o->head_dim != 128)) return -1;
+    if (plan_args_finish(o)) return -1;
     if (!bench_mask_on(&o->mask)) return -1; /* a plan without a mask is not a masked plan */
     return 0;
 }
@@ -101,16 +62,6 @@ typedef struct {
     int32_t *ids;
     void *scratch;
 } pb_bufs;
-
-static double median(double *x, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
-            const double t = x[j];
-            x[j] = x[j - 1];
-            x[j - 1] = t;
-        }
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 /* One block of the plan (the executor's descriptor, executor.c compute), fwd and bwd: median
    milliseconds of each into ms[0], ms[1]. */
@@ -154,7 +105,7 @@ static void time_block(const pb_opts *o, const dfa__compute_ops *ops, void *ctx,
             PB_CUDA(cudaEventElapsedTime(&f, e0, e1));
             if (r >= 0) x[r] = f;
         }
-        ms[bwd] = median(x, o->reps);
+        ms[bwd] = measure_median(x, o->reps);
     }
     free(x);
     cudaEventDestroy(e0);

@@ -36,18 +36,13 @@ int cmd_rank_sim(int argc, char **argv) {
 #include "common/desc.h"
 #include "common/error.h"
 #include "cuda_fill.h"
+#include "measure.h"
+#include "plan_args.h"
 #include "distflash_cuda.h"
 #include "seqpar/comm.h"
 #include "seqpar/executor.h"
 
-#define RS_CUDA(call)                                                                                 \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "distflash rank-sim: %s: %s\n", #call, cudaGetErrorString(e_));          \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
+#define RS_CUDA(call) BENCH_CUDA_OR_EXIT("rank-sim", call)
 
 /* What one H200 receives over NVLink from one peer, bytes a second (NCCL's point-to-point on the
    lent x2 machine; the pessimistic line of the output charges every received byte at it). */
@@ -138,82 +133,44 @@ static dfa_comm *loop_create(int rank, int size, const int32_t *all_ids) {
 /* --- the command ---------------------------------------------------------------------------- */
 
 typedef struct {
-    int seqlen, ranks, heads, kv_heads, head_dim, reps, warmup, ring, same_docs, fold_cost;
-    dfa_dtype dtype;
-    bench_mask mask;
+    plan_args sh; /* the sequence, ranks, heads and mask */
+    int warmup, ring, same_docs, fold_cost;
 } rs_opts;
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: distflash rank-sim [options]   (one GPU)\n\n"
-               "  --seqlen S        tokens of the sequence (default 128k)\n"
-               "  --ranks P         ranks of the simulated call (default 2)\n"
-               "  --heads H         query heads (default 32)\n"
-               "  --kv-heads H      key/value heads (default = heads)\n"
-               "  --head-dim D      64 or 128 (default 128)\n"
-               "  --dtype T         bf16 or f16 (default bf16)\n"
-               "  --docs MEAN       documents, log-normal lengths of this mean (default 4096; 0: none)\n"
-               "  --window W        a sliding window of W keys (with or without documents)\n"
+    fprintf(f, "usage: distflash rank-sim [options]   (one GPU)\n\n");
+    plan_args_usage(f, "each call");
+    fprintf(f, "  --warmup W        untimed repetitions first (default 1)\n"
                "  --ring            the ring schedule (default: balanced)\n"
                "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
-               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n"
-               "  --reps R          timed repetitions, median (default 5)\n"
-               "  --warmup W        untimed repetitions first (default 1)\n");
+               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n");
     return f == stdout ? 0 : 2;
 }
 
 static int parse(int argc, char **argv, rs_opts *o) {
-    *o = (rs_opts){131072, 2, 32, 0, 128, 5, 1, 0, 0, -1, DFA_BF16, {4096, -1}};
+    *o = (rs_opts){plan_args_default(), 1, 0, 0, -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        if (!strcmp(a, "--ring")) {
-            o->ring = 1;
-            continue;
-        }
-        if (!strcmp(a, "--same-docs")) {
-            o->same_docs = 1;
-            continue;
-        }
-        if (!strcmp(a, "--docs") && i + 1 < argc && !strcmp(argv[i + 1], "0")) {
-            o->mask.doc_mean = 0;
-            i++;
-            continue;
-        }
-        const int m = bench_mask_arg(argc, argv, &i, &o->mask);
+        const int m = plan_args_parse(argc, argv, &i, &o->sh);
         if (m < 0) return -1;
         if (m > 0) continue;
-        if (i + 1 >= argc) return -1;
-        const char *v = argv[++i];
-        int bad = 0;
-        if (!strcmp(a, "--seqlen")) bad = cli_size(v, 2, 1 << 24, &o->seqlen);
-        else if (!strcmp(a, "--ranks")) bad = cli_size(v, 1, 64, &o->ranks);
-        else if (!strcmp(a, "--heads")) bad = cli_size(v, 1, 256, &o->heads);
-        else if (!strcmp(a, "--kv-heads")) bad = cli_size(v, 1, 256, &o->kv_heads);
-        else if (!strcmp(a, "--head-dim")) bad = cli_size(v, 64, 128, &o->head_dim);
-        else if (!strcmp(a, "--reps")) bad = cli_size(v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--warmup")) bad = cli_size(v, 0, 1000, &o->warmup);
-        else if (!strcmp(a, "--fold-cost")) bad = cli_size(v, 0, 1 << 20, &o->fold_cost);
-        else if (!strcmp(a, "--dtype")) bad = cli_dtype(v, &o->dtype) || o->dtype == DFA_F32;
-        else return -1;
-        if (bad) return -1;
+        if (!strcmp(a, "--ring")) o->ring = 1;
+        else if (!strcmp(a, "--same-docs")) o->same_docs = 1;
+        else if (i + 1 < argc && !strcmp(a, "--warmup")) {
+            if (cli_size(argv[++i], 0, 1000, &o->warmup)) return -1;
+        } else if (i + 1 < argc && !strcmp(a, "--fold-cost")) {
+            if (cli_size(argv[++i], 0, 1 << 20, &o->fold_cost)) return -1;
+        } else {
+            return -1;
+        }
     }
-    if (!o->kv_heads) o->kv_heads = o->heads;
-    if (o->heads % o->kv_heads || o->seqlen % o->ranks || (o->head_dim != 64 && o->head_dim != 128)) return -1;
-    if (o->same_docs && !(o->mask.doc_mean > 0)) {
+    if (plan_args_finish(&o->sh)) return -1;
+    if (o->same_docs && !(o->sh.mask.doc_mean > 0)) {
         fprintf(stderr, "distflash rank-sim: --same-docs needs documents (--docs MEAN > 0)\n");
         return -1;
     }
     return 0;
-}
-
-static double median(double *x, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
-            const double t = x[j];
-            x[j] = x[j - 1];
-            x[j - 1] = t;
-        }
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 /* The whole sequence's tensors ([S] rows); a rank's rows are a contiguous slice (batch 1). */
@@ -235,7 +192,7 @@ static void run_once(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_de
                      int rank, double ms[2]) {
     const int n = dd ? dd->attn.seqlen_q : 0;
     const size_t q0 = rank < 0 ? 0 : (size_t)rank * n * x->qrow, k0 = rank < 0 ? 0 : (size_t)rank * n * x->krow;
-    float *lse = b->lse + (rank < 0 ? 0 : (size_t)rank * n * x->o.heads);
+    float *lse = b->lse + (rank < 0 ? 0 : (size_t)rank * n * x->o.sh.heads);
     dfa_status st;
     RS_CUDA(cudaEventRecord(x->ev[0], x->st));
     if (rank < 0) {
@@ -270,12 +227,12 @@ int cmd_rank_sim(int argc, char **argv) {
     const int p = parse(argc, argv, &x.o);
     if (p) return usage(p > 0 ? stdout : stderr);
     const rs_opts *o = &x.o;
-    const int P = o->ranks, S = o->seqlen, n = S / P, H = o->heads, HK = o->kv_heads, D = o->head_dim;
+    const int P = o->sh.ranks, S = o->sh.seqlen, n = S / P, H = o->sh.heads, HK = o->sh.kv_heads, D = o->sh.head_dim;
     x.qrow = (size_t)H * D * 2;
     x.krow = (size_t)HK * D * 2;
     int ndocs = 0;
-    int32_t *ids = bench_docs(&o->mask, 1, S, &ndocs);
-    if (o->mask.doc_mean > 0 && !ids) {
+    int32_t *ids = bench_docs(&o->sh.mask, 1, S, &ndocs);
+    if (o->sh.mask.doc_mean > 0 && !ids) {
         fprintf(stderr, "distflash rank-sim: out of host memory\n");
         return 1;
     }
@@ -294,21 +251,21 @@ int cmd_rank_sim(int argc, char **argv) {
     {
         char *dst[4] = {b.q, b.k, b.v, b.dout};
         const size_t bytes[4] = {S * x.qrow, S * x.krow, S * x.krow, S * x.qrow};
-        for (int i = 0; i < 4; i++) RS_CUDA(bench_cuda_fill_random(o->dtype, dst[i], bytes[i], 11 + (uint64_t)i));
+        for (int i = 0; i < 4; i++) RS_CUDA(bench_cuda_fill_random(o->sh.dtype, dst[i], bytes[i], 11 + (uint64_t)i));
     }
     RS_CUDA(cudaStreamCreateWithFlags(&x.st, cudaStreamNonBlocking));
     for (int i = 0; i < 3; i++) RS_CUDA(cudaEventCreate(&x.ev[i]));
 
     dfa_attn_desc whole = dfa_attn_desc_init(1, S, S, H, HK, D);
-    whole.dtype = o->dtype;
+    whole.dtype = o->sh.dtype;
     whole.causal = 1;
-    bench_mask_apply(&o->mask, &whole, ids_dev);
+    bench_mask_apply(&o->sh.mask, &whole, ids_dev);
     char what[160];
-    bench_mask_describe(&o->mask, ndocs, what, sizeof what);
+    bench_mask_describe(&o->sh.mask, ndocs, what, sizeof what);
     printf("rank-sim: %d tokens on %d simulated ranks (%d rows each), %s, %d heads (%d kv) x %d, %s, causal, %s "
            "schedule%s; medians of %d (+%d warm-up)\n",
-           S, P, n, what, H, HK, D, cli_dtype_name(o->dtype), o->ring ? "ring" : "balanced",
-           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->reps, o->warmup);
+           S, P, n, what, H, HK, D, cli_dtype_name(o->sh.dtype), o->ring ? "ring" : "balanced",
+           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->sh.reps, o->warmup);
     printf("(each rank's whole pass through the executor on this GPU, transfers replaced by zero-filled receives: "
            "everything but the waits for peers)\n\n");
 
@@ -318,7 +275,7 @@ int cmd_rank_sim(int argc, char **argv) {
     dfa_comm **cs = calloc((size_t)P, sizeof *cs);
     dfa_dist_desc *dds = calloc((size_t)P, sizeof *dds);
     /* [rank + 1][rep]: row 0 the single-GPU call */
-    double *fs = malloc(sizeof(double) * (size_t)(P + 1) * o->reps), *fbs = malloc(sizeof(double) * (size_t)(P + 1) * o->reps);
+    double *fs = malloc(sizeof(double) * (size_t)(P + 1) * o->sh.reps), *fbs = malloc(sizeof(double) * (size_t)(P + 1) * o->sh.reps);
     if (!cs || !dds || !fs || !fbs) {
         fprintf(stderr, "distflash rank-sim: out of host memory\n");
         return 1;
@@ -327,11 +284,11 @@ int cmd_rank_sim(int argc, char **argv) {
         cs[r] = loop_create(r, P, ids_dev);
         dfa__dist_set_fold_cost(cs[r], o->fold_cost);
         dfa_dist_desc user = dfa_dist_desc_init(1, n, H, HK, D);
-        user.attn.dtype = o->dtype;
+        user.attn.dtype = o->sh.dtype;
         user.attn.causal = 1;
         user.overlap = 1;
         user.schedule = o->ring ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
-        bench_mask_apply(&o->mask, &user.attn, ids_dev ? ids_dev + (size_t)r * n : NULL);
+        bench_mask_apply(&o->sh.mask, &user.attn, ids_dev ? ids_dev + (size_t)r * n : NULL);
         if (dfa__dist_desc_import(&user, &dds[r], "rank-sim")) {
             fprintf(stderr, "distflash rank-sim: %s\n", dfa_last_error());
             return 1;
@@ -340,22 +297,22 @@ int cmd_rank_sim(int argc, char **argv) {
         run_once(&x, &b, cs[r], &dds[r], &whole, r, ms); /* the first call reads the ids (nothing kept) */
         if (o->same_docs) dds[r].attn.flags |= DFA_FLAG_SAME_DOCS;
     }
-    for (int rep = 0; rep < o->warmup + o->reps; rep++)
+    for (int rep = 0; rep < o->warmup + o->sh.reps; rep++)
         for (int r = -1; r < P; r++) {
             double ms[2];
             RS_CUDA(cudaStreamSynchronize(x.st)); /* the stream idle before each call, as dist-bench */
             run_once(&x, &b, r < 0 ? NULL : cs[r], r < 0 ? NULL : &dds[r], &whole, r, ms);
-            const size_t at = (size_t)(r + 1) * o->reps + rep - o->warmup;
+            const size_t at = (size_t)(r + 1) * o->sh.reps + rep - o->warmup;
             if (rep >= o->warmup) fs[at] = ms[0], fbs[at] = ms[1];
         }
-    const double single[2] = {median(fs, o->reps), median(fbs, o->reps)};
+    const double single[2] = {measure_median(fs, o->sh.reps), measure_median(fbs, o->sh.reps)};
     printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
     double most = 0, sum = 0, exposed = 0;
     for (int r = 0; r < P; r++) {
         dfa_comm *c = cs[r];
         const dfa_dist_desc dd = dds[r];
-        const double ms[2] = {median(fs + (size_t)(r + 1) * o->reps, o->reps),
-                              median(fbs + (size_t)(r + 1) * o->reps, o->reps)};
+        const double ms[2] = {measure_median(fs + (size_t)(r + 1) * o->sh.reps, o->sh.reps),
+                              measure_median(fbs + (size_t)(r + 1) * o->sh.reps, o->sh.reps)};
         /* one more call with the executor's timing marks: per step, and the host's setup */
         dfa__dist_stats sf, sb;
         RS_CUDA(cudaStreamSynchronize(x.st));

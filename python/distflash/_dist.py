@@ -92,6 +92,32 @@ class Comm:
     def __init__(self, group, device, rank, size, nccl_comm, dfa_comm):
         self.group, self.device, self.rank, self.size = group, device, rank, size
         self.nccl_comm, self.dfa_comm = nccl_comm, dfa_comm
+        # the ids of the last call with documents on this communicator, kept alive (so that no
+        # other tensor can take their memory), and their version counter then (see docs_unchanged)
+        self.last_doc, self.last_doc_version = None, None
+
+
+def docs_unchanged(c, doc):
+    """Whether doc holds the ids of the last call with documents on c without anyone saying so:
+    the same memory (c keeps that tensor alive, so no other tensor can have taken it), shape and
+    strides, and no write since (torch bumps the version counter that a tensor shares with its
+    views on every in-place write)."""
+    last = c.last_doc
+    return (last is not None and doc.data_ptr() == last.data_ptr() and doc.shape == last.shape
+            and doc.stride() == last.stride() and doc.dtype == last.dtype and doc._version == c.last_doc_version)
+
+
+def remember_docs(c, doc, window_left):
+    """After a call on c: the ids it used (None: a call without documents)."""
+    if doc is not None:
+        c.last_doc, c.last_doc_version = doc, doc._version
+    elif window_left != NO_WINDOW:  # a masked call without ids: the library keeps no ids then
+        c.last_doc, c.last_doc_version = None, None
+
+
+def same_docs_flag(c, doc, same_docs):
+    """same_docs: 1 the caller's promise, -1 never, 0 when docs_unchanged says so."""
+    return doc is not None and (same_docs > 0 or (same_docs == 0 and docs_unchanged(c, doc)))
 
 
 _comms = {}
@@ -240,29 +266,33 @@ def _p(t):
 
 
 # doc: this rank's int32 document ids [batch, local_rows] (the descriptor's q_doc and k_doc), or
-# None; window_left/right: as in distflash::attn_fwd (NO_WINDOW: no window); same_docs: set
-# DFA_FLAG_SAME_DOCS (doc equals the ids of the communicator's last call with documents). Defaults
-# keep the calls of the unmasked schema valid.
+# None; window_left/right: as in distflash::attn_fwd (NO_WINDOW: no window); same_docs:
+# DFA_FLAG_SAME_DOCS (doc equals the ids of the communicator's last call with documents): 1 the
+# caller's promise, -1 never, 0 when doc is that call's tensor, unwritten since (docs_unchanged).
+# Defaults keep the calls of the unmasked schema valid.
 @torch.library.custom_op("distflash::dist_attn_fwd", mutates_args=())
 def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, causal: bool,
                   softmax_scale: float, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
-                  window_right: int = NO_WINDOW, same_docs: bool = False) -> Tuple[Tensor, Tensor]:
+                  window_right: int = NO_WINDOW, same_docs: int = 0) -> Tuple[Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_fwd", contiguous=False)
     doc = check_doc(doc, q, "distflash::dist_attn_fwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     c = get_comm(group, q.device)
-    d = dist_desc_for(q, k, schedule, causal, softmax_scale, False, doc, window_left, window_right, same_docs)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, False, doc, window_left, window_right,
+                      same_docs_flag(c, doc, same_docs))
+    c.last_doc = None  # until the call has gone through
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_fwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
                    cuda_stream(q))
+    remember_docs(c, doc, window_left)
     return o, lse
 
 
 @dist_attn_fwd.register_fake
 def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW,
-      same_docs=False):
+      same_docs=0):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -270,23 +300,26 @@ def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_
 def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, group: str,
                   schedule: int, causal: bool, softmax_scale: float,
                   deterministic: bool, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
-                  window_right: int = NO_WINDOW, same_docs: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+                  window_right: int = NO_WINDOW, same_docs: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_bwd", contiguous=False)
     doc = check_doc(doc, q, "distflash::dist_attn_bwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     c = get_comm(group, q.device)
-    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic, doc, window_left, window_right, same_docs)
+    d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic, doc, window_left, window_right,
+                      same_docs_flag(c, doc, same_docs))
+    c.last_doc = None  # until the call has gone through
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_bwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
                    _p(dout), _p(dq), _p(dk), _p(dv), cuda_stream(q))
+    remember_docs(c, doc, window_left)
     return dq, dk, dv
 
 
 @dist_attn_bwd.register_fake
 def _(dout, q, k, v, o, lse, group, schedule, causal, softmax_scale, deterministic, doc=None,
-      window_left=NO_WINDOW, window_right=NO_WINDOW, same_docs=False):
+      window_left=NO_WINDOW, window_right=NO_WINDOW, same_docs=0):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -303,8 +336,8 @@ def _backward(ctx, grad_o, grad_lse):
     # lse is internal here (dist_attention returns o only), so its gradient is always zero.
     q, k, v, o, lse, doc = ctx.saved_tensors
     deterministic = torch.are_deterministic_algorithms_enabled()
-    # the forward's promise holds for its backward: a step that passes one packing to every
-    # layer calls the backwards right after the last forward, in reverse, with the same ids
+    # the forward's choice: a promise holds for its backward (a step that passes one packing to
+    # every layer calls the backwards after the last forward, in reverse, with the same ids)
     dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic, doc, *ctx.window, ctx.same_docs)
     return dq, dk, dv, None, None, None, None, None, None, None, None
 

@@ -68,7 +68,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
 
 
 def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softmax_scale=None, doc_ids=None,
-                   window=None, same_doc_ids=False):
+                   window=None, same_doc_ids=None):
     """DistFlashAttn over the ranks of a torch.distributed process group (NCCL, CUDA tensors).
 
     Every rank of `group` (default: the world) calls it with its own local rows:
@@ -94,13 +94,16 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
     backward; each masked call (forward and backward) gathers every rank's ids and copies
     them to the host to plan itself, so it synchronises the caller's stream once and cannot
     be captured into a CUDA graph.
-    same_doc_ids=True promises that doc_ids hold the same values as in the last call with
-    doc_ids on this group (DFA_FLAG_SAME_DOCS): every layer after the first of a step that
-    packs its batch once. The call, and its backward, then reuse what that call gathered and
-    planned: no exchange, no synchronisation of the stream (the host still agrees with the
-    other ranks and plans). If nothing was kept (first call, another shape or mask in
-    between) the ids are read as without it. The promise is not checked: ids that changed
-    are not seen. Needs doc_ids.
+    A step that packs its batch once passes the same ids to every layer. When a call's ids are
+    those of the last call with doc_ids on this group, it reuses what that call gathered and
+    planned (DFA_FLAG_SAME_DOCS): no exchange, no synchronisation of the stream (the host still
+    agrees with the other ranks and plans). same_doc_ids=None (the default) decides that by
+    itself: the same int32 tensor (the same memory, shape and strides) as that call's, not
+    written in place since; so pass one int32 [B, n] tensor to every layer (an [n] or int64
+    one is converted anew in each call, and then read each time). True promises it whatever
+    the tensor (the values are not checked: ids that changed are not seen); False never
+    reuses. A backward decides as its forward did. If the library kept nothing to reuse
+    (first call, another shape or mask in between) it reads the ids.
     window: (left, right), key j visible to query i only if pos_i - pos_j <= left and
     pos_j - pos_i <= right over global positions (None or -1: unlimited on that side); with
     causal=True, (w, None) is the usual w-token look-back.
@@ -114,8 +117,8 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
     _ops.check_qkv(q, k, v, fn)
     sched = _dist.schedule_id(schedule, fn)
     scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
-    if not isinstance(same_doc_ids, bool):
-        raise TypeError(f"{fn}: same_doc_ids must be a bool, not {type(same_doc_ids).__name__}")
+    if same_doc_ids is not None and not isinstance(same_doc_ids, bool):
+        raise TypeError(f"{fn}: same_doc_ids must be None, True or False, not {type(same_doc_ids).__name__}")
     if same_doc_ids and doc_ids is None:
         raise ValueError(f"{fn}: same_doc_ids=True promises that doc_ids did not change, but doc_ids is None")
     if doc_ids is None and window is None:
@@ -127,7 +130,7 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
         return attention(q, k, v, causal=causal, softmax_scale=scale, doc_ids=doc, window=window)
     _dist.check_local(q, k, v, fn)
     o, _ = _dist.dist_attn_fwd(q, k, v, _dist.group_name(group), sched, bool(causal), scale, doc, wl, wr,
-                               same_doc_ids)
+                               0 if same_doc_ids is None else 1 if same_doc_ids else -1)
     return o
 
 

@@ -138,16 +138,42 @@ def test_bad_window(bad, exc, match):
 
 
 def test_same_doc_ids():
-    """same_doc_ids=True is a promise about doc_ids: it needs them and a bool; where the call falls
-    back to attention() (no process group) it changes nothing."""
+    """same_doc_ids: None, True (a promise about doc_ids: it needs them) or False; where the call
+    falls back to attention() (no process group) it changes nothing."""
     q, k, v = _qkv(B=1)
     ids = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2])
     ref = dft.dist_attention(q, k, v, doc_ids=ids)
     assert torch.equal(dft.dist_attention(q, k, v, doc_ids=ids, same_doc_ids=True), ref)
     with pytest.raises(ValueError, match="same_doc_ids=True promises that doc_ids did not change, but doc_ids is None"):
         dft.dist_attention(q, k, v, same_doc_ids=True)
-    with pytest.raises(TypeError, match="same_doc_ids must be a bool, not int"):
+    for flag in (None, False):
+        assert torch.equal(dft.dist_attention(q, k, v, doc_ids=ids, same_doc_ids=flag), ref)
+    with pytest.raises(TypeError, match="same_doc_ids must be None, True or False, not int"):
         dft.dist_attention(q, k, v, doc_ids=ids, same_doc_ids=1)
+
+
+def test_docs_unchanged_rule():
+    """The rule behind same_doc_ids=None (_dist.docs_unchanged): the last call's tensor, or a view
+    of the same memory, shape and strides, unwritten since; not an equal tensor elsewhere, not
+    after an in-place write, not after a masked call without ids."""
+    c = _dist.Comm(None, None, 0, 2, None, None)
+    ids = torch.tensor([[0, 0, 1, 1, 2, 2, 2, 2]], dtype=torch.int32)
+    assert not _dist.docs_unchanged(c, ids)  # nothing yet
+    _dist.remember_docs(c, ids, _dist.NO_WINDOW)
+    assert _dist.docs_unchanged(c, ids)
+    assert _dist.docs_unchanged(c, ids.view(1, 8))  # another tensor over the same memory
+    assert not _dist.docs_unchanged(c, ids.clone())  # equal values elsewhere: not known to be equal
+    assert not _dist.docs_unchanged(c, ids[:, :4])  # other shape
+    assert _dist.same_docs_flag(c, ids, 0) and not _dist.same_docs_flag(c, ids, -1)
+    assert _dist.same_docs_flag(c, ids.clone(), 1) and not _dist.same_docs_flag(c, None, 1)
+    ids[0, 7] = 3  # an in-place write bumps the version counter
+    assert not _dist.docs_unchanged(c, ids)
+    _dist.remember_docs(c, ids, _dist.NO_WINDOW)
+    assert _dist.docs_unchanged(c, ids)
+    _dist.remember_docs(c, None, _dist.NO_WINDOW)  # an unmasked call leaves the kept ids
+    assert _dist.docs_unchanged(c, ids)
+    _dist.remember_docs(c, None, 16)  # a window without ids: the library keeps none
+    assert not _dist.docs_unchanged(c, ids)
 
 
 def test_decreasing_ids_are_the_librarys_error():
@@ -183,7 +209,7 @@ def test_op_checks_its_doc():
 def test_op_schemas_take_the_mask():
     for op in (torch.ops.distflash.dist_attn_fwd.default, torch.ops.distflash.dist_attn_bwd.default):
         schema = str(op._schema)
-        for arg in ("Tensor? doc=None", "SymInt window_left=-2", "SymInt window_right=-2", "bool same_docs=False"):
+        for arg in ("Tensor? doc=None", "SymInt window_left=-2", "SymInt window_right=-2", "SymInt same_docs=0"):
             assert arg in schema or arg.replace("SymInt", "int") in schema, schema
 
 

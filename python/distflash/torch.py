@@ -68,7 +68,7 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
 
 
 def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softmax_scale=None, doc_ids=None,
-                   window=None, same_doc_ids=None):
+                   window=None, same_doc_ids=False):
     """DistFlashAttn over the ranks of a torch.distributed process group (NCCL, CUDA tensors).
 
     Every rank of `group` (default: the world) calls it with its own local rows:
@@ -97,13 +97,15 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
     A step that packs its batch once passes the same ids to every layer. When a call's ids are
     those of the last call with doc_ids on this group, it reuses what that call gathered and
     planned (DFA_FLAG_SAME_DOCS): no exchange, no synchronisation of the stream (the host still
-    agrees with the other ranks and plans). same_doc_ids=None (the default) decides that by
-    itself: the same int32 tensor (the same memory, shape and strides) as that call's, not
-    written in place since; so pass one int32 [B, n] tensor to every layer (an [n] or int64
-    one is converted anew in each call, and then read each time). True promises it whatever
-    the tensor (the values are not checked: ids that changed are not seen); False never
-    reuses. A backward decides as its forward did. If the library kept nothing to reuse
-    (first call, another shape or mask in between) it reads the ids.
+    agrees with the other ranks and plans). same_doc_ids=False (the default) never reuses.
+    True promises it whatever the tensor (the values are not checked: ids that changed are
+    not seen). None decides by itself: the same int32 tensor (the same memory, shape and
+    strides) as that call's, not written in place since, by torch's version counter; so pass
+    one int32 [B, n] tensor to every layer (an [n] or int64 one is converted anew in each
+    call, and then read each time). Writes that torch does not count (another library's
+    kernel, a compiled graph reusing an intermediate's memory) are not seen by None either.
+    A backward decides as its forward did. If the library kept nothing to reuse (first call,
+    another shape or mask in between) it reads the ids.
     window: (left, right), key j visible to query i only if pos_i - pos_j <= left and
     pos_j - pos_i <= right over global positions (None or -1: unlimited on that side); with
     causal=True, (w, None) is the usual w-token look-back.

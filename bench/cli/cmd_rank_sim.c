@@ -187,9 +187,11 @@ typedef struct {
 } rs_ctx;
 
 /* One forward+backward: milliseconds of the forward and of both. rank < 0: the single-GPU
-   call on the whole sequence; else rank's pass through the executor on c. */
+   call on the whole sequence; else rank's pass through the executor on c, and with marks (NULL:
+   none) the executor's timing of the forward and the backward in marks[0], marks[1], the
+   stream idle before each (so a pass's host setup is its own). */
 static void run_once(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_desc *dd, const dfa_attn_desc *whole,
-                     int rank, double ms[2]) {
+                     int rank, double ms[2], dfa__dist_stats *marks) {
     const int n = dd ? dd->attn.seqlen_q : 0;
     const size_t q0 = rank < 0 ? 0 : (size_t)rank * n * x->qrow, k0 = rank < 0 ? 0 : (size_t)rank * n * x->krow;
     float *lse = b->lse + (rank < 0 ? 0 : (size_t)rank * n * x->o.sh.heads);
@@ -203,11 +205,17 @@ static void run_once(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_de
         const dfa__sched_kind kind = x->o.ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
         c->stream = x->st;
         const dfa__dist_io fio = {.q = b->q + q0, .k = b->k + k0, .v = b->v + k0, .o_out = b->o + q0, .lse_out = lse};
+        dfa__dist_set_stats(c, marks);
         st = dfa__dist_run(c, dd, kind, DFA__PASS_FWD, &fio, DFA_OK, "rank-sim fwd");
         RS_CUDA(cudaEventRecord(x->ev[1], x->st));
+        if (marks) {
+            RS_CUDA(cudaStreamSynchronize(x->st));
+            dfa__dist_set_stats(c, marks + 1);
+        }
         const dfa__dist_io bio = {.q = b->q + q0, .k = b->k + k0, .v = b->v + k0, .o = b->o + q0, .lse = lse,
                                   .dout = b->dout + q0, .dq = b->dq + q0, .dk = b->dk + k0, .dv = b->dv + k0};
         if (!st) st = dfa__dist_run(c, dd, kind, DFA__PASS_BWD, &bio, DFA_OK, "rank-sim bwd");
+        dfa__dist_set_stats(c, NULL);
     }
     if (st) {
         fprintf(stderr, "distflash rank-sim: rank %d: %s\n", rank, dfa_last_error());
@@ -294,14 +302,14 @@ int cmd_rank_sim(int argc, char **argv) {
             return 1;
         }
         double ms[2];
-        run_once(&x, &b, cs[r], &dds[r], &whole, r, ms); /* the first call reads the ids (nothing kept) */
+        run_once(&x, &b, cs[r], &dds[r], &whole, r, ms, NULL); /* the first call reads the ids (nothing kept) */
         if (o->same_docs) dds[r].attn.flags |= DFA_FLAG_SAME_DOCS;
     }
     for (int rep = 0; rep < o->warmup + o->sh.reps; rep++)
         for (int r = -1; r < P; r++) {
             double ms[2];
             RS_CUDA(cudaStreamSynchronize(x.st)); /* the stream idle before each call, as dist-bench */
-            run_once(&x, &b, r < 0 ? NULL : cs[r], r < 0 ? NULL : &dds[r], &whole, r, ms);
+            run_once(&x, &b, r < 0 ? NULL : cs[r], r < 0 ? NULL : &dds[r], &whole, r, ms, NULL);
             const size_t at = (size_t)(r + 1) * o->sh.reps + rep - o->warmup;
             if (rep >= o->warmup) fs[at] = ms[0], fbs[at] = ms[1];
         }
@@ -309,31 +317,14 @@ int cmd_rank_sim(int argc, char **argv) {
     printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
     double most = 0, sum = 0, exposed = 0;
     for (int r = 0; r < P; r++) {
-        dfa_comm *c = cs[r];
-        const dfa_dist_desc dd = dds[r];
         const double ms[2] = {measure_median(fs + (size_t)(r + 1) * o->sh.reps, o->sh.reps),
                               measure_median(fbs + (size_t)(r + 1) * o->sh.reps, o->sh.reps)};
         /* one more call with the executor's timing marks: per step, and the host's setup */
-        dfa__dist_stats sf, sb;
+        dfa__dist_stats marks[2];
+        double unused[2];
         RS_CUDA(cudaStreamSynchronize(x.st));
-        dfa__dist_set_stats(c, &sf);
-        c->stream = x.st;
-        const size_t q0 = (size_t)r * n * x.qrow, k0 = (size_t)r * n * x.krow;
-        float *lse = b.lse + (size_t)r * n * H;
-        const dfa__sched_kind kind = o->ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
-        const dfa__dist_io fio = {.q = b.q + q0, .k = b.k + k0, .v = b.v + k0, .o_out = b.o + q0, .lse_out = lse};
-        const dfa__dist_io bio = {.q = b.q + q0, .k = b.k + k0, .v = b.v + k0, .o = b.o + q0, .lse = lse,
-                                  .dout = b.dout + q0, .dq = b.dq + q0, .dk = b.dk + k0, .dv = b.dv + k0};
-        dfa_status st = dfa__dist_run(c, &dd, kind, DFA__PASS_FWD, &fio, DFA_OK, "rank-sim fwd");
-        RS_CUDA(cudaStreamSynchronize(x.st));
-        dfa__dist_set_stats(c, &sb);
-        if (!st) st = dfa__dist_run(c, &dd, kind, DFA__PASS_BWD, &bio, DFA_OK, "rank-sim bwd");
-        RS_CUDA(cudaStreamSynchronize(x.st));
-        dfa__dist_set_stats(c, NULL);
-        if (st) {
-            fprintf(stderr, "distflash rank-sim: rank %d: %s\n", r, dfa_last_error());
-            return 1;
-        }
+        run_once(&x, &b, cs[r], &dds[r], &whole, r, unused, marks);
+        const dfa__dist_stats sf = marks[0], sb = marks[1];
         printf("  rank %-3d                fwd %8.2f ms   f+b %8.2f ms   steps fwd", r, ms[0], ms[1]);
         for (int s = 0; s < sf.steps && s < 8; s++) printf(" %.2f", 1e3 * sf.compute_s[s]);
         printf(", bwd");
@@ -341,9 +332,8 @@ int cmd_rank_sim(int argc, char **argv) {
         printf(" ms; host setup %.2f / %.2f ms; receives %.1f / %.1f MB\n", 1e3 * sf.setup_s, 1e3 * sb.setup_s,
                1e-6 * (double)sf.bytes_recv, 1e-6 * (double)sb.bytes_recv);
         fflush(stdout);
-        exposed = ms[1] + 1e3 * (double)(sf.bytes_recv + sb.bytes_recv) / RS_LINK_BYTES_S > exposed
-                      ? ms[1] + 1e3 * (double)(sf.bytes_recv + sb.bytes_recv) / RS_LINK_BYTES_S
-                      : exposed;
+        const double with_transfers = ms[1] + 1e3 * (double)(sf.bytes_recv + sb.bytes_recv) / RS_LINK_BYTES_S;
+        if (with_transfers > exposed) exposed = with_transfers;
         most = ms[1] > most ? ms[1] : most;
         sum += ms[1];
     }

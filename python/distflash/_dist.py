@@ -204,7 +204,7 @@ def dist_desc_for(q, k, schedule, causal, scale, deterministic=False, doc=None, 
                   window_right=NO_WINDOW, same_docs=False):
     B, S, H, D = q.shape
     flags = (_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0) | (
-        _capi.DFA_FLAG_SAME_DOCS if same_docs and doc is not None else 0)
+        _capi.DFA_FLAG_SAME_DOCS if same_docs else 0)
     return _capi.dist_desc(B, S, H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal, softmax_scale=scale,
                            schedule=schedule, overlap=1, flags=flags,
                            doc=None if doc is None else doc.data_ptr(),

@@ -1193,7 +1193,7 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     if ((st = agree(e, NULL, NULL, 0, docs ? &read_ids : NULL, fn))) return st; /* docs: the same on every rank */
     const double t_ids = now();
     if (docs && !read_ids) {
-        if (e->ids) memcpy(e->ids, c->mask_key_ids, bytes);
+        memcpy(e->ids, c->mask_key_ids, bytes); /* (allocated: a failed malloc fails the agreement above) */
         e->ids_b = device ? (const int32_t *)c->mask_ids : e->ids;
     } else if (docs) {
         int32_t *gathered = device ? (int32_t *)c->mask_ids : e->ids;

@@ -35,6 +35,7 @@ int cmd_rank_sim(int argc, char **argv) {
 #include "cli_values.h"
 #include "common/desc.h"
 #include "common/error.h"
+#include "cuda/launch.h"
 #include "cuda_fill.h"
 #include "measure.h"
 #include "plan_args.h"
@@ -134,7 +135,7 @@ static dfa_comm *loop_create(int rank, int size, const int32_t *all_ids) {
 
 typedef struct {
     plan_args sh; /* the sequence, ranks, heads and mask */
-    int warmup, ring, same_docs, fold_cost;
+    int warmup, ring, same_docs, fold_cost, bwd_qsplit;
 } rs_opts;
 
 static int usage(FILE *f) {
@@ -143,12 +144,14 @@ static int usage(FILE *f) {
     fprintf(f, "  --warmup W        untimed repetitions first (default 1)\n"
                "  --ring            the ring schedule (default: balanced)\n"
                "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
-               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n");
+               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n"
+               "  --bwd-qsplit N    CTAs per key tile in the float32 backward blocks (default 0: the library's\n"
+               "                    choice; 1: never split; launch_bwd.cuh dfa__bwd_qsplit_for)\n");
     return f == stdout ? 0 : 2;
 }
 
 static int parse(int argc, char **argv, rs_opts *o) {
-    *o = (rs_opts){plan_args_default(), 1, 0, 0, -1};
+    *o = (rs_opts){plan_args_default(), 1, 0, 0, -1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
@@ -161,6 +164,8 @@ static int parse(int argc, char **argv, rs_opts *o) {
             if (cli_size(argv[++i], 0, 1000, &o->warmup)) return -1;
         } else if (i + 1 < argc && !strcmp(a, "--fold-cost")) {
             if (cli_size(argv[++i], 0, 1 << 20, &o->fold_cost)) return -1;
+        } else if (i + 1 < argc && !strcmp(a, "--bwd-qsplit")) {
+            if (cli_size(argv[++i], 0, 1024, &o->bwd_qsplit)) return -1;
         } else {
             return -1;
         }
@@ -271,9 +276,13 @@ int cmd_rank_sim(int argc, char **argv) {
     char what[160];
     bench_mask_describe(&o->sh.mask, ndocs, what, sizeof what);
     printf("rank-sim: %d tokens on %d simulated ranks (%d rows each), %s, %d heads (%d kv) x %d, %s, causal, %s "
-           "schedule%s; medians of %d (+%d warm-up)\n",
+           "schedule%s%s; medians of %d (+%d warm-up)\n",
            S, P, n, what, H, HK, D, cli_dtype_name(o->sh.dtype), o->ring ? "ring" : "balanced",
-           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->sh.reps, o->warmup);
+           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->bwd_qsplit == 1 ? ", key tiles never split" : "",
+           o->sh.reps, o->warmup);
+    /* the backward's key tiles over several CTAs (launch_bwd.cuh); the single-GPU call's 16-bit
+       kernel never splits */
+    dfa__cuda_force_bwd_qsplit(o->bwd_qsplit);
     printf("(each rank's whole pass through the executor on this GPU, transfers replaced by zero-filled receives: "
            "everything but the waits for peers)\n\n");
 

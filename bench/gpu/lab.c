@@ -57,6 +57,7 @@ static const variant variants[] = {
     {"fwd wgmma m128", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_M128, 0},
     {"fwd wgmma cluster", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_CLUSTER, 0},
     {"fwd wgmma persist", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST, 8192},
+    {"fwd wgmma persist pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_PP, 8192},
     {"fwd wgmma d256 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_D256_PP, 0},
     {"fwd wgmma heads order", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_HEADS_ORDER, 0},
     {"fwd wgmma l2 half", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_HALF, 0},

@@ -99,6 +99,8 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 43, 42>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 43, 42>(p, stream, fn);
     case LAB_FWD_WGMMA_EXP2F:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2>(p, stream, fn);
+    case LAB_FWD_WGMMA_PERSIST_PP:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 59>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 59>(p, stream, fn);
     case LAB_FWD_WGMMA_EX2_PP:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 11>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 11>(p, stream, fn);
     case LAB_FWD_WGMMA_TMA_O:

@@ -61,6 +61,7 @@ enum {
     LAB_BWD_WS_DIRECT_DKV,    /* the library's backward before run 44: dK, dV stored from registers, masked too */
     LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element
                                  test per warp by two scalar compares, the test one unsigned compare (+512) */
+    LAB_FWD_WGMMA_PERSIST_PP, /* the library's persistent forward at d = 128 with ping-pong consumers (PP 59) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

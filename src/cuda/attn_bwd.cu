@@ -98,6 +98,7 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.dv = dv;
     p.sh = *s;
     p.scale_log2 = s->scale * DFA__LOG2E;
+    p.qsplit = 1; /* the key-block launcher may split (launch_bwd.cuh) */
 
     dfa_status st = DFA_OK;
     if (kv_dq && (e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream)) != cudaSuccess)

@@ -37,6 +37,7 @@ typedef struct {
     void *dq, *dk, *dv; /* the storage type, or float32 (OUT32) */
     dfa__cuda_shape sh;
     float scale_log2;
+    int qsplit; /* CTAs per key tile of the Hopper kernel's float32 instances (bwd_ws.cuh QSPLIT); 1 elsewhere */
 } dfa__bwd_params;
 
 /* One warp per (batch, row, head) in the memory order of o. */

@@ -146,9 +146,16 @@ __global__ void __launch_bounds__(384, 1)
 
     const int tid = threadIdx.x;
     const int nn = (p.sh.seqlen_k + BN - 1) / BN;
+    /* QSPLIT (float32 dK, dV, dQ added as it comes): with p.qsplit > 1 the grid holds qsplit CTAs
+       per key tile, each walking its share of the tile's query blocks and adding its partial dK, dV
+       into outputs the launcher zeroed (launch_bwd.cuh, dfa__bwd_qsplit_for) */
+    constexpr int QSPLIT = OUT32 && DQ_MODE == 1;
+    const uint32_t tiles = (uint32_t)nn * (uint32_t)(p.sh.batch * p.sh.num_kv_heads);
+    const uint32_t unit = QSPLIT ? blockIdx.x % tiles : blockIdx.x;
+    const int split = QSPLIT ? (int)(blockIdx.x / tiles) : 0;
     /* in-order dQ: a CTA waits only on CTAs of higher key blocks, so those are launched first
        (a CTA never waits on one that may not be resident yet) */
-    const int nb_ = DQ_MODE == 2 ? nn - 1 - (int)(blockIdx.x % nn) : (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
+    const int nb_ = DQ_MODE == 2 ? nn - 1 - (int)(unit % nn) : (int)(unit % nn), bg = (int)(unit / nn);
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
@@ -159,7 +166,14 @@ __global__ void __launch_bounds__(384, 1)
         const long long first = (long long)n0 - p.sh.offset;
         mb_begin = first <= 0 ? 0 : (first >= p.sh.seqlen_q ? mb_end : (int)(first / BM));
     }
-    const int nmb = mb_end - mb_begin, total = nmb * group;
+    const int nmb = mb_end - mb_begin;
+    int it0 = 0, total = nmb * group; /* this CTA's iterations: it0 .. it0 + total - 1 of the tile's */
+    if (QSPLIT && p.qsplit > 1) {
+        const int all = total;
+        it0 = (int)((long long)all * split / p.qsplit);
+        total = (int)((long long)all * (split + 1) / p.qsplit) - it0;
+        if (total == 0) return; /* nothing to add (the whole CTA leaves before any barrier) */
+    }
 
     if (tid == 0) {
         dfa__mbar_init(KV_FULL, 1);
@@ -189,7 +203,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
             for (int it = 0; it < total; it++) {
-                const int s = it % STAGES, h = kvh * group + it / nmb, m0 = (mb_begin + it % nmb) * BM;
+                const int s = it % STAGES, h = kvh * group + (it0 + it) / nmb, m0 = (mb_begin + (it0 + it) % nmb) * BM;
                 dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
                 float *ld = sLD + s * 2 * BM;
                 const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
@@ -211,7 +225,7 @@ __global__ void __launch_bounds__(384, 1)
         } else if (warp == 1 && DQ_ATOMIC && lane == 0) {
             const int nm = (p.sh.seqlen_q + BM - 1) / BM;
             for (int it = 0; it < total; it++) {
-                const int i = it % NDQ, h = kvh * group + it / nmb, mi = mb_begin + it % nmb, m0 = mi * BM;
+                const int i = it % NDQ, h = kvh * group + (it0 + it) / nmb, mi = mb_begin + (it0 + it) % nmb, m0 = mi * BM;
                 int *sem = (int *)0;
                 int order = 0;
                 if (DQ_MODE == 2) {
@@ -334,7 +348,7 @@ __global__ void __launch_bounds__(384, 1)
     if (PP && c == 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     float dq[32];
     for (int it = 0; it < total; it++) {
-        const int s = it % STAGES, m0 = (mb_begin + it % nmb) * BM;
+        const int s = it % STAGES, m0 = (mb_begin + (it0 + it) % nmb) * BM;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
         float st[Q8 * 4], dp[Q8 * 4];
         dfa__mbar_wait(FULL(s), ph);
@@ -506,6 +520,16 @@ __global__ void __launch_bounds__(384, 1)
                 }
                 continue;
             }
+        if (QSPLIT && p.qsplit > 1) { /* a share of the query blocks: added (float32 only) */
+#pragma unroll
+            for (int j = 0; j < D8; j++) {
+                const int col = 8 * j + 2 * t;
+                dfa__red_add2((float *)dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * p.sh.scale,
+                              dk[4 * j + 2 * r + 1] * p.sh.scale);
+                dfa__red_add2((float *)dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+            }
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < D8; j++) {
             const int col = 8 * j + 2 * t;

@@ -56,6 +56,12 @@ extern "C" void dfa__cuda_force_l2_heads(int n) { dfa__forced_l2_heads.store(n, 
 
 extern "C" int dfa__cuda_forced_l2_heads(void) { return dfa__forced_l2_heads.load(std::memory_order_relaxed); }
 
+static std::atomic<int> dfa__forced_bwd_qsplit(0);
+
+extern "C" void dfa__cuda_force_bwd_qsplit(int n) { dfa__forced_bwd_qsplit.store(n, std::memory_order_relaxed); }
+
+extern "C" int dfa__cuda_forced_bwd_qsplit(void) { return dfa__forced_bwd_qsplit.load(std::memory_order_relaxed); }
+
 extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma,
                                             const char *fn) {
     dfa_status st = DFA_OK;

@@ -125,6 +125,13 @@ int dfa__cuda_forced_family(void);
 void dfa__cuda_force_l2_heads(int n);
 int dfa__cuda_forced_l2_heads(void);
 
+/* FOR TESTS ONLY: makes every later backward whose key tiles may be split over several CTAs (the
+   Hopper kernel's float32 instances, not deterministic, no 16-bit keys; launch_bwd.cuh
+   dfa__bwd_qsplit_for) split each into n (1: never), or choose again (n = 0). Results change
+   in the last bits (float32 sums in another order). Same rules as dfa__cuda_force_family. */
+void dfa__cuda_force_bwd_qsplit(int n);
+int dfa__cuda_forced_bwd_qsplit(void);
+
 /* The family a pass uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
    device into *wgmma (1: Hopper kernels: sm_90 and head dims 64 and 128, and 256 in the
    forward). Fails (status recorded) when the device is older than sm_80, or when WGMMA is

@@ -34,13 +34,50 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
                        "backward dq kernel launch", p);
 }
 
+/* Query blocks a CTA of the Hopper key-block kernel should walk at least: below that its K/V
+   load and pipeline fill are not paid back (a key tile's split shares; bwd_ws.cuh QSPLIT). */
+#define DFA__BWD_QSPLIT_MIN_ITERS 8
+
+/* CTAs per key tile for the Hopper kernel's float32 instances (bwd_ws.cuh QSPLIT). A grid of
+   fewer key tiles than SMs (the executor's narrow blocks: a document's tail against the next
+   chunk's rows, 4 tiles x 8 kv heads in the trainer's shape, each CTA walking thousands of
+   query rows) leaves most SMs idle; splitting each tile's query blocks over several CTAs, their
+   dK, dV added into zeroed outputs, fills them. ctas: key tiles of the grid; iters: the most
+   query blocks (times the group's heads) a tile may walk. Never with keys handed to 16-bit
+   outputs (whole or not, they are written once) nor in the deterministic mode (DQ_MODE != 1):
+   float32 additions in any order. A test may force the count (dfa__cuda_force_bwd_qsplit). */
+static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) {
+    const int forced = dfa__cuda_forced_bwd_qsplit();
+    if (forced > 0) return forced;
+    if (ctas <= 0 || ctas * 2 > sms) return 1;
+    long long n = sms / ctas, by_iters = iters / DFA__BWD_QSPLIT_MIN_ITERS;
+    n = n < by_iters ? n : by_iters;
+    return n < 1 ? 1 : (int)n;
+}
+
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT, int VARIANT_MASKED_ARG>
-static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
     /* -1: the library's masked variant for this head dim */
     constexpr int VARIANT_MASKED = VARIANT_MASKED_ARG < 0 ? DFA__BWD_WS_LIBRARY_MASKED(D) : VARIANT_MASKED_ARG;
-    const long long ctas = (long long)((p.sh.seqlen_k + C::BN - 1) / C::BN) * p.sh.batch * p.sh.num_kv_heads;
+    long long ctas = (long long)((p_in.sh.seqlen_k + C::BN - 1) / C::BN) * p_in.sh.batch * p_in.sh.num_kv_heads;
+    dfa__bwd_params p = p_in;
+    p.qsplit = 1;
+    if (OUT32 && DQ_MODE == 1 && !(dkv16.to > dkv16.from && dkv16.dk)) {
+        dfa_status sms_st = DFA_OK;
+        const int sms = dfa__cuda_device_attr(cudaDevAttrMultiProcessorCount, fn, &sms_st);
+        if (sms < 0) return sms_st;
+        const long long iters = (long long)((p.sh.seqlen_q + BM - 1) / BM) * (p.sh.num_heads / p.sh.num_kv_heads);
+        p.qsplit = dfa__bwd_qsplit_for(ctas, iters, sms);
+        if (p.qsplit > 1) {
+            const size_t bytes = (size_t)p.sh.batch * p.sh.seqlen_k * p.sh.num_kv_heads * p.sh.head_dim * sizeof(float);
+            cudaError_t e = cudaMemsetAsync(p.dk, 0, bytes, st);
+            if (e == cudaSuccess) e = cudaMemsetAsync(p.dv, 0, bytes, st);
+            if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMemsetAsync of dk, dv before a split backward");
+            ctas *= p.qsplit;
+        }
+    }
     CUtensorMap tq, tk, tv, tdo, tdq;
     memset(&tdq, 0, sizeof tdq); /* not read without dQ in the kernel */
     if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||

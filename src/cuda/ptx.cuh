@@ -70,6 +70,10 @@ static __device__ __forceinline__ float dfa__exp2_ftz(float x) {
     return y;
 }
 
+/* Two adjacent floats added into global memory (sm_90's vector reduction, no return value). */
+static __device__ __forceinline__ void dfa__red_add2(float *dst, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
 static __device__ __forceinline__ void dfa__ldmatrix_x4(uint32_t *r, uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -158,6 +158,9 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
         got[1][i] = malloc(bytes32[i]);
     }
     char kname[96];
+    /* the float32 gradients rounded are the 16-bit call's bits only with each key tile's dK, dV
+       summed by one CTA: split tiles (launch_bwd.cuh dfa__bwd_qsplit_for) are checked below */
+    dfa__cuda_force_bwd_qsplit(1);
     for (int rep = 0; rep < 2; rep++) {
         snprintf(kname, sizeof kname, "%s, f32 out, %s scratch", kernel, rep ? "caller's" : "library");
         dev_poison(scratch, sbytes + canary);
@@ -228,6 +231,29 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
         for (int i = 0; i < 2; i++) CUDA_OK(cudaFree(d16[i]));
         free(h16);
         free(h32);
+    }
+    dfa__cuda_force_bwd_qsplit(0);
+
+    /* key tiles split over CTAs by query blocks (the Hopper kernel's float32 instances, dK, dV added
+       into zeroed outputs; the deterministic mode never splits): as accurate as the 16-bit call,
+       every element written, with the launcher's choice and with 2, 3 and 64 CTAs a tile (64:
+       CTAs with no query block, which leave at once) */
+    static const int splits[4] = {0, 2, 3, 64};
+    for (int k = 0; k < 4; k++) {
+        snprintf(kname, sizeof kname, "%s, f32 out, %d CTAs per key tile", kernel, splits[k]);
+        dfa__cuda_force_bwd_qsplit(splits[k]);
+        run_bwd_internal(&s32, kname, ins, lse, outs, bytes32, NULL);
+        dfa__cuda_force_bwd_qsplit(0);
+        for (int i = 0; i < 3; i++) {
+            to_host(got[1][i], outs[i], bytes32[i]);
+            const double err = tl_max_err(DFA_F32, got[1][i], refs[i], n[i]);
+            CHECK(tl_count_nan(DFA_F32, got[1][i], n[i]) == 0 && err <= tol[i],
+                  "%s f32 [%s]: %lld elements unwritten/NaN, max error %.3g > tol %.3g for %s", names[i], kname,
+                  (long long)tl_count_nan(DFA_F32, got[1][i], n[i]), err, tol[i], tl_desc_str(d));
+            if (det)
+                CHECK(!memcmp(got[1][i], got[0][i], bytes32[i]), "%s f32 [%s, deterministic]: not the unsplit bits for %s",
+                      names[i], kname, tl_desc_str(d));
+        }
     }
 
     /* 16-bit outputs with the caller's scratch (which then holds the dq accumulator) */

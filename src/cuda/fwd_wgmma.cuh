@@ -480,14 +480,16 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
  * producer takes the next number when it starts loading that tile (FlashAttention-3's dynamic
  * scheduler), so tiles start in the one-tile kernel's order as CTAs free up (a fixed stride
  * measured 7-13% slower: unequal work per CTA, bench/gpu/NOTES.md). It hands each number to
- * the consumers through two slots in shared memory (tile_full / tile_empty). o is written
- * from registers (PP bit 4 is ignored: the Q buffer is the next tile's by then); 16-bit o
- * only, no clusters. (Overlapping tiles inside the consumers too, the next tile's first S issued
+ * the consumers through two slots in shared memory (tile_full / tile_empty). With PP bit 4 o
+ * leaves by TMA from a shared buffer of its own (the Q buffer is the next tile's by then:
+ * 32 KB more at d = 128), each warpgroup's 64 rows as in the one-tile kernel; without it, from
+ * registers. 16-bit o only, no clusters. (Overlapping tiles inside the consumers too, the next tile's first S issued
  * with this tile's last P V from a second Q buffer, lost 5-9% at every shape: bench/gpu/NOTES.md,
  * 2026-12-01 seventh session, item 4; the variant is in git history, commit 074a1e4.) */
-template <int D, int BN, int NCW> struct dfa__fwd_persist_cfg {
+template <int D, int BN, int NCW, int TMA_O = 0> struct dfa__fwd_persist_cfg {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    static constexpr int BAR_OFF = C::QBYTES + 2 * C::STAGES * C::KVBYTES;
+    static constexpr int O_OFF = C::QBYTES + 2 * C::STAGES * C::KVBYTES; /* o's staging tile (TMA_O) */
+    static constexpr int BAR_OFF = O_OFF + (TMA_O ? C::QBYTES : 0);
     static constexpr int SMEM = BAR_OFF + dfa__fwd_bars<C::STAGES>::END + 1024;
 };
 
@@ -545,17 +547,18 @@ static __device__ __forceinline__ void dfa__fwd_tile_store(const dfa__fwd_params
 template <int D, int BN, int BF16, int PP, int NCW>
 __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__fwd_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                                     const __grid_constant__ CUtensorMap tv, const dfa__fwd_params p,
-                                     unsigned int *tile_counter) {
+                                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
+                                     const dfa__fwd_params p, unsigned int *tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int TMA_O = (PP & 16) != 0;
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    typedef dfa__fwd_persist_cfg<D, BN, NCW> PC;
+    typedef dfa__fwd_persist_cfg<D, BN, NCW, TMA_O> PC;
     constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8;
     static_assert((PP & 2) != 0, "the persistent forward is the pipelined one");
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES;
+    const uint32_t sQ = base, sK = base + C::QBYTES, sV = sK + STAGES * C::KVBYTES, sO = base + PC::O_OFF;
     const dfa__fwd_bars<STAGES> B = {base + PC::BAR_OFF};
     volatile uint32_t *const tile_slot =
         (volatile uint32_t *)(dfa__smem + (base - dfa__smem_addr(dfa__smem)) + PC::BAR_OFF + B.SLOTS);
@@ -628,12 +631,17 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         dfa__mbar_wait(B.q_full(), qn & 1u);
         dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo,
                                                           mhi, lim, T.m0, p, c, lane, 0u);
-        dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
+        if (TMA_O) /* the issuing thread waits until the copy engine has read sO, before its next tile */
+            dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sO, &to,
+                                          p.lse ? p.lse + (long long)T.bh * p.sh.seqlen_q : (float *)0, c, warp, lane,
+                                          T.h, T.m0, T.b, p.sh.seqlen_q);
+        else
+            dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
         g += T.nblocks;
         qn++;
     }
 #else
-    (void)tq; (void)tk; (void)tv; (void)p; (void)tile_counter;
+    (void)tq; (void)tk; (void)tv; (void)to; (void)p; (void)tile_counter;
     __trap();
 #endif
 }

@@ -108,18 +108,22 @@ template <int D, int BN, int BF16, int PP, int NCW>
 static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, long long tiles, int sms, cudaStream_t st,
                                                    const char *fn) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
-    typedef dfa__fwd_persist_cfg<D, BN, NCW> PC;
+    typedef dfa__fwd_persist_cfg<D, BN, NCW, (PP & 16) != 0> PC;
     if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
-    CUtensorMap tq, tk, tv;
+    CUtensorMap tq, tk, tv, to;
     dfa_status s = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
     if (s) return s;
+    /* o by TMA (PP bit 4): boxes of one consumer warpgroup's 64 rows; otherwise unused */
+    if (!(PP & 16)) to = tq;
+    else if (!dfa__tmap(&to, p.o, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, 64))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for o");
     void *counter = NULL;
     cudaError_t e = cudaMallocAsync(&counter, 256, st);
     if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the forward's tile counter");
     e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), st);
     s = e != cudaSuccess ? dfa__cuda_fail(e, fn, "zeroing the forward's tile counter")
                          : dfa__launch(dfa__fwd_wgmma_persistent_kernel<D, BN, BF16, PP, NCW>, (long long)sms, C::NT,
-                                       PC::SMEM, st, fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, p,
+                                       PC::SMEM, st, fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, to, p,
                                        (unsigned int *)counter);
     e = cudaFreeAsync(counter, st);
     if (!s && e != cudaSuccess) s = dfa__cuda_fail(e, fn, "cudaFreeAsync of the forward's tile counter");
@@ -146,8 +150,11 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    it); persistent (bit 5) at 128, where a grid has more query tiles than SMs: +0.7 to +3% with
    a 4k window and with documents, +1 to +2% at 8k and 32k causal, +7% at 2k x 16 (run 49, the
    lab's copy of it; "fwd wgmma tma o" is the one-tile kernel before it, which small grids and
-   float32 o keep); level to -2% at d = 64, which stays one tile per CTA. The other combinations
-   run in the kernel lab. */
+   float32 o keep); level to -2% at d = 64, which stays one tile per CTA. The persistent kernel
+   stores o by TMA too since 2026-12-02 (run 75, 5 rounds against "fwd wgmma persist", o from
+   registers: +3.7% at 2k x 16, level at 8k, 32k and with the masks at 32k and 128k); ping-pong
+   on top of it ("fwd wgmma persist pp") lost 1-6% (runs 74, 75). The other combinations run in
+   the kernel lab. */
 template <int BF16, int OUT32, int PP64 = 11, int PP128 = 58, int NCW64 = 3, int CLUSTER = 1>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32, NCW64, CLUSTER>(p, st, fn);

@@ -273,13 +273,14 @@ int cmd_rank_sim(int argc, char **argv) {
     whole.dtype = o->sh.dtype;
     whole.causal = 1;
     bench_mask_apply(&o->sh.mask, &whole, ids_dev);
-    char what[160];
+    char what[160], split[64] = "";
     bench_mask_describe(&o->sh.mask, ndocs, what, sizeof what);
+    if (o->bwd_qsplit == 1) snprintf(split, sizeof split, ", key tiles never split");
+    else if (o->bwd_qsplit > 1) snprintf(split, sizeof split, ", every key tile split %d ways", o->bwd_qsplit);
     printf("rank-sim: %d tokens on %d simulated ranks (%d rows each), %s, %d heads (%d kv) x %d, %s, causal, %s "
            "schedule%s%s; medians of %d (+%d warm-up)\n",
            S, P, n, what, H, HK, D, cli_dtype_name(o->sh.dtype), o->ring ? "ring" : "balanced",
-           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", o->bwd_qsplit == 1 ? ", key tiles never split" : "",
-           o->sh.reps, o->warmup);
+           o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", split, o->sh.reps, o->warmup);
     /* the backward's key tiles over several CTAs (launch_bwd.cuh); the single-GPU call's 16-bit
        kernel never splits */
     dfa__cuda_force_bwd_qsplit(o->bwd_qsplit);

@@ -191,3 +191,17 @@ void tl_busy_docs(int32_t *ids, int N, int n) {
     }
     for (int i = N - n; i < N; i++) ids[i] = id;
 }
+
+void tl_straddle_docs(int32_t *ids, int N, int n) {
+    const int from = N >= 2 * n ? N - 2 * n + n / 2 : 0, to = N - n / 4;
+    int32_t id = 0;
+    for (int i = 0; i < N; id++) {
+        if (i == from) {
+            while (i < to) ids[i++] = id;
+            continue;
+        }
+        const int chunk_end = (i / n + 1) * n, tile_end = i - i % n + ((i % n) / 128 + 1) * 128;
+        const int len = tl_rand_int(1, 4), end = chunk_end < tile_end ? chunk_end : tile_end;
+        for (int r = 0; r < len && i < end && (i < from || i >= to); r++) ids[i++] = id;
+    }
+}

@@ -64,6 +64,11 @@ double *tl_slice_rows_f64(const double *src, int B, int N, int r0, int n, int64_
    document: a balanced masked plan then lends that block's first rows (src/seqpar/schedule.h). */
 void tl_random_docs(int32_t *ids, int N, int n);
 void tl_busy_docs(int32_t *ids, int N, int n);
+/* tl_straddle_docs: short documents as tl_busy_docs, except one from half-way into the second to
+   last chunk (the start of the only chunk when N = n) to 3/4 into the last: the pair of the last
+   two chunks is dense and the heaviest, so a balanced masked plan splits it (schedule.h; a third
+   rank's piece reads half a chunk of keys, within the workspace bound). */
+void tl_straddle_docs(int32_t *ids, int N, int n);
 
 /* ---- descriptors ---- */
 dfa_attn_desc tl_desc(int b, int sq, int sk, int h, int hkv, int d, dfa_dtype t, int causal, int64_t q_start,

@@ -291,6 +291,20 @@ static void free_plan(exec *e) {
     e->steps = NULL;
 }
 
+/* The tasks of plan p (every rank's) that compute a piece of a split pair (schedule.h): fewer
+   query rows than the pair's visible ones, off the diagonal. */
+static int count_pieces(const dfa__sched_plan *p, int n) {
+    int pieces = 0;
+    for (int i = 0; i < p->steps * p->nranks; i++) {
+        const dfa__task *t = &p->tasks[i];
+        if (t->q_chunk < 0 || t->q_chunk == t->k_chunk) continue;
+        const size_t x = (size_t)t->q_chunk * (size_t)p->nranks + (size_t)t->k_chunk;
+        const int r0 = p->rows ? p->rows[2 * x] : 0, r1 = p->rows ? p->rows[2 * x + 1] : n;
+        pieces += t->row0 != r0 || t->row1 != r1;
+    }
+    return pieces;
+}
+
 /* Forgets the last masked plan's counts (mask_counts). */
 static void mask_cache_clear(dfa_comm *c) {
     dfa__pair_counts_free(&c->mask_cache);
@@ -1221,13 +1235,17 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
            run of the chunk's (compute: one batch row, or no documents); key windows where they
            are also contiguous rows of k and v to send in place and fold (one batch row) */
         const int windows = !docs || dd->attn.batch == 1, key_windows = dd->attn.batch == 1;
+        /* pairs off the diagonal split over a third rank where lending is allowed (the same
+           contiguous rows, keys and ids; schedule.h, split pairs) */
         const dfa__plan_counts in = {e->mc.work, windows ? e->mc.rows : NULL, key_windows ? e->mc.keys : NULL, e->mc.cost,
                                      e->mc.prefix, c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
-                                     dfa__lend_rows(&dd->attn)};
-        if (dfa__sched_plan_build(&s, &in, &e->mplan))
+                                     dfa__lend_rows(&dd->attn), lend, dfa__piece_bytes_of(&dd->attn)};
+        if (dfa__sched_plan_build(&s, &in, &e->mplan)) {
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
-        else
+        } else {
             e->masked = 1;
+            if (c->stats) c->stats->pieces = count_pieces(&e->mplan, n);
+        }
     }
     if (!e->local) record(e, prepare(e, dd, kind, groups, fn));
     if (c->stats) c->stats->setup_mask_plan_s = now() - t_plan;

@@ -50,6 +50,8 @@ typedef struct dfa__dist_stats {
     double finish_s;                          /* the closing agreement and writing the outputs */
     double total_s;
     int64_t bytes_sent, bytes_recv;
+    int pieces;                               /* masked calls: tasks of every rank that compute a piece of a
+                                                 split pair (schedule.h); 0 otherwise */
 } dfa__dist_stats;
 
 /* Tests: run the following calls on c in `groups` groups of heads (a divisor of num_kv_heads;

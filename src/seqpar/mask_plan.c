@@ -1,6 +1,7 @@
 /* Masked plans: which chunk pairs a document / window mask leaves, and who computes them.
    See schedule.h ("Masked plans"). Pure functions of their arguments. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +12,12 @@
 /* A pair to place: query chunk q, key chunk k, its visible pairs. */
 typedef struct {
     int q, k;
-    int64_t work; /* visible pairs (what the task carries) */
-    int64_t cost; /* what the ranks are balanced on: the tile cost, or the visible pairs */
-    int lent;     /* a diagonal's first rows lent to another rank (its keys too), else 0 */
+    int64_t work;  /* visible pairs (what the task carries) */
+    int64_t cost;  /* what the ranks are balanced on: the tile cost, or the visible pairs */
+    int lent;      /* a diagonal's first rows lent to another rank (its keys too), else 0 */
+    int row0, row1; /* off the diagonal: the query rows it covers (the pair's visible rows, or a piece) */
+    int64_t dense; /* off the diagonal, split_pairs: the keys each of its rows sees when every visible
+                      row sees every visible key (a piece of r rows has r x dense pairs), else 0 */
 } pair;
 
 static int by_work(const void *a, const void *b) { /* heaviest first; ties by (q, k): deterministic */
@@ -28,7 +32,8 @@ static int by_distance(const void *a, const void *b) { /* nearest key chunk firs
     const int dx = abs(x->q - x->k), dy = abs(y->q - y->k);
     if (dx != dy) return dx < dy ? -1 : 1;
     if (x->q != y->q) return x->q < y->q ? -1 : 1;
-    return x->k < y->k ? -1 : x->k > y->k;
+    if (x->k != y->k) return x->k < y->k ? -1 : 1;
+    return x->row0 < y->row0 ? -1 : x->row0 > y->row0; /* pieces of one pair */
 }
 
 /* (schedule.h) */
@@ -39,6 +44,21 @@ int dfa__lend_rows(const dfa_attn_desc *d) {
        the same ratio. Backward inputs q, o, dout, lse; k, v. */
     const double fwd_in = fmax(q, kv) / (q + kv), bwd_in = fmax(3 * q + lse, kv) / (3 * q + lse + kv);
     return (int)(fmin(fwd_in, bwd_in) * d->seqlen_q);
+}
+
+/* (schedule.h) */
+dfa__piece_bytes dfa__piece_bytes_of(const dfa_attn_desc *d) {
+    const int64_t es = (int64_t)dfa__dtype_size(d->dtype), H = d->num_heads, D = d->head_dim;
+    const int64_t q = H * D * es, kv = 2 * (int64_t)d->num_kv_heads * D * es, lse = 4 * H;
+    dfa__piece_bytes b = {{q, 3 * q + lse, H * D * 4}, {kv, kv, kv / es * 4}, {0, 0, 0}};
+    for (int i = 0; i < 3; i++) b.cap[i] = b.q[i] > b.k[i] ? b.q[i] : b.k[i];
+    return b;
+}
+
+int dfa__piece_fits(const dfa__piece_bytes *b, int rows, int key_rows, int n) {
+    for (int i = 0; i < 3; i++)
+        if (b->cap[i] > 0 && (int64_t)rows * b->q[i] + (int64_t)key_rows * b->k[i] > (int64_t)n * b->cap[i]) return 0;
+    return 1;
 }
 
 void dfa__sched_plan_free(dfa__sched_plan *p) {
@@ -55,54 +75,142 @@ void dfa__sched_plan_free(dfa__sched_plan *p) {
    plans' tests) as it is. */
 static int64_t lent_cost(int64_t c, int fold) { return fold > 0 ? c + c / 4 : c; }
 
-/* Busy diagonals (schedule.h): while it lowers the busiest load of all ranks by 2% or more, its
-   diagonal lends its first lent[r] rows (a sample row, at most cap; their visible pairs in
-   lent_work[r]) to the least busy rank, lent_to[r]. Updates load (in cost units). */
-static void lend_diagonals(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int cap,
-                           int64_t *load, int *lent, int *lent_to, int64_t *lent_work) {
+/* What a piece of a split pair of tile cost c costs its helper: a quarter of the rows or keys
+   of a large block still runs close to full speed, but the helper's loop over them is shorter
+   and its inputs come late (they are posted one step ahead, like any other): an eighth more with
+   the folds costed (the GPU model), as it is without. */
+static int64_t piece_cost(int64_t c, int fold) { return fold > 0 ? c + c / 8 : c; }
+
+/* The busiest load of the ranks other than a, b and c. */
+static int64_t max_load_except(const int64_t *load, int P, int a, int b, int c) {
+    int64_t m = 0;
+    for (int r = 0; r < P; r++)
+        if (r != a && r != b && r != c && load[r] > m) m = load[r];
+    return m;
+}
+
+/* Busy diagonals (schedule.h): the best number of first rows of top's diagonal to lend to low
+   (a sample row j n / DFA__DIAG_SAMPLES, at most cap): returns the busiest load of all ranks
+   after it and sets *best_j, or INT64_MAX when no sample lowers top's load. */
+static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int cap,
+                         const int64_t *load, const int *lent, int top, int low, int *best_j) {
     const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
-    for (int iter = 0; iter < P; iter++) {
+    const int64_t diag = work[(size_t)top * P + top];
+    *best_j = 0;
+    if (lent[top] || diag <= 0) return INT64_MAX;
+    const int64_t *cum = diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
+    int64_t best = load[top];
+    for (int j = 1; j <= DFA__DIAG_SAMPLES; j++) {
+        const int x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
+        if (x < 1 || x > cap || x >= n || cum[j] <= 0 || cum[j] >= diag) continue;
+        const int64_t a = load[top] - cost[j] + 2 * (int64_t)fold * x, b = load[low] + lent_cost(cost[j], fold);
+        const int64_t most = a > b ? a : b;
+        if (most < best) best = most, *best_j = j;
+    }
+    if (!*best_j) return INT64_MAX;
+    const int64_t others = max_load_except(load, P, top, low, -1); /* ties at the top gain nothing */
+    return others > best ? others : best;
+}
+
+/* Split pairs (schedule.h): the best piece [s, row1) of one of top's dense pairs for low to
+   compute (s on a DFA__PLAN_TILE row; on a third rank, within pb's bounds): returns the busiest load of
+   all ranks after it and sets *best_i, *best_s, or INT64_MAX when there is none. The key owner
+   folds one more dk, dv of the pair's keys. */
+static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *owner, int np, const int *keys,
+                          const dfa__piece_bytes *pb, int fold, const int64_t *load, int top, int low, int *best_i,
+                          int *best_s) {
+    const int P = s->nranks, n = s->rows, T = DFA__PLAN_TILE;
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < np; i++) {
+        const pair *x = &pairs[i];
+        if (owner[i] != top || x->lent || !x->dense || x->row1 - x->row0 < 2) continue;
+        const size_t c = (size_t)x->q * P + (size_t)x->k;
+        int k0, k1;
+        dfa__plan_key_window(keys[2 * c], keys[2 * c + 1], n, &k0, &k1);
+        const int64_t others = max_load_except(load, P, top, low, x->k), key_fold = (int64_t)fold * (k1 - k0);
+        for (int at = (x->row0 / T + 1) * T; at < x->row1; at += T) {
+            const int moved = x->row1 - at;
+            if (low != x->q && low != x->k && !dfa__piece_fits(pb, moved, k1 - k0, n)) continue; /* both inputs */
+            const int64_t c_m = x->cost * moved / (x->row1 - x->row0);
+            int64_t a = load[top] - c_m, b = load[low] + piece_cost(c_m, fold), kl = 0;
+            if (x->k == top) a += key_fold;
+            else if (x->k == low) b += key_fold;
+            else kl = load[x->k] + key_fold;
+            int64_t most = a > b ? a : b;
+            most = most > kl ? most : kl;
+            most = most > others ? most : others;
+            if (most < best) best = most, *best_i = i, *best_s = at;
+        }
+    }
+    return best;
+}
+
+/* The busy ranks shed work (schedule.h: busy diagonals, split pairs): while lending the busiest
+   rank's diagonal rows or splitting one of its dense pairs lowers the busiest load of all ranks
+   by 2% or more, the better of the two moves to the least busy rank. Each diagonal lends at most
+   once (lent, lent_to, lent_work); pieces are appended to pairs / owner (*np grows, at most
+   np_cap). Updates load (in cost units). */
+static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int *keys, int fold, pair *pairs,
+                      int *owner, int *np, int np_cap, int64_t *load, int *lent, int *lent_to, int64_t *lent_work) {
+    const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
+    const int cap = in->lend_rows_max > 0 ? in->lend_rows_max : n / 2;
+    const int lend = in->diag_prefix && s->causal, split = in->split_pairs && keys;
+    for (int iter = 0; iter < 2 * P; iter++) {
         int top = 0, low = 0;
         for (int r = 1; r < P; r++) {
             top = load[r] > load[top] ? r : top;
             low = load[r] < load[low] ? r : low;
         }
-        const int64_t diag = work[(size_t)top * P + top];
-        if (top == low || lent[top] || diag <= 0) return;
-        const int64_t *cum = diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
-        int best_j = 0;
-        int64_t best = load[top];
-        for (int j = 1; j <= DFA__DIAG_SAMPLES; j++) {
-            const int x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
-            if (x < 1 || x > cap || x >= n || cum[j] <= 0 || cum[j] >= diag) continue;
-            const int64_t a = load[top] - cost[j] + 2 * (int64_t)fold * x, b = load[low] + lent_cost(cost[j], fold);
-            const int64_t most = a > b ? a : b;
-            if (most < best) best = most, best_j = j;
+        if (top == low) return;
+        int j = 0, si = 0, at = 0;
+        const int64_t by_lend =
+            lend ? best_lend(s, in->work, in->diag_prefix, fold, cap, load, lent, top, low, &j) : INT64_MAX;
+        const int64_t by_split = split && *np < np_cap
+                                     ? best_split(s, pairs, owner, *np, keys, &in->piece, fold, load, top, low, &si, &at)
+                                     : INT64_MAX;
+        const int64_t best = by_lend < by_split ? by_lend : by_split;
+        if (best == INT64_MAX || best > load[top] - load[top] / 50) return;
+        if (by_lend <= by_split) {
+            const int64_t *cum = in->diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
+            lent[top] = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
+            lent_to[top] = low;
+            lent_work[top] = cum[j];
+            load[top] += 2 * (int64_t)fold * lent[top] - cost[j];
+            load[low] += lent_cost(cost[j], fold);
+        } else {
+            pair *x = &pairs[si];
+            const size_t c = (size_t)x->q * P + (size_t)x->k;
+            int k0, k1;
+            dfa__plan_key_window(keys[2 * c], keys[2 * c + 1], n, &k0, &k1);
+            const int moved = x->row1 - at;
+            const int64_t c_m = x->cost * moved / (x->row1 - x->row0);
+            pairs[*np] = *x;
+            pairs[*np].row0 = at;
+            pairs[*np].work = x->dense * moved;
+            pairs[*np].cost = c_m;
+            owner[(*np)++] = low;
+            x->row1 = at;
+            x->work -= x->dense * moved;
+            x->cost -= c_m;
+            load[top] -= c_m;
+            load[low] += piece_cost(c_m, fold);
+            load[x->k] += (int64_t)fold * (k1 - k0);
         }
-        /* the busiest load over all ranks must fall (ties at the top gain nothing) */
-        int64_t others = 0;
-        for (int r = 0; r < P; r++)
-            if (r != top && r != low && load[r] > others) others = load[r];
-        if (others > best) best = others;
-        if (!best_j || best > load[top] - load[top] / 50) return;
-        lent[top] = (int)((int64_t)best_j * n / DFA__DIAG_SAMPLES);
-        lent_to[top] = low;
-        lent_work[top] = cum[best_j];
-        load[top] += 2 * (int64_t)fold * lent[top] - cost[best_j];
-        load[low] += lent_cost(cost[best_j], fold);
     }
 }
 
 int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__sched_plan *out) {
-    const int64_t *work = in->work, *cost = in->cost, *diag_prefix = in->diag_prefix;
+    const int64_t *work = in->work, *cost = in->cost;
     const int *rows = in->rows, *keys = in->rows ? in->keys : NULL;
     const int fold = cost ? in->fold_cost : 0;
     const int P = s->nranks, n = s->rows;
     memset(out, 0, sizeof *out);
-    pair *pairs = malloc(sizeof *pairs * ((size_t)P * (size_t)P + (size_t)P) + 1);
+    /* the pairs, the pieces of split ones (one a move, 2 P moves at most), the lent diagonals */
+    const size_t np_cap = (size_t)P * (size_t)P + 2 * (size_t)P;
+    pair *pairs = malloc(sizeof *pairs * (np_cap + (size_t)P) + 1);
     int *lent = calloc((size_t)P, sizeof *lent), *lent_to = calloc((size_t)P, sizeof *lent_to);
     int64_t *lent_work = calloc((size_t)P, sizeof *lent_work);
-    int *owner = malloc(sizeof *owner * ((size_t)P * (size_t)P + (size_t)P) + 1), *count = calloc((size_t)P, sizeof *count);
+    int *owner = malloc(sizeof *owner * (np_cap + (size_t)P) + 1), *count = calloc((size_t)P, sizeof *count);
     int64_t *load = calloc((size_t)P, sizeof *load);
     int rc = -1;
     if (!pairs || !owner || !count || !load || !lent || !lent_to || !lent_work) goto done;
@@ -113,7 +221,10 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         for (int k = 0; k < P; k++) {
             const size_t x = (size_t)q * P + k;
             if (k == q || work[x] <= 0) continue;
-            pairs[np++] = (pair){q, k, work[x], bal[x], 0};
+            const int r0 = rows ? rows[2 * x] : 0, r1 = rows ? rows[2 * x + 1] : n;
+            const int64_t kc = keys ? keys[2 * x + 1] - keys[2 * x] : 0;
+            const int64_t dense = in->split_pairs && kc > 0 && work[x] == (int64_t)(r1 - r0) * kc ? kc : 0;
+            pairs[np++] = (pair){q, k, work[x], bal[x], 0, r0, r1, dense};
             if (fold > 0) { /* its folds land on the owners whoever computes it */
                 const int qrows = rows ? rows[2 * x + 1] - rows[2 * x] : n;
                 load[q] += (int64_t)fold * qrows;
@@ -159,13 +270,12 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         }
     }
     free(base);
-    if (diag_prefix && s->causal && s->kind != DFA__SCHED_RING) {
-        lend_diagonals(s, work, diag_prefix, fold, in->lend_rows_max > 0 ? in->lend_rows_max : n / 2, load, lent,
-                       lent_to, lent_work);
+    if (s->kind != DFA__SCHED_RING) {
+        shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent, lent_to, lent_work);
         for (int r = 0; r < P; r++)
             if (lent[r]) {
                 owner[np] = lent_to[r];
-                pairs[np++] = (pair){r, r, lent_work[r], 0, lent[r]};
+                pairs[np++] = (pair){r, r, lent_work[r], 0, lent[r], 0, lent[r], 0};
             }
     }
     for (int i = 0; i < np; i++) count[owner[i]]++;
@@ -191,8 +301,7 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         qsort(mine, (size_t)m, sizeof *mine, by_distance);
         for (int i = 0; i < m; i++) {
             const size_t x = (size_t)mine[i].q * P + (size_t)mine[i].k;
-            const int r0 = rows && !mine[i].lent ? rows[2 * x] : 0;
-            const int r1 = mine[i].lent ? mine[i].lent : rows ? rows[2 * x + 1] : n;
+            const int r0 = mine[i].row0, r1 = mine[i].row1; /* lent: [0, lent) */
             /* lent rows read keys [0, x); a pair off the diagonal its visible keys (when known) */
             int k0 = 0, k1 = mine[i].lent;
             if (keys && !mine[i].lent) dfa__plan_key_window(keys[2 * x], keys[2 * x + 1], n, &k0, &k1);

@@ -201,6 +201,26 @@ static inline void dfa__plan_key_window(int lo, int hi, int n, int *k0, int *k1)
    x rows of dk and dv out instead of whole chunks. The owner keeps rows [x, n) at step 0. This
    repeats while it lowers the busiest load of all ranks by 2% or more, each diagonal at most
    once. (The executor lends only under documents: a window alone leaves the diagonals alike.) */
+/* Split pairs (helpers, P >= 3): a pair off the diagonal that one long document straddles can
+   outweigh every other rank's work (at P = 4 on 128k tokens: 19 of rank 3's 31 ms), and placed
+   whole it runs on its query owner or its key owner. With split_pairs, the busiest rank's
+   heaviest such pair may hand its last query rows [s, r1) (s on a DFA__PLAN_TILE row) to the
+   least busy rank, a *helper*, which gets those rows from the query owner and the pair's keys
+   from the key owner in the same step, and sends a partial result back to each (the key owner
+   then folds two dk, dv for the same keys). Only *dense* pairs split: every visible row sees
+   every visible key (work = rows x keys: a document straddling the chunks, one batch row), so a
+   piece's visible pairs are its rows times the keys, exactly. (The helper may also be the pair's
+   other owner: then the piece needs one input, as a whole pair does.) A piece on a third rank
+   takes both inputs and sends both results in one step, as lent rows do, so it must fit one
+   whole-chunk message's bytes,
+   which bound a masked step's buffers (dfa__dist_workspace_bytes): for each pass's inputs and
+   results, rows x q + key_rows x k <= n x cap (bytes per row; dfa__piece_bytes_of). Lending and
+   splitting alternate, whichever lowers the busiest rank more, while one lowers it by 2%. */
+typedef struct {
+    int64_t q[3], k[3], cap[3]; /* forward inputs, backward inputs, backward results (the forward's
+                                   results are query rows only: a piece's are within a chunk's) */
+} dfa__piece_bytes;
+
 typedef struct {
     const int64_t *work;        /* [P][P] visible pairs (required) */
     const int *rows;            /* [P][P][2] their visible query rows, or NULL */
@@ -212,6 +232,8 @@ typedef struct {
     int lend_rows_max;          /* the most rows a diagonal lends (0: n / 2). The executor gives as many
                                    as keep the lent block's two inputs, and its two results, within
                                    one whole-chunk message's bytes (its workspace bound assumes it) */
+    int split_pairs;            /* 1: pairs off the diagonal may be split over ranks (below); needs rows and keys */
+    dfa__piece_bytes piece;     /* with split_pairs: what bounds a piece (all 0: nothing, the plans' tests) */
 } dfa__plan_counts;
 
 int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__sched_plan *out);
@@ -221,6 +243,10 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
    input and largest result, by which dfa__dist_workspace_bytes bounds a masked step, in both
    passes: half a chunk when query and key/value rows weigh the same, up to two thirds. */
 int dfa__lend_rows(const dfa_attn_desc *d);
+/* The per-row bytes of a piece of a split pair for per-rank descriptor d (dfa__piece_bytes). */
+dfa__piece_bytes dfa__piece_bytes_of(const dfa_attn_desc *d);
+/* 1 if a piece of `rows` query rows reading `key_rows` keys fits b's bounds for chunks of n rows. */
+int dfa__piece_fits(const dfa__piece_bytes *b, int rows, int key_rows, int n);
 void dfa__sched_plan_free(dfa__sched_plan *p);
 
 /* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global

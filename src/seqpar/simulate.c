@@ -453,35 +453,74 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
         const dfa__task *t = &all[i].t;
         const int chunks_ok = t->q_chunk >= 0 && t->q_chunk < P && t->k_chunk >= 0 && t->k_chunk < P;
         if (chunks_ok && dfa__task_lent(t)) continue; /* lent rows: checked above */
-        /* whole chunks, or off the diagonal the pair's visible query rows (the plan's rows); a
-           diagonal that lent its first rows keeps the rest */
-        const int *want = chunks_ok && s->plan->rows && t->q_chunk != t->k_chunk
+        /* whole chunks, or off the diagonal within the pair's visible query rows (the plan's rows:
+           all of them, or a piece of a split pair); a diagonal that lent its first rows keeps the rest */
+        const int diag = chunks_ok && t->q_chunk == t->k_chunk;
+        const int *want = chunks_ok && s->plan->rows && !diag
                               ? &s->plan->rows[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)]
                               : NULL;
         int lent = 0;
-        for (int j = 0; j < ntask && chunks_ok && t->q_chunk == t->k_chunk; j++)
+        for (int j = 0; j < ntask && diag; j++)
             if (dfa__task_lent(&all[j].t) && all[j].t.q_chunk == t->q_chunk) lent = all[j].t.row1;
-        const int r0 = want ? want[0] : lent, r1 = want ? want[1] : n;
+        const int r0 = want ? want[0] : diag ? lent : 0, r1 = want ? want[1] : n;
         /* and their keys: the pair's visible key rows (the plan's keys), or all */
         const int *want_k = want && s->plan->keys ? &s->plan->keys[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)] : NULL;
         int k0 = 0, k1 = 0;
         if (want_k) dfa__plan_key_window(want_k[0], want_k[1], n, &k0, &k1);
         const int64_t want_work = chunks_ok ? work[(size_t)t->q_chunk * P + t->k_chunk] : 0;
-        if (!chunks_ok || t->row0 != r0 || t->row1 != r1 || r0 < 0 || r1 > n || r0 >= r1 || t->k_row0 != k0 ||
+        const int rows_ok = diag ? t->row0 == r0 && t->row1 == r1 : t->row0 >= r0 && t->row1 <= r1;
+        if (!chunks_ok || !rows_ok || r0 < 0 || r1 > n || r0 >= r1 || t->row0 >= t->row1 || t->k_row0 != k0 ||
             t->k_row1 != k1 || (want_k && (k0 < 0 || k1 > n || k0 >= k1)))
             rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d[%d:%d] (rows [%d:%d], keys [%d:%d] expected)",
                       all[i].rank, all[i].step, t->q_chunk, t->row0, t->row1, t->k_chunk, t->k_row0, t->k_row1, r0, r1,
                       k0, k1);
-        else if (work[(size_t)t->q_chunk * P + t->k_chunk] <= 0)
+        else if (want_work <= 0)
             rc = fail(err, len, "rank %d step %d: q%d x k%d has no visible key (wasted work and messages)",
                       all[i].rank, all[i].step, t->q_chunk, t->k_chunk);
-        else if (seen[(size_t)t->q_chunk * P + t->k_chunk]++)
+        else if (diag && seen[(size_t)t->q_chunk * P + t->k_chunk]++)
             rc = fail(err, len, "q%d x k%d computed twice (rank %d step %d)", t->q_chunk, t->k_chunk, all[i].rank,
                       all[i].step);
-        else if (t->causal_mask != s->causal || (!lent && t->work != want_work))
+        else if (t->causal_mask != s->causal || (diag && !lent && t->work != want_work) || t->work <= 0)
             rc = fail(err, len, "rank %d step %d: q%d x k%d carries causal_mask %d / work %lld, expected %d / %lld",
                       all[i].rank, all[i].step, t->q_chunk, t->k_chunk, t->causal_mask, (long long)t->work,
                       s->causal, (long long)work[(size_t)t->q_chunk * P + t->k_chunk]);
+    }
+    /* Off the diagonal, a pair's tasks tile its rows [r0, r1) in order and carry its work. A pair in
+       pieces (split pairs, schedule.h) must be dense: every visible row sees the same keys, so a
+       piece of r rows carries r x work / (r1 - r0). */
+    if (!rc) qsort(all, (size_t)ntask, sizeof *all, cmp_task);
+    for (int i = 0; i < ntask && !rc;) {
+        const int q = all[i].t.q_chunk, k = all[i].t.k_chunk;
+        int j = i + 1;
+        while (j < ntask && all[j].t.q_chunk == q && all[j].t.k_chunk == k) j++;
+        if (q != k) {
+            const size_t x = (size_t)q * P + k;
+            const int r0 = s->plan->rows ? s->plan->rows[2 * x] : 0, r1 = s->plan->rows ? s->plan->rows[2 * x + 1] : n;
+            const int64_t dense = work[x] % (r1 - r0) == 0 ? work[x] / (r1 - r0) : 0;
+            int covered = r0;
+            int64_t sum = 0;
+            for (int m = i; m < j && !rc; m++) {
+                const dfa__task *t = &all[m].t;
+                if (t->row0 != covered)
+                    rc = fail(err, len, "q%d x k%d: rows %d..%d computed %s (rank %d step %d)", q, k,
+                              t->row0 < covered ? t->row0 : covered, t->row0 < covered ? covered : t->row0,
+                              t->row0 < covered ? "twice" : "by nobody", all[m].rank, all[m].step);
+                else if (j - i > 1 && (!dense || t->work != dense * (t->row1 - t->row0)))
+                    rc = fail(err, len, "q%d x k%d: a piece [%d:%d] of a pair that is %s carries work %lld (rank %d step %d)",
+                              q, k, t->row0, t->row1, dense ? "dense" : "not dense (it cannot be split)",
+                              (long long)t->work, all[m].rank, all[m].step);
+                covered = t->row1;
+                sum += t->work;
+            }
+            if (!rc && covered != r1)
+                rc = fail(err, len, "q%d x k%d: rows %d..%d computed by nobody", q, k, covered, r1);
+            else if (!rc && sum != work[x])
+                rc = fail(err, len, "q%d x k%d: its tasks carry %lld pairs, expected %lld", q, k, (long long)sum,
+                          (long long)work[x]);
+            else if (!rc)
+                seen[x] = 1;
+        }
+        i = j;
     }
     for (int x = 0; x < P * P && !rc; x++)
         if (work[x] > 0 && !seen[x]) rc = fail(err, len, "q%d x k%d computed by nobody", x / P, x % P);

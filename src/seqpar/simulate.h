@@ -128,8 +128,10 @@ typedef struct {
 int dfa__sim_check_tasks(const dfa__sched *s, dfa__placed_task *tasks, int n, char *err, size_t errlen);
 
 /* The coverage check of a masked plan (s->plan set; dfa__sim_check uses it for such
-   schedules): every chunk pair with visible keys (plan->work > 0) exactly once, as a whole
-   chunk, and no pair without. */
+   schedules): every chunk pair with visible keys (plan->work > 0) exactly once and no pair
+   without: a diagonal whole or as lent rows and the rest; a pair off the diagonal as its visible
+   rows, or as pieces that tile them when it is dense (split pairs, schedule.h), with the work of
+   the pieces adding up to the pair's. */
 int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *tasks, int n, char *err, size_t errlen);
 
 /* Fills *r (allocating its arrays; free with dfa__sim_free). 0 on success, -1 on a bad

@@ -53,7 +53,8 @@ typedef struct {
     int causal, overlap;
     dfa__sched_kind kind;
     int docs;                /* 1: random packed documents (lengths 1, short, about a chunk, longer);
-                                2: short documents, then one over the last chunk (a busy diagonal) */
+                                2: short documents, then one over the last chunk (a busy diagonal);
+                                3: one over the last chunk but one and most of the last (a split pair) */
     int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
 } dcase;
 
@@ -73,7 +74,8 @@ static void run_case(dfa_comm *c, const dcase *k) {
         ids = malloc(sizeof(int32_t) * (size_t)B * N);
         if (rank == 0)
             for (int b = 0; b < B; b++) {
-                if (k->docs == 2) tl_busy_docs(ids + (size_t)b * N, N, n);
+                if (k->docs == 3) tl_straddle_docs(ids + (size_t)b * N, N, n);
+                else if (k->docs == 2) tl_busy_docs(ids + (size_t)b * N, N, n);
                 else tl_random_docs(ids + (size_t)b * N, N, n);
             }
         MPI_Bcast(ids, B * N, MPI_INT32_T, 0, MPI_COMM_WORLD);
@@ -158,6 +160,11 @@ static void run_case(dfa_comm *c, const dcase *k) {
     if (lends)
         CHECK(stats.steps == 2, "rank %d: %d steps with a busy last diagonal (want 2: it lends its first rows) for %s",
               rank, stats.steps, cfg);
+    /* a dense pair of the last two chunks, 3/4 n rows: from P = 3 its last rows go to a third rank
+       (schedule.h, split pairs) once it has two tiles of rows (at P = 2 the plan may split it
+       between its owners or not: the tile costs are close) */
+    const int splits = k->docs == 3 && nranks > 2 && k->causal && B == 1 && k->kind != DFA__SCHED_RING && 3 * n / 4 >= 256;
+    if (splits) CHECK(stats.pieces >= 2, "rank %d: %d pieces of split pairs for %s", rank, stats.pieces, cfg);
     dfa__dist_set_stats(c, &stats);
     st = dfa__dist_bwd(c, &dd, k->kind, lq, lk, lv, lo, ll, ldo, ldq, ldk, ldv);
     dfa__dist_set_stats(c, NULL);
@@ -376,6 +383,15 @@ int main(int argc, char **argv) {
         const int n = (int[]){nranks == 2 ? 1024 : 272, 300, 24, 37}[i % 4];
         dcase k = {1 + (i == 7), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
                    i == 6 ? DFA__SCHED_RING : i == 5 ? DFA__SCHED_PAPER : DFA__SCHED_BALANCED, 2, i == 3, n / 2, 0};
+        run_case(c, &k);
+        ncase++;
+    }
+    /* a dense pair of the last two chunks is split (its last rows on a third rank from P = 3):
+       both passes, float32 and bf16, GQA, overlap on and off; B = 2 and the ring do not split */
+    for (int i = 0; i < 5; i++) {
+        const int n = i == 4 ? 300 : 384;
+        dcase k = {1 + (i == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
+                   i == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 3, 0, 0, 0};
         run_case(c, &k);
         ncase++;
     }

@@ -395,7 +395,8 @@ static void test_masked_plans(void) {
                 dfa__sched s = {ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, P, d.causal, n, NULL};
                 dfa__sched_plan plan; /* row windows off the diagonal in every other plan */
                 CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work, .rows = rep % 2 ? prow : NULL,
-                                         .keys = rep % 2 && B == 1 ? pkey : NULL, .cost = cost, .diag_prefix = pref}, &plan) == 0, "plan build failed");
+                                         .keys = rep % 2 && B == 1 ? pkey : NULL, .cost = cost, .diag_prefix = pref,
+                                         .split_pairs = B == 1}, &plan) == 0, "plan build failed");
                 s.plan = &plan;
                 for (int bwd = 0; bwd <= 1; bwd++) {
                     CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "masked %s P=%d n=%d causal=%d docs=%d: %s",
@@ -533,6 +534,147 @@ static void test_lent_diagonals(void) {
     dfa__sched_plan_free(&plan);
 }
 
+/* One long document from a row of chunk P - 2 into chunk P - 1 (the rest short documents, within
+   tiles): the pair (P - 1, P - 2) is dense and most of the work. */
+static void straddle_layout(int32_t *ids, int P, int n, int from, int to) {
+    int32_t id = 0;
+    for (int i = 0; i < P * n; id++) {
+        if (i == from) {
+            while (i < to) ids[i++] = id;
+            continue;
+        }
+        const int len = tl_rand_int(1, 40), tile_end = (i / DFA__PLAN_TILE + 1) * DFA__PLAN_TILE;
+        for (int r = 0; r < len && i < tile_end && i != from; r++) ids[i++] = id;
+    }
+}
+
+/* Split pairs (schedule.h): a long document over chunk P - 2 and into chunk P - 1 makes the pair
+   (P - 1, P - 2) most of its rank's work; with split_pairs its last rows go to the least busy
+   ranks. Random straddles for P = 2..12, balanced on visible pairs and on tile cost with folds,
+   pieces bounded by a descriptor's bytes or not: the simulator proves every plan (each visible
+   pair once, pieces tiling their pair, matched messages, both passes); every piece is dense and
+   within the bounds; splitting never leaves the busiest rank busier; and the plain case is
+   checked by hand. The checker refuses pieces that overlap, leave a gap, carry the wrong work, or
+   split a pair that is not dense. */
+static void test_split_pairs(void) {
+    char err[256];
+    int plans = 0, pieces = 0;
+    dfa_attn_desc big = dfa_attn_desc_init(1, 1, 1, 32, 32, 128); /* the bytes of a 32 x 128 head call */
+    big.dtype = DFA_BF16;
+    const dfa__piece_bytes bounded = dfa__piece_bytes_of(&big);
+    for (int P = 2; P <= 12; P++)
+        for (int rep = 0; rep < 6; rep++) {
+            const int n = rep == 0 ? 512 : 256 + 128 * tl_rand_int(0, 3), N = P * n;
+            const int from = P >= 2 ? (P - 2) * n + tl_rand_int(0, n / 2) : 0;
+            const int to = rep == 0 ? (P - 1) * n + 3 * n / 4 : (P - 1) * n + tl_rand_int(1, n);
+            int32_t *ids = malloc(sizeof(int32_t) * (size_t)N);
+            straddle_layout(ids, P, n, from, to);
+            dfa_attn_desc d = dfa_attn_desc_init(1, n, n, 1, 1, 8);
+            d.causal = 1;
+            int64_t *work = malloc(sizeof(int64_t) * (size_t)P * P), *cost = malloc(sizeof(int64_t) * (size_t)P * P);
+            int *prow = malloc(sizeof(int) * 2 * (size_t)P * P), *pkey = malloc(sizeof(int) * 2 * (size_t)P * P);
+            int64_t *pref = malloc(sizeof(int64_t) * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));
+            dfa__mask_pair_work(&d, P, ids, work, prow, pkey, cost, pref);
+            const size_t x = (size_t)(P - 1) * P + (size_t)(P - 2);
+            CHECK(work[x] == (int64_t)(prow[2 * x + 1] - prow[2 * x]) * (pkey[2 * x + 1] - pkey[2 * x]),
+                  "P=%d: the straddled pair is not dense", P);
+            int64_t most[2] = {0, 0};
+            for (int split = 0; split <= 1; split++) {
+                dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
+                dfa__plan_counts in = {.work = work, .rows = prow, .keys = pkey, .split_pairs = split};
+                if (rep % 3 == 1) in.cost = cost, in.fold_cost = DFA__PLAN_FOLD_COST / 8;
+                if (rep % 3 == 2) in.diag_prefix = pref;
+                if (rep % 2) in.piece = bounded;
+                dfa__sched_plan plan;
+                CHECK(dfa__sched_plan_build(&s, &in, &plan) == 0, "plan build failed");
+                s.plan = &plan;
+                for (int bwd = 0; bwd <= 1; bwd++)
+                    CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "split P=%d n=%d rep %d split %d: %s", P, n,
+                          rep, split, err);
+                int64_t *load = calloc((size_t)P, sizeof *load);
+                for (int i = 0; i < plan.steps * P; i++) {
+                    const dfa__task *t = &plan.tasks[i];
+                    if (t->q_chunk < 0) continue;
+                    load[i % P] += t->work;
+                    if (t->q_chunk == t->k_chunk) continue;
+                    const size_t y = (size_t)t->q_chunk * P + (size_t)t->k_chunk;
+                    if (t->row0 == prow[2 * y] && t->row1 == prow[2 * y + 1]) continue;
+                    pieces++;
+                    CHECK(split, "P=%d: a piece q%d[%d:%d] x k%d without split_pairs", P, t->q_chunk, t->row0, t->row1,
+                          t->k_chunk);
+                    CHECK(t->work == (int64_t)(t->row1 - t->row0) * (pkey[2 * y + 1] - pkey[2 * y]) &&
+                              (t->row0 % DFA__PLAN_TILE == 0 || t->row0 == prow[2 * y]),
+                          "P=%d: piece q%d[%d:%d] x k%d carries %lld pairs", P, t->q_chunk, t->row0, t->row1,
+                          t->k_chunk, (long long)t->work);
+                    const int helper = i % P != t->q_chunk && i % P != t->k_chunk; /* both inputs remote */
+                    CHECK(!helper || dfa__piece_fits(&in.piece, t->row1 - t->row0, dfa__task_key_rows(t, n), n),
+                          "P=%d: piece q%d[%d:%d] x k%d[%d:%d] over the bytes of a chunk's message", P, t->q_chunk,
+                          t->row0, t->row1, t->k_chunk, t->k_row0, t->k_row1);
+                }
+                for (int r = 0; r < P; r++) most[split] = load[r] > most[split] ? load[r] : most[split];
+                free(load);
+                if (rep == 0 && split && P >= 3) { /* 384 rows of chunk P - 1 in the document: a piece of
+                                                      128 rows or more moves off, unless chunk P - 2's own
+                                                      diagonal binds */
+                    const int64_t pair = work[x], diag = work[(size_t)(P - 2) * P + P - 2];
+                    CHECK(most[1] < most[0] && most[1] <= (diag > most[0] - pair / 4 ? diag : most[0] - pair / 4),
+                          "P=%d n=%d: the busiest rank has %lld pairs split, %lld whole (pair %lld, diagonal %lld)", P,
+                          n, (long long)most[1], (long long)most[0], (long long)pair, (long long)diag);
+                }
+                if (rep == 0 && split && P >= 3) { /* the checker catches broken pieces */
+                    dfa__placed_task all[256], t[257];
+                    int nt = 0, piece = -1;
+                    for (int st = 0; st < plan.steps; st++)
+                        for (int r = 0; r < P; r++)
+                            if (nt < 256 && dfa__sched_task(&s, r, st, &all[nt].t)) {
+                                all[nt].step = st, all[nt].rank = r;
+                                if (all[nt].t.q_chunk == P - 1 && all[nt].t.k_chunk == P - 2 && all[nt].t.row0 > 0)
+                                    piece = nt;
+                                nt++;
+                            }
+                    CHECK(piece >= 0, "P=%d: the straddled pair was not split", P);
+                    if (piece >= 0) {
+                        const int64_t per_row = pkey[2 * x + 1] - pkey[2 * x];
+                        memcpy(t, all, sizeof all[0] * (size_t)nt);
+                        CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) == 0, "the plan: %s", err);
+                        memcpy(t, all, sizeof all[0] * (size_t)nt);
+                        t[piece].t.row0 -= 1, t[piece].t.work += per_row;
+                        CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0 && strstr(err, "twice"),
+                              "overlapping pieces passed");
+                        memcpy(t, all, sizeof all[0] * (size_t)nt);
+                        t[piece].t.row0 += 1, t[piece].t.work -= per_row;
+                        CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0 && strstr(err, "nobody"),
+                              "a gap between pieces passed");
+                        memcpy(t, all, sizeof all[0] * (size_t)nt);
+                        t[piece].t.work += 1;
+                        CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a piece's wrong work passed");
+                        /* the same pieces of a pair that is not dense */
+                        int64_t *w2 = malloc(sizeof(int64_t) * (size_t)P * P);
+                        memcpy(w2, work, sizeof(int64_t) * (size_t)P * P);
+                        w2[x] -= 1;
+                        dfa__sched_plan fake = plan;
+                        fake.work = w2;
+                        dfa__sched s2 = s;
+                        s2.plan = &fake;
+                        memcpy(t, all, sizeof all[0] * (size_t)nt);
+                        for (int i = 0; i < nt; i++)
+                            if (t[i].t.q_chunk == P - 1 && t[i].t.k_chunk == P - 2 && t[i].t.row0 == 0) t[i].t.work -= 1;
+                        CHECK(dfa__sim_check_masked_tasks(&s2, t, nt, err, sizeof err) != 0 && strstr(err, "not dense"),
+                              "pieces of a pair that is not dense passed: %s", err);
+                        free(w2);
+                    }
+                }
+                dfa__sched_plan_free(&plan);
+                plans++;
+            }
+            CHECK(most[1] <= most[0] || rep % 3 == 1, "P=%d n=%d rep %d: split plan's busiest %lld above unsplit %lld",
+                  P, n, rep, (long long)most[1], (long long)most[0]);
+            free(ids); free(work); free(cost); free(prow); free(pkey); free(pref);
+        }
+    printf("split pairs: %d plans checked, %d pieces\n", plans, pieces);
+    CHECK(pieces > 0, "no plan split a pair: the pieces went untested");
+}
+
 /* The executor's workspace follows the plan. Message slots: three (a step's buffers live from
    the step before it to the step after), each as large as the largest step it serves; at P = 2
    only step 1 moves anything. The own tasks' scratch: only what they use. A window of query rows
@@ -565,6 +707,7 @@ int main(void) {
     test_masked_plans();
     test_masked_checker_catches();
     test_lent_diagonals();
+    test_split_pairs();
     test_unit_model();
     test_machine_model();
     test_calibration();

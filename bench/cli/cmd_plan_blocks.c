@@ -2,11 +2,11 @@
  *
  * A masked plan (src/seqpar/schedule.h) gives each of P ranks its blocks: its diagonal, pairs
  * off the diagonal, and rows a busy diagonal lends. This builds the plan for P ranks of a
- * packed sequence the way the executor does (tile cost, folds, lending), then runs every
+ * packed sequence the way the executor does (tile cost, folds, lending, split pairs), then runs every
  * block of every rank on this one GPU, with the executor's own compute table (float32 partial
  * outputs, the mask's intervals), and sums each rank's kernel time: what the ranks' compute
  * would be on P GPUs, without messages, folds or the rounding of the outputs. It prints the
- * plan without lending and with it, so the balance lending buys is measured on one GPU. */
+ * plan without lending or splitting and with both, so the balance they buy is measured on one GPU. */
 #include <stdio.h>
 
 #include "commands.h"
@@ -191,14 +191,15 @@ int cmd_plan_blocks(int argc, char **argv) {
         if (lend && !ids) break; /* the executor lends only under documents */
         const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
         const dfa__plan_counts in = {work, rows, keys, cost, lend ? prefix : NULL, DFA__PLAN_FOLD_COST,
-                                     dfa__lend_rows(&chunk)};
+                                     dfa__lend_rows(&chunk), lend, dfa__piece_bytes_of(&chunk)};
         dfa__sched_plan plan;
         if (dfa__sched_plan_build(&s, &in, &plan)) {
             fprintf(stderr, "distflash plan-blocks: out of host memory\n");
             return 1;
         }
         printf("\n%s:\n  rank  step  block                                   pairs      fwd ms   bwd ms\n",
-               lend ? "balanced plan, busy diagonals lend rows (the library's)" : "balanced plan without lending");
+               lend ? "balanced plan, busy ranks lend diagonal rows and split pairs (the library's)"
+                    : "balanced plan without lending or splitting");
         double most = 0, sum = 0;
         for (int r = 0; r < P; r++) {
             double tot[2] = {0, 0};
@@ -222,7 +223,7 @@ int cmd_plan_blocks(int argc, char **argv) {
         worst[lend] = most;
         dfa__sched_plan_free(&plan);
     }
-    if (worst[1] > 0) printf("\nlending: the busiest rank's f+b compute %.2f -> %.2f ms (%.2fx)\n", worst[0], worst[1],
+    if (worst[1] > 0) printf("\nlending and splitting: the busiest rank's f+b compute %.2f -> %.2f ms (%.2fx)\n", worst[0], worst[1],
                              worst[0] / worst[1]);
     ops->ctx_destroy(ctx);
     cudaFree(b.q), cudaFree(b.k), cudaFree(b.v), cudaFree(b.o), cudaFree(b.dout), cudaFree(b.lse);

@@ -135,7 +135,7 @@ static dfa_comm *loop_create(int rank, int size, const int32_t *all_ids) {
 
 typedef struct {
     plan_args sh; /* the sequence, ranks, heads and mask */
-    int warmup, ring, same_docs, fold_cost, bwd_qsplit;
+    int warmup, ring, same_docs, fold_cost, bwd_qsplit, no_split;
 } rs_opts;
 
 static int usage(FILE *f) {
@@ -144,6 +144,8 @@ static int usage(FILE *f) {
     fprintf(f, "  --warmup W        untimed repetitions first (default 1)\n"
                "  --ring            the ring schedule (default: balanced)\n"
                "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
+"  --no-split        the plan before split pairs: no pair split over ranks, one band lent at most\n"
+               "                    (schedule.h; default: the library's plan)\n"
                "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n"
                "  --bwd-qsplit N    CTAs per key tile in the float32 backward blocks (default 0: the library's\n"
                "                    choice; 1: never split; launch_bwd.cuh dfa__bwd_qsplit_for)\n");
@@ -151,7 +153,7 @@ static int usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, rs_opts *o) {
-    *o = (rs_opts){plan_args_default(), 1, 0, 0, -1, 0};
+    *o = (rs_opts){plan_args_default(), 1, 0, 0, -1, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
@@ -160,6 +162,7 @@ static int parse(int argc, char **argv, rs_opts *o) {
         if (m > 0) continue;
         if (!strcmp(a, "--ring")) o->ring = 1;
         else if (!strcmp(a, "--same-docs")) o->same_docs = 1;
+        else if (!strcmp(a, "--no-split")) o->no_split = 1;
         else if (i + 1 < argc && !strcmp(a, "--warmup")) {
             if (cli_size(argv[++i], 0, 1000, &o->warmup)) return -1;
         } else if (i + 1 < argc && !strcmp(a, "--fold-cost")) {
@@ -277,6 +280,7 @@ int cmd_rank_sim(int argc, char **argv) {
     bench_mask_describe(&o->sh.mask, ndocs, what, sizeof what);
     if (o->bwd_qsplit == 1) snprintf(split, sizeof split, ", key tiles never split");
     else if (o->bwd_qsplit > 1) snprintf(split, sizeof split, ", every key tile split %d ways", o->bwd_qsplit);
+    if (o->no_split) snprintf(split + strlen(split), sizeof split - strlen(split), ", no split pairs or bands");
     printf("rank-sim: %d tokens on %d simulated ranks (%d rows each), %s, %d heads (%d kv) x %d, %s, causal, %s "
            "schedule%s%s; medians of %d (+%d warm-up)\n",
            S, P, n, what, H, HK, D, cli_dtype_name(o->sh.dtype), o->ring ? "ring" : "balanced",
@@ -301,6 +305,7 @@ int cmd_rank_sim(int argc, char **argv) {
     for (int r = 0; r < P; r++) {
         cs[r] = loop_create(r, P, ids_dev);
         dfa__dist_set_fold_cost(cs[r], o->fold_cost);
+        dfa__dist_set_split_pairs(cs[r], o->no_split ? 0 : 1);
         dfa_dist_desc user = dfa_dist_desc_init(1, n, H, HK, D);
         user.attn.dtype = o->sh.dtype;
         user.attn.causal = 1;
@@ -326,6 +331,7 @@ int cmd_rank_sim(int argc, char **argv) {
     const double single[2] = {measure_median(fs, o->sh.reps), measure_median(fbs, o->sh.reps)};
     printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
     double most = 0, sum = 0, exposed = 0;
+    int pieces = 0;
     for (int r = 0; r < P; r++) {
         const double ms[2] = {measure_median(fs + (size_t)(r + 1) * o->sh.reps, o->sh.reps),
                               measure_median(fbs + (size_t)(r + 1) * o->sh.reps, o->sh.reps)};
@@ -335,6 +341,7 @@ int cmd_rank_sim(int argc, char **argv) {
         RS_CUDA(cudaStreamSynchronize(x.st));
         run_once(&x, &b, cs[r], &dds[r], &whole, r, unused, marks);
         const dfa__dist_stats sf = marks[0], sb = marks[1];
+        pieces = sf.pieces;
         printf("  rank %-3d                fwd %8.2f ms   f+b %8.2f ms   steps fwd", r, ms[0], ms[1]);
         for (int s = 0; s < sf.steps && s < 8; s++) printf(" %.2f", 1e3 * sf.compute_s[s]);
         printf(", bwd");
@@ -349,6 +356,7 @@ int cmd_rank_sim(int argc, char **argv) {
     }
     for (int r = 0; r < P; r++) dfa_comm_destroy(cs[r]);
     free(cs), free(dds), free(fs), free(fbs);
+    printf("  (the plan: %d tasks compute pieces of pairs split over ranks)\n", pieces);
     printf("\n  busiest rank f+b %.2f ms, mean %.2f (balance %.3f); bound on the %d-GPU scaling efficiency: "
            "%.3f (1 GPU %.2f ms / (%d x %.2f))\n",
            most, sum / P, sum / P / most, P, single[1] / (P * most), single[1], P, most);

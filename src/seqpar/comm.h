@@ -112,6 +112,7 @@ struct dfa_comm {
     int n_agreed;
     int force_groups; /* tests: run every call in this many head groups (0: choose) */
     int fold_cost;    /* tests: the masked plans' fold cost per row plus 1 (0: DFA__PLAN_FOLD_COST) */
+    int split_mode;   /* tests, benchmarks: dfa__dist_set_split_pairs's on, less 1 (0: the default) */
     int force_direct; /* tests: 1 host backends write the diagonal's direct parts too, -1 no backend does
                          (executor.c, use_direct); 0 the default */
 };

@@ -40,6 +40,10 @@ void dfa__dist_set_fold_cost(dfa_comm *c, int per_row) {
     if (c) c->fold_cost = per_row >= 0 ? per_row + 1 : 0; /* stored + 1: a zeroed communicator has the default */
 }
 
+void dfa__dist_set_split_pairs(dfa_comm *c, int on) {
+    if (c) c->split_mode = on >= 0 && on <= 2 ? on - 1 : 0; /* stored - 1: a zeroed communicator has the default */
+}
+
 void dfa__dist_force_head_groups(dfa_comm *c, int groups) {
     if (c) c->force_groups = groups > 0 ? groups : 0;
 }
@@ -291,18 +295,22 @@ static void free_plan(exec *e) {
     e->steps = NULL;
 }
 
-/* The tasks of plan p (every rank's) that compute a piece of a split pair (schedule.h): fewer
-   query rows than the pair's visible ones, off the diagonal. */
-static int count_pieces(const dfa__sched_plan *p, int n) {
-    int pieces = 0;
+/* The tasks of plan p (every rank's) that compute a piece of a split pair (schedule.h): off the
+   diagonal, fewer query rows than the pair's visible ones or fewer keys than its window; and its
+   lent bands of diagonals. */
+static void count_pieces(const dfa__sched_plan *p, int n, int *pieces, int *bands) {
+    *pieces = *bands = 0;
     for (int i = 0; i < p->steps * p->nranks; i++) {
         const dfa__task *t = &p->tasks[i];
-        if (t->q_chunk < 0 || t->q_chunk == t->k_chunk) continue;
+        if (t->q_chunk < 0) continue;
+        if (dfa__task_lent(t)) ++*bands;
+        if (t->q_chunk == t->k_chunk) continue;
         const size_t x = (size_t)t->q_chunk * (size_t)p->nranks + (size_t)t->k_chunk;
         const int r0 = p->rows ? p->rows[2 * x] : 0, r1 = p->rows ? p->rows[2 * x + 1] : n;
-        pieces += t->row0 != r0 || t->row1 != r1;
+        int k0 = 0, k1 = 0;
+        if (p->keys) dfa__plan_key_window(p->keys[2 * x], p->keys[2 * x + 1], n, &k0, &k1);
+        *pieces += t->row0 != r0 || t->row1 != r1 || t->k_row0 != k0 || t->k_row1 != k1;
     }
-    return pieces;
 }
 
 /* Forgets the last masked plan's counts (mask_counts). */
@@ -1237,14 +1245,16 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
         const int windows = !docs || dd->attn.batch == 1, key_windows = dd->attn.batch == 1;
         /* pairs off the diagonal split over a third rank where lending is allowed (the same
            contiguous rows, keys and ids; schedule.h, split pairs) */
+        const int split = c->split_mode + 1; /* dfa__dist_set_split_pairs */
         const dfa__plan_counts in = {e->mc.work, windows ? e->mc.rows : NULL, key_windows ? e->mc.keys : NULL, e->mc.cost,
-                                     e->mc.prefix, c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
-                                     dfa__lend_rows(&dd->attn), lend, dfa__piece_bytes_of(&dd->attn)};
+                                     split == 2 ? NULL : e->mc.prefix,
+                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
+                                     dfa__lend_rows(&dd->attn), lend && split > 0, dfa__piece_bytes_of(&dd->attn)};
         if (dfa__sched_plan_build(&s, &in, &e->mplan)) {
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         } else {
             e->masked = 1;
-            if (c->stats) c->stats->pieces = count_pieces(&e->mplan, n);
+            if (c->stats) count_pieces(&e->mplan, n, &c->stats->pieces, &c->stats->bands);
         }
     }
     if (!e->local) record(e, prepare(e, dd, kind, groups, fn));

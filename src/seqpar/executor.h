@@ -52,6 +52,7 @@ typedef struct dfa__dist_stats {
     int64_t bytes_sent, bytes_recv;
     int pieces;                               /* masked calls: tasks of every rank that compute a piece of a
                                                  split pair (schedule.h); 0 otherwise */
+    int bands;                                /* masked calls: bands of diagonals lent, over every rank */
 } dfa__dist_stats;
 
 /* Tests: run the following calls on c in `groups` groups of heads (a divisor of num_kv_heads;
@@ -62,6 +63,12 @@ void dfa__dist_force_head_groups(dfa_comm *c, int groups);
    DFA__PLAN_FOLD_COST); a negative value goes back to the default. Small test chunks need a
    lower one for busy diagonals to lend their rows. */
 void dfa__dist_set_fold_cost(dfa_comm *c, int per_row);
+
+/* Benchmarks and tests: the following masked plans on c, with on = 0, split no pair off the
+   diagonal over ranks and lend one band of a diagonal at most (schedule.h: the plans before split
+   pairs; rank-sim measures what splitting buys); 1: split and lend (the default); 2: split, and
+   lend nothing (so that small test layouts split pairs for certain). */
+void dfa__dist_set_split_pairs(dfa_comm *c, int on);
 
 /* Tests: on = 1: the following calls on c write the step-0 diagonal's direct parts straight into
    the outputs on host backends too, as device backends do (executor.c, use_direct); -1: no

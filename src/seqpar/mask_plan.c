@@ -14,10 +14,15 @@ typedef struct {
     int q, k;
     int64_t work;  /* visible pairs (what the task carries) */
     int64_t cost;  /* what the ranks are balanced on: the tile cost, or the visible pairs */
-    int lent;      /* a diagonal's first rows lent to another rank (its keys too), else 0 */
-    int row0, row1; /* off the diagonal: the query rows it covers (the pair's visible rows, or a piece) */
-    int64_t dense; /* off the diagonal, split_pairs: the keys each of its rows sees when every visible
-                      row sees every visible key (a piece of r rows has r x dense pairs), else 0 */
+    int lent;      /* a band of a diagonal's rows lent to another rank: rows [row0, row1) against keys
+                      [0, lent = row1); else 0 */
+    int row0, row1; /* the query rows it covers (off the diagonal: the pair's visible rows, or a piece) */
+    int key0, key1; /* off the diagonal: the key rows it reads (the pair's key window, or a piece; 0, 0:
+                       all), widened to tiles; a lent band: 0, lent */
+    int vis0, vis1; /* dense pairs: the keys every visible row sees, [vis0, vis1) (not widened) */
+    int dense;      /* off the diagonal, split_pairs: 1 when every visible row sees every visible key (a
+                       piece of r rows and the keys [a, b) has r x |[a, b) n [vis0, vis1)| pairs) */
+    int split;      /* 0 whole; pieces by query rows (1) or by keys (2): one or the other per pair */
 } pair;
 
 static int by_work(const void *a, const void *b) { /* heaviest first; ties by (q, k): deterministic */
@@ -33,7 +38,8 @@ static int by_distance(const void *a, const void *b) { /* nearest key chunk firs
     if (dx != dy) return dx < dy ? -1 : 1;
     if (x->q != y->q) return x->q < y->q ? -1 : 1;
     if (x->k != y->k) return x->k < y->k ? -1 : 1;
-    return x->row0 < y->row0 ? -1 : x->row0 > y->row0; /* pieces of one pair */
+    if (x->row0 != y->row0) return x->row0 < y->row0 ? -1 : 1; /* pieces of one pair */
+    return x->key0 < y->key0 ? -1 : x->key0 > y->key0;
 }
 
 /* (schedule.h) */
@@ -89,21 +95,29 @@ static int64_t max_load_except(const int64_t *load, int P, int a, int b, int c) 
     return m;
 }
 
-/* Busy diagonals (schedule.h): the best number of first rows of top's diagonal to lend to low
-   (a sample row j n / DFA__DIAG_SAMPLES, at most cap): returns the busiest load of all ranks
-   after it and sets *best_j, or INT64_MAX when no sample lowers top's load. */
+/* Busy diagonals (schedule.h): the best band of top's diagonal to lend to low next: rows
+   [x, x_j) against keys [0, x_j), x the rows it lent so far (the sample lent_j[top]) and x_j a
+   later sample row j n / DFA__DIAG_SAMPLES; the first band at most cap rows, a later one within
+   pb's bounds (both inputs and both results within a chunk's message) or, without them, at most
+   cap rows. Returns the busiest load of all ranks after it and sets *best_j, or INT64_MAX when no
+   band lowers top's load. */
 static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int cap,
-                         const int64_t *load, const int *lent, int top, int low, int *best_j) {
+                         const dfa__piece_bytes *pb, const int64_t *load, const int *lent_j, int top, int low,
+                         int *best_j) {
     const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
     const int64_t diag = work[(size_t)top * P + top];
     *best_j = 0;
-    if (lent[top] || diag <= 0) return INT64_MAX;
+    const int j0 = lent_j[top], x0 = (int)((int64_t)j0 * n / DFA__DIAG_SAMPLES);
+    if (diag <= 0 || j0 >= DFA__DIAG_SAMPLES) return INT64_MAX;
     const int64_t *cum = diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
+    const int bounded = pb->cap[0] > 0 || pb->cap[1] > 0 || pb->cap[2] > 0;
     int64_t best = load[top];
-    for (int j = 1; j <= DFA__DIAG_SAMPLES; j++) {
+    for (int j = j0 + 1; j <= DFA__DIAG_SAMPLES; j++) {
         const int x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
-        if (x < 1 || x > cap || x >= n || cum[j] <= 0 || cum[j] >= diag) continue;
-        const int64_t a = load[top] - cost[j] + 2 * (int64_t)fold * x, b = load[low] + lent_cost(cost[j], fold);
+        const int fits = j0 == 0 ? x <= cap : bounded ? dfa__piece_fits(pb, x - x0, x, n) : x - x0 <= cap;
+        if (x <= x0 || !fits || x >= n || cum[j] <= cum[j0] || cum[j] >= diag) continue;
+        const int64_t c = cost[j] - cost[j0];
+        const int64_t a = load[top] - c + (int64_t)fold * (2 * x - x0), b = load[low] + lent_cost(c, fold);
         const int64_t most = a > b ? a : b;
         if (most < best) best = most, *best_j = j;
     }
@@ -112,34 +126,45 @@ static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t
     return others > best ? others : best;
 }
 
-/* Split pairs (schedule.h): the best piece [s, row1) of one of top's dense pairs for low to
-   compute (s on a DFA__PLAN_TILE row; on a third rank, within pb's bounds): returns the busiest load of
-   all ranks after it and sets *best_i, *best_s, or INT64_MAX when there is none. The key owner
-   folds one more dk, dv of the pair's keys. */
-static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *owner, int np, const int *keys,
+/* The visible pairs of a piece of dense pair x: rows [r0, r1), keys [k0, k1). */
+static int64_t dense_work(const pair *x, int r0, int r1, int k0, int k1) {
+    const int lo = k0 > x->vis0 ? k0 : x->vis0, hi = k1 < x->vis1 ? k1 : x->vis1;
+    return hi > lo ? (int64_t)(r1 - r0) * (hi - lo) : 0;
+}
+
+/* Split pairs (schedule.h): the best piece of one of top's dense pairs for low to compute, its
+   last query rows [at, row1) (mode 1) or its last keys [at, key1) (mode 2), at on a
+   DFA__PLAN_TILE row (on a third rank, within pb's bounds). Returns the busiest load of all ranks
+   after it and sets *best_i, *best_at, *best_mode, or INT64_MAX when there is none. The owner of
+   the side that is cut folds one more partial result: the key owner a dk, dv of the keys (rows),
+   the query owner an o, lse or dq of the rows (keys). */
+static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *owner, int np,
                           const dfa__piece_bytes *pb, int fold, const int64_t *load, int top, int low, int *best_i,
-                          int *best_s) {
+                          int *best_at, int *best_mode) {
     const int P = s->nranks, n = s->rows, T = DFA__PLAN_TILE;
     int64_t best = INT64_MAX;
     for (int i = 0; i < np; i++) {
         const pair *x = &pairs[i];
-        if (owner[i] != top || x->lent || !x->dense || x->row1 - x->row0 < 2) continue;
-        const size_t c = (size_t)x->q * P + (size_t)x->k;
-        int k0, k1;
-        dfa__plan_key_window(keys[2 * c], keys[2 * c + 1], n, &k0, &k1);
-        const int64_t others = max_load_except(load, P, top, low, x->k), key_fold = (int64_t)fold * (k1 - k0);
-        for (int at = (x->row0 / T + 1) * T; at < x->row1; at += T) {
-            const int moved = x->row1 - at;
-            if (low != x->q && low != x->k && !dfa__piece_fits(pb, moved, k1 - k0, n)) continue; /* both inputs */
-            const int64_t c_m = x->cost * moved / (x->row1 - x->row0);
-            int64_t a = load[top] - c_m, b = load[low] + piece_cost(c_m, fold), kl = 0;
-            if (x->k == top) a += key_fold;
-            else if (x->k == low) b += key_fold;
-            else kl = load[x->k] + key_fold;
-            int64_t most = a > b ? a : b;
-            most = most > kl ? most : kl;
-            most = most > others ? most : others;
-            if (most < best) best = most, *best_i = i, *best_s = at;
+        if (owner[i] != top || x->lent || !x->dense) continue;
+        for (int mode = 1; mode <= 2; mode++) {
+            if (x->split && x->split != mode) continue;
+            const int lo = mode == 1 ? x->row0 : x->key0, hi = mode == 1 ? x->row1 : x->key1;
+            const int folder = mode == 1 ? x->k : x->q; /* who folds one more result */
+            const int64_t others = max_load_except(load, P, top, low, folder);
+            const int64_t extra = (int64_t)fold * (mode == 1 ? x->key1 - x->key0 : x->row1 - x->row0);
+            for (int at = (lo / T + 1) * T; at < hi; at += T) {
+                const int rows = mode == 1 ? x->row1 - at : x->row1 - x->row0, kr = mode == 1 ? x->key1 - x->key0 : hi - at;
+                if (low != x->q && low != x->k && !dfa__piece_fits(pb, rows, kr, n)) continue; /* both inputs */
+                const int64_t c_m = x->cost * (hi - at) / (hi - lo);
+                int64_t a = load[top] - c_m, b = load[low] + piece_cost(c_m, fold), f = 0;
+                if (folder == top) a += extra;
+                else if (folder == low) b += extra;
+                else f = load[folder] + extra;
+                int64_t most = a > b ? a : b;
+                most = most > f ? most : f;
+                most = most > others ? most : others;
+                if (most < best) best = most, *best_i = i, *best_at = at, *best_mode = mode;
+            }
         }
     }
     return best;
@@ -147,11 +172,11 @@ static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *own
 
 /* The busy ranks shed work (schedule.h: busy diagonals, split pairs): while lending the busiest
    rank's diagonal rows or splitting one of its dense pairs lowers the busiest load of all ranks
-   by 2% or more, the better of the two moves to the least busy rank. Each diagonal lends at most
-   once (lent, lent_to, lent_work); pieces are appended to pairs / owner (*np grows, at most
-   np_cap). Updates load (in cost units). */
+   by 2% or more, the better of the two moves to the least busy rank. A diagonal lends its rows in
+   bands from the first on (lent_j[r]: the sample row it lent up to); bands and pieces are appended
+   to pairs / owner (*np grows, at most np_cap). Updates load (in cost units). */
 static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int *keys, int fold, pair *pairs,
-                      int *owner, int *np, int np_cap, int64_t *load, int *lent, int *lent_to, int64_t *lent_work) {
+                      int *owner, int *np, int np_cap, int64_t *load, int *lent_j) {
     const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
     const int cap = in->lend_rows_max > 0 ? in->lend_rows_max : n / 2;
     const int lend = in->diag_prefix && s->causal, split = in->split_pairs && keys;
@@ -162,39 +187,42 @@ static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int
             low = load[r] < load[low] ? r : low;
         }
         if (top == low) return;
-        int j = 0, si = 0, at = 0;
-        const int64_t by_lend =
-            lend ? best_lend(s, in->work, in->diag_prefix, fold, cap, load, lent, top, low, &j) : INT64_MAX;
+        int j = 0, si = 0, at = 0, mode = 0;
+        /* (without split_pairs a diagonal lends one band) */
+        const int64_t by_lend = lend && *np < np_cap && (in->split_pairs || !lent_j[top]) ? best_lend(s, in->work, in->diag_prefix, fold, cap, &in->piece,
+                                                                  load, lent_j, top, low, &j)
+                                                       : INT64_MAX;
         const int64_t by_split = split && *np < np_cap
-                                     ? best_split(s, pairs, owner, *np, keys, &in->piece, fold, load, top, low, &si, &at)
+                                     ? best_split(s, pairs, owner, *np, &in->piece, fold, load, top, low, &si, &at, &mode)
                                      : INT64_MAX;
         const int64_t best = by_lend < by_split ? by_lend : by_split;
         if (best == INT64_MAX || best > load[top] - load[top] / 50) return;
         if (by_lend <= by_split) {
             const int64_t *cum = in->diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
-            lent[top] = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
-            lent_to[top] = low;
-            lent_work[top] = cum[j];
-            load[top] += 2 * (int64_t)fold * lent[top] - cost[j];
-            load[low] += lent_cost(cost[j], fold);
+            const int j0 = lent_j[top];
+            const int x0 = (int)((int64_t)j0 * n / DFA__DIAG_SAMPLES), x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
+            owner[*np] = low;
+            pairs[(*np)++] = (pair){top, top, cum[j] - cum[j0], cost[j] - cost[j0], x, x0, x, 0, x, 0, 0, 0, 0};
+            lent_j[top] = j;
+            load[top] += (int64_t)fold * (2 * x - x0) - (cost[j] - cost[j0]);
+            load[low] += lent_cost(cost[j] - cost[j0], fold);
         } else {
             pair *x = &pairs[si];
-            const size_t c = (size_t)x->q * P + (size_t)x->k;
-            int k0, k1;
-            dfa__plan_key_window(keys[2 * c], keys[2 * c + 1], n, &k0, &k1);
-            const int moved = x->row1 - at;
-            const int64_t c_m = x->cost * moved / (x->row1 - x->row0);
-            pairs[*np] = *x;
-            pairs[*np].row0 = at;
-            pairs[*np].work = x->dense * moved;
-            pairs[*np].cost = c_m;
-            owner[(*np)++] = low;
-            x->row1 = at;
-            x->work -= x->dense * moved;
+            const int lo = mode == 1 ? x->row0 : x->key0, hi = mode == 1 ? x->row1 : x->key1;
+            const int64_t c_m = x->cost * (hi - at) / (hi - lo);
+            pair piece = *x;
+            if (mode == 1) piece.row0 = x->row1 = at;
+            else piece.key0 = x->key1 = at;
+            piece.work = dense_work(&piece, piece.row0, piece.row1, piece.key0, piece.key1);
+            piece.cost = c_m;
+            piece.split = x->split = mode;
+            x->work -= piece.work;
             x->cost -= c_m;
+            pairs[*np] = piece;
+            owner[(*np)++] = low;
             load[top] -= c_m;
             load[low] += piece_cost(c_m, fold);
-            load[x->k] += (int64_t)fold * (k1 - k0);
+            load[mode == 1 ? x->k : x->q] += (int64_t)fold * (mode == 1 ? x->key1 - x->key0 : x->row1 - x->row0);
         }
     }
 }
@@ -205,15 +233,14 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
     const int fold = cost ? in->fold_cost : 0;
     const int P = s->nranks, n = s->rows;
     memset(out, 0, sizeof *out);
-    /* the pairs, the pieces of split ones (one a move, 2 P moves at most), the lent diagonals */
+    /* the pairs, and the pieces of split ones or lent bands of diagonals (one a move, 2 P moves at most) */
     const size_t np_cap = (size_t)P * (size_t)P + 2 * (size_t)P;
     pair *pairs = malloc(sizeof *pairs * (np_cap + (size_t)P) + 1);
-    int *lent = calloc((size_t)P, sizeof *lent), *lent_to = calloc((size_t)P, sizeof *lent_to);
-    int64_t *lent_work = calloc((size_t)P, sizeof *lent_work);
+    int *lent_j = calloc((size_t)P, sizeof *lent_j); /* the sample row each diagonal lent up to */
     int *owner = malloc(sizeof *owner * (np_cap + (size_t)P) + 1), *count = calloc((size_t)P, sizeof *count);
     int64_t *load = calloc((size_t)P, sizeof *load);
     int rc = -1;
-    if (!pairs || !owner || !count || !load || !lent || !lent_to || !lent_work) goto done;
+    if (!pairs || !owner || !count || !load || !lent_j) goto done;
     int np = 0;
     const int64_t *bal = cost ? cost : work;
     for (int q = 0; q < P; q++) load[q] = bal[(size_t)q * P + q]; /* the diagonal: its own rank, step 0 */
@@ -222,9 +249,11 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
             const size_t x = (size_t)q * P + k;
             if (k == q || work[x] <= 0) continue;
             const int r0 = rows ? rows[2 * x] : 0, r1 = rows ? rows[2 * x + 1] : n;
-            const int64_t kc = keys ? keys[2 * x + 1] - keys[2 * x] : 0;
-            const int64_t dense = in->split_pairs && kc > 0 && work[x] == (int64_t)(r1 - r0) * kc ? kc : 0;
-            pairs[np++] = (pair){q, k, work[x], bal[x], 0, r0, r1, dense};
+            const int v0 = keys ? keys[2 * x] : 0, v1 = keys ? keys[2 * x + 1] : 0;
+            int k0 = 0, k1 = 0; /* its key window (all keys without one) */
+            if (keys) dfa__plan_key_window(v0, v1, n, &k0, &k1);
+            const int dense = in->split_pairs && keys && v1 > v0 && work[x] == (int64_t)(r1 - r0) * (v1 - v0);
+            pairs[np++] = (pair){q, k, work[x], bal[x], 0, r0, r1, k0, k1, v0, v1, dense, 0};
             if (fold > 0) { /* its folds land on the owners whoever computes it */
                 const int qrows = rows ? rows[2 * x + 1] - rows[2 * x] : n;
                 load[q] += (int64_t)fold * qrows;
@@ -270,14 +299,7 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         }
     }
     free(base);
-    if (s->kind != DFA__SCHED_RING) {
-        shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent, lent_to, lent_work);
-        for (int r = 0; r < P; r++)
-            if (lent[r]) {
-                owner[np] = lent_to[r];
-                pairs[np++] = (pair){r, r, lent_work[r], 0, lent[r], 0, lent[r], 0};
-            }
-    }
+    if (s->kind != DFA__SCHED_RING) shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent_j);
     for (int i = 0; i < np; i++) count[owner[i]]++;
     int steps = 1;
     for (int r = 0; r < P; r++)
@@ -285,9 +307,13 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
     out->tasks = malloc(sizeof *out->tasks * (size_t)steps * (size_t)P);
     if (!out->tasks) goto done;
     for (size_t i = 0; i < (size_t)steps * (size_t)P; i++) out->tasks[i] = (dfa__task){-1, 0, 0, -1, 0, 0, 0, 0};
-    for (int r = 0; r < P; r++) /* the diagonal, less the rows it lent */
+    for (int r = 0; r < P; r++) { /* the diagonal, less the rows it lent */
+        const int64_t *cum = in->diag_prefix ? in->diag_prefix + (size_t)r * 2 * (DFA__DIAG_SAMPLES + 1) : NULL;
+        const int x = (int)((int64_t)lent_j[r] * n / DFA__DIAG_SAMPLES);
         if (work[(size_t)r * P + r] > 0)
-            out->tasks[r] = (dfa__task){r, lent[r], n, r, s->causal, work[(size_t)r * P + r] - lent_work[r], 0, 0};
+            out->tasks[r] =
+                (dfa__task){r, x, n, r, s->causal, work[(size_t)r * P + r] - (lent_j[r] ? cum[lent_j[r]] : 0), 0, 0};
+    }
     /* each rank's pairs by key distance (neighbours first), from step 1 */
     pair *mine = malloc(sizeof *mine * (size_t)np + 1);
     if (!mine) {
@@ -300,12 +326,9 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
             if (owner[i] == r) mine[m++] = pairs[i];
         qsort(mine, (size_t)m, sizeof *mine, by_distance);
         for (int i = 0; i < m; i++) {
-            const size_t x = (size_t)mine[i].q * P + (size_t)mine[i].k;
-            const int r0 = mine[i].row0, r1 = mine[i].row1; /* lent: [0, lent) */
-            /* lent rows read keys [0, x); a pair off the diagonal its visible keys (when known) */
-            int k0 = 0, k1 = mine[i].lent;
-            if (keys && !mine[i].lent) dfa__plan_key_window(keys[2 * x], keys[2 * x + 1], n, &k0, &k1);
-            out->tasks[(size_t)(1 + i) * P + r] = (dfa__task){mine[i].q, r0, r1, mine[i].k, s->causal, mine[i].work, k0, k1};
+            const pair *x = &mine[i]; /* (a lent band reads keys [0, its end)) */
+            out->tasks[(size_t)(1 + i) * P + r] =
+                (dfa__task){x->q, x->row0, x->row1, x->k, s->causal, x->work, x->key0, x->key1};
         }
     }
     free(mine);
@@ -316,9 +339,7 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
     out->keys = keys;
     rc = 0;
 done:
-    free(lent);
-    free(lent_to);
-    free(lent_work);
+    free(lent_j);
     free(pairs);
     free(owner);
     free(count);

@@ -198,24 +198,29 @@ static inline void dfa__plan_key_window(int lo, int hi, int n, int *k0, int *k1)
    [P][2][DFA__DIAG_SAMPLES + 1], dfa__mask_pair_work), the busiest rank's diagonal may lend its
    first x rows (x = a sample row, at most lend_rows_max) to the least busy rank: that task reads keys
    [0, x) only (causal: all those rows see), so it moves x rows of k and v in and, backward,
-   x rows of dk and dv out instead of whole chunks. The owner keeps rows [x, n) at step 0. This
-   repeats while it lowers the busiest load of all ranks by 2% or more, each diagonal at most
-   once. (The executor lends only under documents: a window alone leaves the diagonals alike.) */
-/* Split pairs (helpers, P >= 3): a pair off the diagonal that one long document straddles can
-   outweigh every other rank's work (at P = 4 on 128k tokens: 19 of rank 3's 31 ms), and placed
-   whole it runs on its query owner or its key owner. With split_pairs, the busiest rank's
-   heaviest such pair may hand its last query rows [s, r1) (s on a DFA__PLAN_TILE row) to the
-   least busy rank, a *helper*, which gets those rows from the query owner and the pair's keys
-   from the key owner in the same step, and sends a partial result back to each (the key owner
-   then folds two dk, dv for the same keys). Only *dense* pairs split: every visible row sees
-   every visible key (work = rows x keys: a document straddling the chunks, one batch row), so a
-   piece's visible pairs are its rows times the keys, exactly. (The helper may also be the pair's
-   other owner: then the piece needs one input, as a whole pair does.) A piece on a third rank
-   takes both inputs and sends both results in one step, as lent rows do, so it must fit one
-   whole-chunk message's bytes,
-   which bound a masked step's buffers (dfa__dist_workspace_bytes): for each pass's inputs and
-   results, rows x q + key_rows x k <= n x cap (bytes per row; dfa__piece_bytes_of). Lending and
-   splitting alternate, whichever lowers the busiest rank more, while one lowers it by 2%. */
+   x rows of dk and dv out instead of whole chunks. The owner keeps rows [x, n) at step 0. With
+   split_pairs it may then lend further *bands*, rows [x, x') against keys [0, x') (a later
+   sample row x'), each to the least busy rank of its move and within the bytes of one chunk's
+   message (piece below); without, one band at most. (The executor lends only under documents: a
+   window alone leaves the diagonals alike.)
+   Split pairs (helpers): a pair off the diagonal that one long document straddles can outweigh
+   every other rank's work (at P = 8 on 128k tokens: a document over all of chunk 4 and most of
+   chunk 5 makes the pair (5, 4) 0.22 of 0.83 G visible pairs), and placed whole it runs on its
+   query owner or its key owner. With split_pairs, a busiest rank's pair may hand its last query
+   rows [s, r1), or its last keys [s, k1) (s on a DFA__PLAN_TILE row; one or the other per pair)
+   to the least busy rank, a *helper*, which gets the piece's rows from the query owner and its
+   keys from the key owner in the same step, and sends a partial result back to each: the owner
+   of the side that was cut folds one more (two dk, dv for the same keys, or two o, lse / dq for
+   the same rows). Only *dense* pairs split: every visible row sees every visible key (work =
+   rows x keys: a document straddling the chunks, one batch row), so a piece's visible pairs are
+   its rows times its visible keys, exactly. (The helper may also be the pair's other owner: then
+   the piece needs one input, as a whole pair does.) A piece or band on a third rank takes both
+   inputs and sends both results in one step, as lent rows do, so it must fit one whole-chunk
+   message's bytes, which bound a masked step's buffers (dfa__dist_workspace_bytes): for each
+   pass's inputs and results, rows x q + key_rows x k <= n x cap (bytes per row;
+   dfa__piece_bytes_of). So a pair of whole chunks (every row sees every key) cannot be split.
+   Lending and splitting alternate, whichever lowers the busiest load of all ranks more, while one
+   lowers it by 2% or more (at most 2 P moves). */
 typedef struct {
     int64_t q[3], k[3], cap[3]; /* forward inputs, backward inputs, backward results (the forward's
                                    results are query rows only: a piece's are within a chunk's) */
@@ -232,7 +237,8 @@ typedef struct {
     int lend_rows_max;          /* the most rows a diagonal lends (0: n / 2). The executor gives as many
                                    as keep the lent block's two inputs, and its two results, within
                                    one whole-chunk message's bytes (its workspace bound assumes it) */
-    int split_pairs;            /* 1: pairs off the diagonal may be split over ranks (below); needs rows and keys */
+    int split_pairs;            /* 1: pairs off the diagonal may be split over ranks (above; needs rows and
+                                   keys) and a diagonal may lend more than one band; 0: one band at most */
     dfa__piece_bytes piece;     /* with split_pairs: what bounds a piece (all 0: nothing, the plans' tests) */
 } dfa__plan_counts;
 

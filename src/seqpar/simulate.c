@@ -22,7 +22,7 @@ static int cmp_task(const void *a, const void *b) {
     if (x->q_chunk != y->q_chunk) return x->q_chunk < y->q_chunk ? -1 : 1;
     if (x->k_chunk != y->k_chunk) return x->k_chunk < y->k_chunk ? -1 : 1;
     if (x->row0 != y->row0) return x->row0 < y->row0 ? -1 : 1;
-    return 0;
+    return x->k_row0 < y->k_row0 ? -1 : x->k_row0 > y->k_row0;
 }
 
 /* A message as seen from outside: who sends what to whom for which step. */
@@ -412,10 +412,10 @@ int dfa__sim_two_level(dfa__sched_kind inner, int nodes, int rows, int causal, c
 }
 
 /* Masked plans (schedule.h): every pair with visible keys (plan->work > 0) computed exactly
-   once, as one whole-chunk task carrying its work and the call's causal flag; no other pair.
-   A causal diagonal may instead be two tasks: its first x rows against keys [0, x) (k_row1 = x,
-   fewer than n rows, on another rank) and rows [x, n) against all its keys (on its own rank,
-   at step 0), their work adding up to the pair's. */
+   once, carrying its work and the call's causal flag; no other pair. A causal diagonal may lend
+   bands of its first rows: rows [x_{i-1}, x_i) against keys [0, x_i) (k_row1 = x_i), x_0 = 0, each
+   on another rank, while rows [x_last, n) stay with all the keys on its own rank at step 0; their
+   work adds up to the pair's. */
 static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all, int ntask, char *err, size_t len) {
     const int P = s->nranks, n = s->rows;
     const int64_t *work = s->plan->work;
@@ -423,21 +423,43 @@ static int check_lent_diagonals(const dfa__sched *s, const dfa__placed_task *all
         const dfa__task *t = &all[i].t;
         if (!dfa__task_lent(t)) continue;
         const int q = t->q_chunk;
-        if (!s->causal || t->k_row0 != 0 || t->row0 != 0 || t->row1 != t->k_row1 || t->k_row1 >= n ||
-            all[i].rank == q || t->work <= 0 || t->causal_mask != 1)
+        if (!s->causal || t->k_row0 != 0 || t->row0 < 0 || t->row0 >= t->row1 || t->row1 != t->k_row1 ||
+            t->k_row1 >= n || all[i].rank == q || t->work <= 0 || t->causal_mask != 1)
             return fail(err, len, "rank %d step %d: malformed lent rows q%d[%d:%d] x k%d[%d:%d]", all[i].rank,
                         all[i].step, q, t->row0, t->row1, t->k_chunk, t->k_row0, t->k_row1);
-        int rest = -1, lent = 0;
+    }
+    for (int q = 0; q < P; q++) { /* each diagonal's bands, in order from row 0 */
+        int covered = 0, rest = -1, bands = 0;
+        int64_t sum = 0;
         for (int j = 0; j < ntask; j++)
-            if (all[j].t.q_chunk == q && all[j].t.k_chunk == q) {
-                if (!dfa__task_lent(&all[j].t)) rest = j;
-                else lent++;
+            if (all[j].t.q_chunk == q && all[j].t.k_chunk == q && !dfa__task_lent(&all[j].t)) rest = j;
+        for (;;) {
+            int next = -1, stray = -1; /* the band from `covered` on; one that starts elsewhere */
+            for (int j = 0; j < ntask; j++) {
+                const dfa__task *t = &all[j].t;
+                if (t->q_chunk != q || !dfa__task_lent(t) || t->row1 <= covered) continue;
+                if (t->row0 == covered && next < 0) next = j;
+                else if (t->row0 != covered) stray = j;
             }
-        if (lent > 1) return fail(err, len, "q%d x k%d lends its first rows %d times", q, q, lent);
-        if (rest < 0 || all[rest].rank != q || all[rest].step != 0 || all[rest].t.row0 != t->row1 ||
-            all[rest].t.row1 != n || all[rest].t.work + t->work != work[(size_t)q * P + q])
-            return fail(err, len, "q%d x k%d: rows [0:%d] lent to rank %d, but the rest is not rows [%d:%d] on rank %d "
-                        "at step 0 with the remaining work", q, q, t->row1, all[i].rank, t->row1, n, q);
+            if (next < 0 && stray >= 0) {
+                const dfa__task *t = &all[stray].t;
+                return fail(err, len, "q%d x k%d: lent rows [%d:%d] %s (rank %d step %d)", q, q, t->row0, t->row1,
+                            t->row0 < covered ? "overlap rows lent before" : "leave a gap after those lent before",
+                            all[stray].rank, all[stray].step);
+            }
+            if (next < 0) break;
+            covered = all[next].t.row1;
+            sum += all[next].t.work;
+            bands++;
+        }
+        int listed = 0; /* every lent band was reached from row 0 (none doubled) */
+        for (int j = 0; j < ntask; j++) listed += all[j].t.q_chunk == q && dfa__task_lent(&all[j].t);
+        if (listed != bands) return fail(err, len, "q%d x k%d lends its first rows twice", q, q);
+        if (!bands) continue;
+        if (rest < 0 || all[rest].rank != q || all[rest].step != 0 || all[rest].t.row0 != covered ||
+            all[rest].t.row1 != n || all[rest].t.work + sum != work[(size_t)q * P + q])
+            return fail(err, len, "q%d x k%d: rows [0:%d] lent in %d band(s), but the rest is not rows [%d:%d] on rank %d "
+                        "at step 0 with the remaining work", q, q, covered, bands, covered, n, q);
     }
     return 0;
 }
@@ -461,16 +483,20 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
                               : NULL;
         int lent = 0;
         for (int j = 0; j < ntask && diag; j++)
-            if (dfa__task_lent(&all[j].t) && all[j].t.q_chunk == t->q_chunk) lent = all[j].t.row1;
+            if (dfa__task_lent(&all[j].t) && all[j].t.q_chunk == t->q_chunk && all[j].t.row1 > lent)
+                lent = all[j].t.row1; /* the end of its lent bands */
         const int r0 = want ? want[0] : diag ? lent : 0, r1 = want ? want[1] : n;
         /* and their keys: the pair's visible key rows (the plan's keys), or all */
         const int *want_k = want && s->plan->keys ? &s->plan->keys[2 * ((size_t)t->q_chunk * P + (size_t)t->k_chunk)] : NULL;
         int k0 = 0, k1 = 0;
         if (want_k) dfa__plan_key_window(want_k[0], want_k[1], n, &k0, &k1);
         const int64_t want_work = chunks_ok ? work[(size_t)t->q_chunk * P + t->k_chunk] : 0;
+        /* (off the diagonal a piece of a split pair may cover part of the rows or of the keys) */
         const int rows_ok = diag ? t->row0 == r0 && t->row1 == r1 : t->row0 >= r0 && t->row1 <= r1;
-        if (!chunks_ok || !rows_ok || r0 < 0 || r1 > n || r0 >= r1 || t->row0 >= t->row1 || t->k_row0 != k0 ||
-            t->k_row1 != k1 || (want_k && (k0 < 0 || k1 > n || k0 >= k1)))
+        const int keys_ok = diag || !want_k ? t->k_row0 == k0 && t->k_row1 == k1
+                                            : t->k_row0 >= k0 && t->k_row1 <= k1 && t->k_row0 < t->k_row1;
+        if (!chunks_ok || !rows_ok || !keys_ok || r0 < 0 || r1 > n || r0 >= r1 || t->row0 >= t->row1 ||
+            (want_k && (k0 < 0 || k1 > n || k0 >= k1)))
             rc = fail(err, len, "rank %d step %d: malformed task q%d[%d:%d] k%d[%d:%d] (rows [%d:%d], keys [%d:%d] expected)",
                       all[i].rank, all[i].step, t->q_chunk, t->row0, t->row1, t->k_chunk, t->k_row0, t->k_row1, r0, r1,
                       k0, k1);
@@ -485,9 +511,11 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
                       all[i].rank, all[i].step, t->q_chunk, t->k_chunk, t->causal_mask, (long long)t->work,
                       s->causal, (long long)work[(size_t)t->q_chunk * P + t->k_chunk]);
     }
-    /* Off the diagonal, a pair's tasks tile its rows [r0, r1) in order and carry its work. A pair in
-       pieces (split pairs, schedule.h) must be dense: every visible row sees the same keys, so a
-       piece of r rows carries r x work / (r1 - r0). */
+    /* Off the diagonal, a pair's tasks tile it and carry its work: its visible rows [r0, r1) with
+       its key window [k0, k1), or pieces of a split pair (schedule.h): consecutive rows with the
+       whole key window, or the whole rows with consecutive keys. Pieces need a dense pair (every
+       visible row sees every visible key [v0, v1)): a piece of rows [a, b) and keys [c, d) carries
+       (b - a) x |[c, d) n [v0, v1)|. */
     if (!rc) qsort(all, (size_t)ntask, sizeof *all, cmp_task);
     for (int i = 0; i < ntask && !rc;) {
         const int q = all[i].t.q_chunk, k = all[i].t.k_chunk;
@@ -496,24 +524,40 @@ int dfa__sim_check_masked_tasks(const dfa__sched *s, dfa__placed_task *all, int 
         if (q != k) {
             const size_t x = (size_t)q * P + k;
             const int r0 = s->plan->rows ? s->plan->rows[2 * x] : 0, r1 = s->plan->rows ? s->plan->rows[2 * x + 1] : n;
-            const int64_t dense = work[x] % (r1 - r0) == 0 ? work[x] / (r1 - r0) : 0;
-            int covered = r0;
+            const int *vk = s->plan->rows && s->plan->keys ? &s->plan->keys[2 * x] : NULL;
+            int k0 = 0, k1 = 0;
+            if (vk) dfa__plan_key_window(vk[0], vk[1], n, &k0, &k1);
+            const int v0 = vk ? vk[0] : 0, v1 = vk ? vk[1] : 0;
+            const int dense = vk && v1 > v0 && work[x] == (int64_t)(r1 - r0) * (v1 - v0);
+            int by_keys = 0; /* the pieces split the keys: each covers all the rows */
+            for (int m = i; m < j; m++) by_keys |= all[m].t.k_row0 != k0 || all[m].t.k_row1 != k1;
+            int covered = by_keys ? k0 : r0;
             int64_t sum = 0;
             for (int m = i; m < j && !rc; m++) {
                 const dfa__task *t = &all[m].t;
-                if (t->row0 != covered)
-                    rc = fail(err, len, "q%d x k%d: rows %d..%d computed %s (rank %d step %d)", q, k,
-                              t->row0 < covered ? t->row0 : covered, t->row0 < covered ? covered : t->row0,
-                              t->row0 < covered ? "twice" : "by nobody", all[m].rank, all[m].step);
-                else if (j - i > 1 && (!dense || t->work != dense * (t->row1 - t->row0)))
-                    rc = fail(err, len, "q%d x k%d: a piece [%d:%d] of a pair that is %s carries work %lld (rank %d step %d)",
-                              q, k, t->row0, t->row1, dense ? "dense" : "not dense (it cannot be split)",
-                              (long long)t->work, all[m].rank, all[m].step);
-                covered = t->row1;
+                const int from = by_keys ? t->k_row0 : t->row0;
+                const int64_t want = dense ? (int64_t)(t->row1 - t->row0) *
+                                                 ((t->k_row1 < v1 ? t->k_row1 : v1) - (t->k_row0 > v0 ? t->k_row0 : v0))
+                                           : work[x];
+                if (by_keys && (t->row0 != r0 || t->row1 != r1))
+                    rc = fail(err, len, "q%d x k%d: pieces split both its rows and its keys (q%d[%d:%d] k%d[%d:%d], "
+                              "rank %d step %d)", q, k, q, t->row0, t->row1, k, t->k_row0, t->k_row1, all[m].rank,
+                              all[m].step);
+                else if (from != covered)
+                    rc = fail(err, len, "q%d x k%d: %s %d..%d computed %s (rank %d step %d)", q, k,
+                              by_keys ? "keys" : "rows", from < covered ? from : covered, from < covered ? covered : from,
+                              from < covered ? "twice" : "by nobody", all[m].rank, all[m].step);
+                else if (j - i > 1 && (!dense || t->work != want || want <= 0))
+                    rc = fail(err, len, "q%d x k%d: a piece q%d[%d:%d] k%d[%d:%d] of a pair that is %s carries work "
+                              "%lld (rank %d step %d)", q, k, q, t->row0, t->row1, k, t->k_row0, t->k_row1,
+                              dense ? "dense" : "not dense (it cannot be split)", (long long)t->work, all[m].rank,
+                              all[m].step);
+                covered = by_keys ? t->k_row1 : t->row1;
                 sum += t->work;
             }
-            if (!rc && covered != r1)
-                rc = fail(err, len, "q%d x k%d: rows %d..%d computed by nobody", q, k, covered, r1);
+            if (!rc && covered != (by_keys ? k1 : r1))
+                rc = fail(err, len, "q%d x k%d: %s %d..%d computed by nobody", q, k, by_keys ? "keys" : "rows", covered,
+                          by_keys ? k1 : r1);
             else if (!rc && sum != work[x])
                 rc = fail(err, len, "q%d x k%d: its tasks carry %lld pairs, expected %lld", q, k, (long long)sum,
                           (long long)work[x]);

@@ -56,6 +56,8 @@ typedef struct {
                                 2: short documents, then one over the last chunk (a busy diagonal);
                                 3: one over the last chunk but one and most of the last (a split pair) */
     int window, left, right; /* DFA_FLAG_WINDOW and its sizes */
+    int split;               /* dfa__dist_set_split_pairs's on: 1 the default, 0 the plans before split pairs
+                                (one lent band at most), 2 split pairs without lending */
 } dcase;
 
 static void run_case(dfa_comm *c, const dcase *k) {
@@ -145,6 +147,7 @@ static void run_case(dfa_comm *c, const dcase *k) {
     dfa__dist_stats stats;
     const int masked = k->docs || k->window;
     if (masked) dfa__comm_drop_cache(c); /* the workspace grows with the calls: measure this case's */
+    dfa__dist_set_split_pairs(c, k->split);
     dfa__dist_set_stats(c, &stats);
     dfa_status st = dfa__dist_fwd(c, &dd, k->kind, lq, lk, lv, lo, ll);
     dfa__dist_set_stats(c, NULL);
@@ -157,19 +160,28 @@ static void run_case(dfa_comm *c, const dcase *k) {
     /* a busy diagonal: one step of diagonals, and one for its lent rows (with chunks of two tiles
        or more: the plan balances on tile cost, DFA__PLAN_TILE) */
     const int lends = k->docs == 2 && nranks > 1 && k->causal && B == 1 && k->kind != DFA__SCHED_RING && n >= 256;
+    /* (one band: 2 steps; more bands, split_pairs, may take more) */
     if (lends)
-        CHECK(stats.steps == 2, "rank %d: %d steps with a busy last diagonal (want 2: it lends its first rows) for %s",
-              rank, stats.steps, cfg);
-    /* a dense pair of the last two chunks, 3/4 n rows: from P = 3 its last rows go to a third rank
-       (schedule.h, split pairs) once it has two tiles of rows (at P = 2 the plan may split it
-       between its owners or not: the tile costs are close) */
-    const int splits = k->docs == 3 && nranks > 2 && k->causal && B == 1 && k->kind != DFA__SCHED_RING && 3 * n / 4 >= 256;
+        CHECK(k->split ? stats.steps >= 2 : stats.steps == 2,
+              "rank %d: %d steps with a busy last diagonal (want 2: it lends its first rows) for %s", rank, stats.steps, cfg);
+    /* three ranks of 1024 rows: two ranks of short documents take a band each (the plan lends the
+       diagonal in three) */
+    if (lends && k->split == 1 && nranks == 3 && n == 1024)
+        CHECK(stats.bands >= 2, "rank %d: %d band(s) lent by the busy diagonal for %s", rank, stats.bands, cfg);
+    if (lends && !k->split) CHECK(stats.bands == 1, "rank %d: %d bands without split pairs for %s", rank, stats.bands, cfg);
+    /* a dense pair of the last two chunks, 3/4 n rows: from P = 3 it is split, pieces on a third
+       rank (schedule.h, split pairs), once it has two tiles of rows, when lending is off (else the
+       plan may lend diagonal bands instead: the tile costs are close) */
+    const int splits = k->docs == 3 && k->split == 2 && nranks > 2 && k->causal && B == 1 &&
+                       k->kind != DFA__SCHED_RING && 3 * n / 4 >= 256;
     if (splits) CHECK(stats.pieces >= 2, "rank %d: %d pieces of split pairs for %s", rank, stats.pieces, cfg);
     dfa__dist_set_stats(c, &stats);
     st = dfa__dist_bwd(c, &dd, k->kind, lq, lk, lv, lo, ll, ldo, ldq, ldk, ldv);
     dfa__dist_set_stats(c, NULL);
     if (lends)
-        CHECK(stats.steps == 2, "rank %d: backward: %d steps with a busy last diagonal for %s", rank, stats.steps, cfg);
+        CHECK(k->split ? stats.steps >= 2 : stats.steps == 2, "rank %d: backward: %d steps with a busy last diagonal for %s",
+              rank, stats.steps, cfg);
+    if (splits) CHECK(stats.pieces >= 2, "rank %d: backward: %d pieces of split pairs for %s", rank, stats.pieces, cfg);
     CHECK(st == DFA_OK, "rank %d: dist bwd failed: %s (%s) for %s", rank, dfa_status_string(st), dfa_last_error(), cfg);
     /* a masked plan's workspace (lent rows included) within the bound the library publishes */
     if (masked) {
@@ -354,12 +366,12 @@ int main(int argc, char **argv) {
                     const int i = ncase++;
                     dcase k = {1 + (i % 3 == 1), rows[i % 6], heads[i % 4][0], heads[i % 4][1], i % 2 ? 16 : 32,
                                ti ? DFA_BF16 : DFA_F32, causal, overlap,
-                               ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 0, 0, 0, 0};
+                               ki ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 0, 0, 0, 0, 1};
                     run_case(c, &k);
                 }
     /* the paper's published schedule (internal; dist-bench compares it) */
     for (int i = 0; i < 2; i++) {
-        dcase k = {2, 10 + i, 4, 2, 16, i ? DFA_BF16 : DFA_F32, 1, i, DFA__SCHED_PAPER, 0, 0, 0, 0};
+        dcase k = {2, 10 + i, 4, 2, 16, i ? DFA_BF16 : DFA_F32, 1, i, DFA__SCHED_PAPER, 0, 0, 0, 0, 1};
         run_case(c, &k);
         ncase++;
     }
@@ -368,7 +380,7 @@ int main(int argc, char **argv) {
         const int n = rows[i % 6] + 2, w[] = {0, 1, n, n / 2, 2 * n + 1, -1};
         dcase k = {1 + (i % 4 == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 3 ? DFA_BF16 : DFA_F32,
                    i % 5 != 4, i % 2, i % 3 == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i % 3 != 1, i % 3 != 0,
-                   w[i % 6], w[(i / 2 + 5) % 6]};
+                   w[i % 6], w[(i / 2 + 5) % 6], 1};
         run_case(c, &k);
         ncase++;
     }
@@ -380,9 +392,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 8; i++) {
         /* tiles of 128 rows: lending needs n >= 256; at 1024 the plan lends as many rows as a
            lent block may take (dfa__lend_rows: the workspace bound's limit, checked below) */
-        const int n = (int[]){nranks == 2 ? 1024 : 272, 300, 24, 37}[i % 4];
+        const int n = (int[]){nranks <= 3 ? 1024 : 640, 300, 24, 37}[i % 4];
         dcase k = {1 + (i == 7), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
-                   i == 6 ? DFA__SCHED_RING : i == 5 ? DFA__SCHED_PAPER : DFA__SCHED_BALANCED, 2, i == 3, n / 2, 0};
+                   i == 6 ? DFA__SCHED_RING : i == 5 ? DFA__SCHED_PAPER : DFA__SCHED_BALANCED, 2, i == 3, n / 2, 0, i < 4};
         run_case(c, &k);
         ncase++;
     }
@@ -391,7 +403,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 5; i++) {
         const int n = i == 4 ? 300 : 384;
         dcase k = {1 + (i == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
-                   i == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 3, 0, 0, 0};
+                   i == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 3, 0, 0, 0, i % 2 ? 1 : 2};
         run_case(c, &k);
         ncase++;
     }
@@ -400,7 +412,7 @@ int main(int argc, char **argv) {
        masked plan's pair work for calls with the same ids (the backward after its forward) and
        must count again when only the ids' values change */
     for (int i = 0; i < 3; i++) {
-        dcase k = {1, 9, 4, 2, 16, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 1, 0, 0, 0};
+        dcase k = {1, 9, 4, 2, 16, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 1, 0, 0, 0, 1};
         run_case(c, &k);
         ncase++;
     }

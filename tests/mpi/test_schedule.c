@@ -474,9 +474,10 @@ static void test_masked_checker_catches(void) {
 /* Busy diagonals lend their first rows (schedule.h): with short documents in chunk 0 and one long
    document over chunk 1, nothing off the diagonal is visible and chunk 1's diagonal is about 20
    times chunk 0's, so only lending can balance: rank 0 takes chunk 1's first rows against its
-   first keys, as many as a plan lends (half the chunk: a quarter of the pairs), and the simulator proves the plan
-   (every visible pair once, matched messages, both passes). The checker refuses lent rows that
-   are doubled, too many, or whose rest does not match. */
+   first keys, as many as one band lends (half the chunk: a quarter of the pairs), then maybe a
+   further band, and the simulator proves the plan (every visible pair once, matched messages,
+   both passes). The checker refuses lent rows that are doubled, too many, leave a gap, or whose
+   rest does not match. */
 static void test_lent_diagonals(void) {
     enum { P = 2, n = 640 };
     int32_t ids[P * n];
@@ -490,26 +491,34 @@ static void test_lent_diagonals(void) {
     CHECK(work[1] == 0 && work[2] == 0, "off-diagonal pairs visible: %lld %lld", (long long)work[1], (long long)work[2]);
     dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
     dfa__sched_plan plan;
-    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work, .rows = prow, .cost = cost, .diag_prefix = pref}, &plan) == 0, "plan build failed");
+    CHECK(dfa__sched_plan_build(&s, &(dfa__plan_counts){.work = work, .rows = prow, .cost = cost, .diag_prefix = pref,
+                                                       .split_pairs = 1}, &plan) == 0, "plan build failed");
     s.plan = &plan;
     int64_t load[P] = {0, 0};
     dfa__placed_task all[16];
-    int nt = 0, lent = 0;
+    int nt = 0, lent = 0, bands = 0;
     for (int t = 0; t < dfa__sched_steps(&s); t++)
         for (int r = 0; r < P; r++)
             if (nt < 16 && dfa__sched_task(&s, r, t, &all[nt].t)) {
                 all[nt].step = t, all[nt].rank = r;
                 load[r] += all[nt].t.work;
-                if (dfa__task_lent(&all[nt].t)) lent = nt;
+                if (dfa__task_lent(&all[nt].t)) {
+                    bands++;
+                    if (all[nt].t.row0 == 0) lent = nt;
+                    CHECK(all[nt].rank == 0 && all[nt].t.q_chunk == 1 && all[nt].t.k_row0 == 0 &&
+                              all[nt].t.k_row1 == all[nt].t.row1 && all[nt].t.row1 - all[nt].t.row0 <= n / 2,
+                          "a band q%d[%d:%d] x k%d[%d:%d] on rank %d", all[nt].t.q_chunk, all[nt].t.row0,
+                          all[nt].t.row1, all[nt].t.k_chunk, all[nt].t.k_row0, all[nt].t.k_row1, all[nt].rank);
+                }
                 nt++;
             }
     const int64_t most = load[0] > load[1] ? load[0] : load[1];
-    CHECK(nt == 3 && lent && all[lent].rank == 0 && all[lent].t.q_chunk == 1 && all[lent].t.row0 == 0 &&
-              all[lent].t.k_row1 == all[lent].t.row1 && all[lent].t.k_row0 == 0 && 2 * all[lent].t.row1 <= n,
-          "chunk 1's diagonal did not lend its first rows to rank 0 (%d tasks)", nt);
-    CHECK(all[lent].t.row1 == n / 2 && most == work[3] - all[lent].t.work && most * 4 <= work[3] * 3,
-          "rank 1 keeps %lld of its %lld pairs after lending %d rows (want: half its rows, the most lent)",
-          (long long)most, (long long)work[3], all[lent].t.row1);
+    CHECK(nt == 2 + bands && lent && all[lent].t.row1 == n / 2,
+          "chunk 1's diagonal did not lend its first half to rank 0 (%d tasks, %d bands)", nt, bands);
+    CHECK(most <= work[3] - all[lent].t.work && most * 4 <= work[3] * 3,
+          "rank 1 keeps %lld of its %lld pairs after lending %d rows in %d band(s) (want: at most 3/4 with the first "
+          "band half its rows, the most one band lends)",
+          (long long)most, (long long)work[3], all[lent].t.row1, bands);
     char err[256];
     for (int bwd = 0; bwd <= 1; bwd++)
         CHECK(dfa__sim_check(&s, bwd, err, sizeof err) == 0, "the lending plan failed the simulator: %s", err);
@@ -520,6 +529,12 @@ static void test_lent_diagonals(void) {
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt + 1, err, sizeof err) != 0, "rows lent twice passed");
     t[lent].t.row1 = t[lent].t.k_row1 = n;
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a whole diagonal lent passed");
+    if (bands > 1) { /* a gap between bands */
+        memcpy(t, all, sizeof all[0] * (size_t)nt);
+        t[lent].t.row1 = t[lent].t.k_row1 = all[lent].t.row1 - 10;
+        CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0 && strstr(err, "gap"),
+              "a gap between lent bands passed");
+    }
     memcpy(t, all, sizeof all[0] * (size_t)nt);
     t[lent].t.k_row1 = n;
     CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "lent rows reading every key passed");
@@ -558,7 +573,7 @@ static void straddle_layout(int32_t *ids, int P, int n, int from, int to) {
    split a pair that is not dense. */
 static void test_split_pairs(void) {
     char err[256];
-    int plans = 0, pieces = 0;
+    int plans = 0, pieces = 0, key_pieces = 0;
     dfa_attn_desc big = dfa_attn_desc_init(1, 1, 1, 32, 32, 128); /* the bytes of a 32 x 128 head call */
     big.dtype = DFA_BF16;
     const dfa__piece_bytes bounded = dfa__piece_bytes_of(&big);
@@ -598,14 +613,22 @@ static void test_split_pairs(void) {
                     load[i % P] += t->work;
                     if (t->q_chunk == t->k_chunk) continue;
                     const size_t y = (size_t)t->q_chunk * P + (size_t)t->k_chunk;
-                    if (t->row0 == prow[2 * y] && t->row1 == prow[2 * y + 1]) continue;
+                    int k0, k1;
+                    dfa__plan_key_window(pkey[2 * y], pkey[2 * y + 1], n, &k0, &k1);
+                    const int whole_rows = t->row0 == prow[2 * y] && t->row1 == prow[2 * y + 1];
+                    if (whole_rows && t->k_row0 == k0 && t->k_row1 == k1) continue;
                     pieces++;
-                    CHECK(split, "P=%d: a piece q%d[%d:%d] x k%d without split_pairs", P, t->q_chunk, t->row0, t->row1,
-                          t->k_chunk);
-                    CHECK(t->work == (int64_t)(t->row1 - t->row0) * (pkey[2 * y + 1] - pkey[2 * y]) &&
-                              (t->row0 % DFA__PLAN_TILE == 0 || t->row0 == prow[2 * y]),
-                          "P=%d: piece q%d[%d:%d] x k%d carries %lld pairs", P, t->q_chunk, t->row0, t->row1,
-                          t->k_chunk, (long long)t->work);
+                    key_pieces += whole_rows;
+                    CHECK(split, "P=%d: a piece q%d[%d:%d] x k%d[%d:%d] without split_pairs", P, t->q_chunk, t->row0,
+                          t->row1, t->k_chunk, t->k_row0, t->k_row1);
+                    const int v0 = pkey[2 * y] > t->k_row0 ? pkey[2 * y] : t->k_row0;
+                    const int v1 = pkey[2 * y + 1] < t->k_row1 ? pkey[2 * y + 1] : t->k_row1;
+                    CHECK(t->work == (int64_t)(t->row1 - t->row0) * (v1 - v0) &&
+                              (whole_rows || (t->k_row0 == k0 && t->k_row1 == k1)) &&
+                              (t->row0 % DFA__PLAN_TILE == 0 || t->row0 == prow[2 * y]) &&
+                              (t->k_row0 % DFA__PLAN_TILE == 0 || t->k_row0 == k0),
+                          "P=%d: piece q%d[%d:%d] x k%d[%d:%d] carries %lld pairs", P, t->q_chunk, t->row0, t->row1,
+                          t->k_chunk, t->k_row0, t->k_row1, (long long)t->work);
                     const int helper = i % P != t->q_chunk && i % P != t->k_chunk; /* both inputs remote */
                     CHECK(!helper || dfa__piece_fits(&in.piece, t->row1 - t->row0, dfa__task_key_rows(t, n), n),
                           "P=%d: piece q%d[%d:%d] x k%d[%d:%d] over the bytes of a chunk's message", P, t->q_chunk,
@@ -623,28 +646,37 @@ static void test_split_pairs(void) {
                 }
                 if (rep == 0 && split && P >= 3) { /* the checker catches broken pieces */
                     dfa__placed_task all[256], t[257];
-                    int nt = 0, piece = -1;
+                    int nt = 0, piece = -1, by_keys = 0;
+                    int k0, k1;
+                    dfa__plan_key_window(pkey[2 * x], pkey[2 * x + 1], n, &k0, &k1);
                     for (int st = 0; st < plan.steps; st++)
                         for (int r = 0; r < P; r++)
                             if (nt < 256 && dfa__sched_task(&s, r, st, &all[nt].t)) {
+                                const dfa__task *u = &all[nt].t;
                                 all[nt].step = st, all[nt].rank = r;
-                                if (all[nt].t.q_chunk == P - 1 && all[nt].t.k_chunk == P - 2 && all[nt].t.row0 > 0)
-                                    piece = nt;
+                                if (u->q_chunk == P - 1 && u->k_chunk == P - 2 && (u->row0 > prow[2 * x] || u->k_row0 > k0))
+                                    piece = nt, by_keys = u->k_row0 > k0;
                                 nt++;
                             }
                     CHECK(piece >= 0, "P=%d: the straddled pair was not split", P);
                     if (piece >= 0) {
-                        const int64_t per_row = pkey[2 * x + 1] - pkey[2 * x];
+                        /* moving a piece's first row (key) one back or on: with the pair's work per row (key) */
+                        const int64_t per = by_keys ? all[piece].t.row1 - all[piece].t.row0 : pkey[2 * x + 1] - pkey[2 * x];
+                        const int in_vis = !by_keys || (all[piece].t.k_row0 > pkey[2 * x] && all[piece].t.k_row0 < pkey[2 * x + 1]);
                         memcpy(t, all, sizeof all[0] * (size_t)nt);
                         CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) == 0, "the plan: %s", err);
                         memcpy(t, all, sizeof all[0] * (size_t)nt);
-                        t[piece].t.row0 -= 1, t[piece].t.work += per_row;
+                        if (by_keys) t[piece].t.k_row0 -= 1;
+                        else t[piece].t.row0 -= 1;
+                        t[piece].t.work += in_vis ? per : 0;
                         CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0 && strstr(err, "twice"),
-                              "overlapping pieces passed");
+                              "overlapping pieces passed: %s", err);
                         memcpy(t, all, sizeof all[0] * (size_t)nt);
-                        t[piece].t.row0 += 1, t[piece].t.work -= per_row;
+                        if (by_keys) t[piece].t.k_row0 += 1;
+                        else t[piece].t.row0 += 1;
+                        t[piece].t.work -= in_vis ? per : 0;
                         CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0 && strstr(err, "nobody"),
-                              "a gap between pieces passed");
+                              "a gap between pieces passed: %s", err);
                         memcpy(t, all, sizeof all[0] * (size_t)nt);
                         t[piece].t.work += 1;
                         CHECK(dfa__sim_check_masked_tasks(&s, t, nt, err, sizeof err) != 0, "a piece's wrong work passed");
@@ -658,7 +690,10 @@ static void test_split_pairs(void) {
                         s2.plan = &fake;
                         memcpy(t, all, sizeof all[0] * (size_t)nt);
                         for (int i = 0; i < nt; i++)
-                            if (t[i].t.q_chunk == P - 1 && t[i].t.k_chunk == P - 2 && t[i].t.row0 == 0) t[i].t.work -= 1;
+                            if (t[i].t.q_chunk == P - 1 && t[i].t.k_chunk == P - 2 && i != piece) {
+                                t[i].t.work -= 1;
+                                break;
+                            }
                         CHECK(dfa__sim_check_masked_tasks(&s2, t, nt, err, sizeof err) != 0 && strstr(err, "not dense"),
                               "pieces of a pair that is not dense passed: %s", err);
                         free(w2);
@@ -671,8 +706,8 @@ static void test_split_pairs(void) {
                   P, n, rep, (long long)most[1], (long long)most[0]);
             free(ids); free(work); free(cost); free(prow); free(pkey); free(pref);
         }
-    printf("split pairs: %d plans checked, %d pieces\n", plans, pieces);
-    CHECK(pieces > 0, "no plan split a pair: the pieces went untested");
+    printf("split pairs: %d plans checked, %d pieces (%d by keys)\n", plans, pieces, key_pieces);
+    CHECK(pieces > key_pieces && key_pieces > 0, "no plan split a pair by rows, or none by keys: pieces went untested");
 }
 
 /* The executor's workspace follows the plan. Message slots: three (a step's buffers live from

@@ -331,7 +331,7 @@ int cmd_rank_sim(int argc, char **argv) {
     const double single[2] = {measure_median(fs, o->sh.reps), measure_median(fbs, o->sh.reps)};
     printf("  1 GPU, whole sequence   fwd %8.2f ms   f+b %8.2f ms\n", single[0], single[1]);
     double most = 0, sum = 0, exposed = 0;
-    int pieces = 0;
+    int pieces = 0, bands = 0;
     for (int r = 0; r < P; r++) {
         const double ms[2] = {measure_median(fs + (size_t)(r + 1) * o->sh.reps, o->sh.reps),
                               measure_median(fbs + (size_t)(r + 1) * o->sh.reps, o->sh.reps)};
@@ -341,7 +341,7 @@ int cmd_rank_sim(int argc, char **argv) {
         RS_CUDA(cudaStreamSynchronize(x.st));
         run_once(&x, &b, cs[r], &dds[r], &whole, r, unused, marks);
         const dfa__dist_stats sf = marks[0], sb = marks[1];
-        pieces = sf.pieces;
+        pieces = sf.pieces, bands = sf.bands;
         printf("  rank %-3d                fwd %8.2f ms   f+b %8.2f ms   steps fwd", r, ms[0], ms[1]);
         for (int s = 0; s < sf.steps && s < 8; s++) printf(" %.2f", 1e3 * sf.compute_s[s]);
         printf(", bwd");
@@ -356,7 +356,7 @@ int cmd_rank_sim(int argc, char **argv) {
     }
     for (int r = 0; r < P; r++) dfa_comm_destroy(cs[r]);
     free(cs), free(dds), free(fs), free(fbs);
-    printf("  (the plan: %d tasks compute pieces of pairs split over ranks)\n", pieces);
+    printf("  (the plan: %d tasks compute pieces of pairs split over ranks, %d lent bands of diagonals)\n", pieces, bands);
     printf("\n  busiest rank f+b %.2f ms, mean %.2f (balance %.3f); bound on the %d-GPU scaling efficiency: "
            "%.3f (1 GPU %.2f ms / (%d x %.2f))\n",
            most, sum / P, sum / P / most, P, single[1] / (P * most), single[1], P, most);

@@ -28,6 +28,7 @@
 #include "distflash_cuda.h"
 #include "distflash_mpi.h"
 #include "distflash_nccl.h"
+#include "dist_check.h"
 #include "gpu_util.h"
 #include "oracle.h"
 #include "seqpar/dist_internal.h"
@@ -40,13 +41,6 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* lse rows [r0, r0 + n) of [batch, heads, N] */
-static double *slice_lse(const double *src, int B, int H, int N, int r0, int n) {
-    double *dst = malloc(sizeof(double) * (size_t)B * H * n);
-    for (int bh = 0; bh < B * H; bh++) memcpy(dst + (size_t)bh * n, src + (size_t)bh * N + r0, sizeof(double) * (size_t)n);
-    return dst;
 }
 
 typedef struct {
@@ -288,30 +282,9 @@ static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     CHECK(tl_count_nan(t, lo, nq) == 0 && tl_count_nan(t, ldq, nq) == 0 && tl_count_nan(t, ldk, nk) == 0 &&
               tl_count_nan(t, ldv, nk) == 0 && tl_count_nan(DFA_F32, ll, nl) == 0,
           "rank %d: outputs left unwritten (NaN) for %s", rank, cfg);
-    struct {
-        const char *name;
-        const void *got, *single;
-        const double *ref;
-        int64_t width, n;
-        double tol;
-    } cmp[4] = {{"o", lo, o1, oref, wq, nq, tol_o}, {"dq", ldq, dq1, gq, wq, nq, tol_dq},
-                {"dk", ldk, dk1, gk, wk, nk, tol_dk}, {"dv", ldv, dv1, gv, wk, nk, tol_dv}};
-    for (int i = 0; i < 4; i++) {
-        double *sref = tl_slice_rows_f64(cmp[i].ref, B, N, r0, n, cmp[i].width);
-        double *one = tl_to_f64(t, cmp[i].single, (int64_t)B * N * cmp[i].width);
-        double *sone = tl_slice_rows_f64(one, B, N, r0, n, cmp[i].width);
-        const double e_ref = tl_max_err(t, cmp[i].got, sref, cmp[i].n), e_one = tl_max_err(t, cmp[i].got, sone, cmp[i].n);
-        CHECK(e_ref <= cmp[i].tol, "rank %d: %s vs oracle: %.3g > %.3g for %s", rank, cmp[i].name, e_ref, cmp[i].tol, cfg);
-        CHECK(e_one <= cmp[i].tol, "rank %d: %s vs single GPU: %.3g > %.3g for %s", rank, cmp[i].name, e_one, cmp[i].tol, cfg);
-        free(sref);
-        free(one);
-        free(sone);
-    }
-    double *sl = slice_lse(lref, B, H, N, r0, n);
-    int lbad = 0;
-    for (int64_t i = 0; i < nl; i++) lbad += !(fabs(ll[i] - sl[i]) <= 2e-5 * (1.0 + fabs(sl[i])) || (isinf(sl[i]) && ll[i] == sl[i]));
-    CHECK(lbad == 0, "rank %d: lse: %d rows off the oracle for %s", rank, lbad, cfg);
-    free(sl);
+    const dist_output out[4] = {{"o", lo, o1, oref, wq, tol_o}, {"dq", ldq, dq1, gq, wq, tol_dq},
+                                {"dk", ldk, dk1, gk, wk, tol_dk}, {"dv", ldv, dv1, gv, wk, tol_dv}};
+    dist_check_rank(t, out, 4, ll, lref, B, H, N, r0, n, 1, rank, cfg);
     /* lse may be NULL in the forward */
     dev_poison(b.o, b.qb);
     CHECK(dfa__dist_fwd_cuda(c, &d, k->kind, b.q, b.k, b.v, b.o, NULL, s) == DFA_OK, "rank %d: fwd without lse: %s", rank,

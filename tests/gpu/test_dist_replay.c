@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "distflash_cuda.h"
+#include "dist_check.h"
 #include "gpu_util.h"
 #include "oracle.h"
 #include "common/error.h"
@@ -348,34 +349,9 @@ static void run_case(const rcase *k, cudaStream_t s) {
         CHECK(tl_count_nan(t, lo, nq) == 0 && tl_count_nan(t, ldq, nq) == 0 && tl_count_nan(t, ldk, nk) == 0 &&
                   tl_count_nan(t, ldv, nk) == 0 && tl_count_nan(DFA_F32, ll, nl) == 0,
               "rank %d: outputs left unwritten (NaN) for %s", r, cfg);
-        struct {
-            const char *name;
-            const void *got, *single;
-            const double *ref;
-            int64_t width, n;
-            double tol;
-        } cmp[4] = {{"o", lo, o1, oref, wq, nq, tol_o}, {"dq", ldq, dq1, gq, wq, nq, tol_dq},
-                    {"dk", ldk, dk1, gk, wk, nk, tol_dk}, {"dv", ldv, dv1, gv, wk, nk, tol_dv}};
-        for (int i = 0; i < 4; i++) {
-            double *sref = tl_slice_rows_f64(cmp[i].ref, B, N, r * n, n, cmp[i].width);
-            double *one = tl_to_f64(t, cmp[i].single, (int64_t)B * N * cmp[i].width);
-            double *sone = tl_slice_rows_f64(one, B, N, r * n, n, cmp[i].width);
-            const double e_ref = tl_max_err(t, cmp[i].got, sref, cmp[i].n), e_one = tl_max_err(t, cmp[i].got, sone, cmp[i].n);
-            off += !(e_ref <= cmp[i].tol) + !(e_one <= cmp[i].tol);
-            CHECK(!expect_right || e_ref <= cmp[i].tol, "rank %d: %s vs oracle: %.3g > %.3g for %s", r, cmp[i].name, e_ref,
-                  cmp[i].tol, cfg);
-            CHECK(!expect_right || e_one <= cmp[i].tol, "rank %d: %s vs single GPU: %.3g > %.3g for %s", r, cmp[i].name,
-                  e_one, cmp[i].tol, cfg);
-            free(sref), free(one), free(sone);
-        }
-        int lbad = 0;
-        for (int bh = 0; bh < B * H; bh++)
-            for (int i = 0; i < n; i++) {
-                const double ref = lref[(size_t)bh * N + (size_t)r * n + i];
-                const float got = ll[(size_t)bh * n + i];
-                lbad += !(fabs(got - ref) <= 2e-5 * (1.0 + fabs(ref)) || (isinf(ref) && got == ref));
-            }
-        CHECK(!expect_right || lbad == 0, "rank %d: lse: %d rows off the oracle for %s", r, lbad, cfg);
+        const dist_output out[4] = {{"o", lo, o1, oref, wq, tol_o}, {"dq", ldq, dq1, gq, wq, tol_dq},
+                                    {"dk", ldk, dk1, gk, wk, tol_dk}, {"dv", ldv, dv1, gv, wk, tol_dv}};
+        off += dist_check_rank(t, out, 4, ll, lref, B, H, N, r * n, n, expect_right, r, cfg);
     }
     CHECK(expect_right || off > 0, "%d round(s) of replay (results never delivered) passed the checks for %s", k->rounds,
           cfg);

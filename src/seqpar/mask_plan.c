@@ -99,17 +99,18 @@ static int64_t max_load_except(const int64_t *load, int P, int a, int b, int c) 
    [x, x_j) against keys [0, x_j), x the rows it lent so far (the sample lent_j[top]) and x_j a
    later sample row j n / DFA__DIAG_SAMPLES; the first band at most cap rows, a later one within
    pb's bounds (both inputs and both results within a chunk's message) or, without them, at most
-   cap rows. Returns the busiest load of all ranks after it and sets *best_j, or INT64_MAX when no
+   cap rows. A band costs its tile cost (by_tiles: the plan balances on tile cost) or its visible
+   pairs. Returns the busiest load of all ranks after it and sets *best_j, or INT64_MAX when no
    band lowers top's load. */
-static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int fold, int cap,
-                         const dfa__piece_bytes *pb, const int64_t *load, const int *lent_j, int top, int low,
+static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int by_tiles, int fold,
+                         int cap, const dfa__piece_bytes *pb, const int64_t *load, const int *lent_j, int top, int low,
                          int *best_j) {
     const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
     const int64_t diag = work[(size_t)top * P + top];
     *best_j = 0;
     const int j0 = lent_j[top], x0 = (int)((int64_t)j0 * n / DFA__DIAG_SAMPLES);
     if (diag <= 0 || j0 >= DFA__DIAG_SAMPLES) return INT64_MAX;
-    const int64_t *cum = diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
+    const int64_t *cum = diag_prefix + (size_t)top * 2 * S1, *cost = by_tiles ? cum + S1 : cum;
     const int bounded = pb->cap[0] > 0 || pb->cap[1] > 0 || pb->cap[2] > 0;
     int64_t best = load[top];
     for (int j = j0 + 1; j <= DFA__DIAG_SAMPLES; j++) {
@@ -132,6 +133,14 @@ static int64_t dense_work(const pair *x, int r0, int r1, int k0, int k1) {
     return hi > lo ? (int64_t)(r1 - r0) * (hi - lo) : 0;
 }
 
+/* What the last rows [at, row1) (mode 1) or keys [at, key1) (mode 2) of dense pair x cost: their
+   share of its tile cost (by_tiles; at is on a tile), or their visible pairs. */
+static int64_t piece_share(const pair *x, int mode, int at, int by_tiles) {
+    const int lo = mode == 1 ? x->row0 : x->key0, hi = mode == 1 ? x->row1 : x->key1;
+    if (by_tiles) return x->cost * (hi - at) / (hi - lo);
+    return mode == 1 ? dense_work(x, at, x->row1, x->key0, x->key1) : dense_work(x, x->row0, x->row1, at, x->key1);
+}
+
 /* Split pairs (schedule.h): the best piece of one of top's dense pairs for low to compute, its
    last query rows [at, row1) (mode 1) or its last keys [at, key1) (mode 2), at on a
    DFA__PLAN_TILE row (on a third rank, within pb's bounds). Returns the busiest load of all ranks
@@ -139,8 +148,8 @@ static int64_t dense_work(const pair *x, int r0, int r1, int k0, int k1) {
    the side that is cut folds one more partial result: the key owner a dk, dv of the keys (rows),
    the query owner an o, lse or dq of the rows (keys). */
 static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *owner, int np,
-                          const dfa__piece_bytes *pb, int fold, const int64_t *load, int top, int low, int *best_i,
-                          int *best_at, int *best_mode) {
+                          const dfa__piece_bytes *pb, int by_tiles, int fold, const int64_t *load, int top, int low,
+                          int *best_i, int *best_at, int *best_mode) {
     const int P = s->nranks, n = s->rows, T = DFA__PLAN_TILE;
     int64_t best = INT64_MAX;
     for (int i = 0; i < np; i++) {
@@ -155,7 +164,7 @@ static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *own
             for (int at = (lo / T + 1) * T; at < hi; at += T) {
                 const int rows = mode == 1 ? x->row1 - at : x->row1 - x->row0, kr = mode == 1 ? x->key1 - x->key0 : hi - at;
                 if (low != x->q && low != x->k && !dfa__piece_fits(pb, rows, kr, n)) continue; /* both inputs */
-                const int64_t c_m = x->cost * (hi - at) / (hi - lo);
+                const int64_t c_m = piece_share(x, mode, at, by_tiles);
                 int64_t a = load[top] - c_m, b = load[low] + piece_cost(c_m, fold), f = 0;
                 if (folder == top) a += extra;
                 else if (folder == low) b += extra;
@@ -189,16 +198,17 @@ static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int
         if (top == low) return;
         int j = 0, si = 0, at = 0, mode = 0;
         /* (without split_pairs a diagonal lends one band) */
-        const int64_t by_lend = lend && *np < np_cap && (in->split_pairs || !lent_j[top]) ? best_lend(s, in->work, in->diag_prefix, fold, cap, &in->piece,
+        const int64_t by_lend = lend && *np < np_cap && (in->split_pairs || !lent_j[top]) ? best_lend(s, in->work, in->diag_prefix, in->cost != NULL, fold, cap, &in->piece,
                                                                   load, lent_j, top, low, &j)
                                                        : INT64_MAX;
         const int64_t by_split = split && *np < np_cap
-                                     ? best_split(s, pairs, owner, *np, &in->piece, fold, load, top, low, &si, &at, &mode)
+                                     ? best_split(s, pairs, owner, *np, &in->piece, in->cost != NULL, fold, load, top, low, &si, &at,
+                                                  &mode)
                                      : INT64_MAX;
         const int64_t best = by_lend < by_split ? by_lend : by_split;
         if (best == INT64_MAX || best > load[top] - load[top] / 50) return;
         if (by_lend <= by_split) {
-            const int64_t *cum = in->diag_prefix + (size_t)top * 2 * S1, *cost = cum + S1;
+            const int64_t *cum = in->diag_prefix + (size_t)top * 2 * S1, *cost = in->cost ? cum + S1 : cum;
             const int j0 = lent_j[top];
             const int x0 = (int)((int64_t)j0 * n / DFA__DIAG_SAMPLES), x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
             owner[*np] = low;
@@ -208,8 +218,7 @@ static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int
             load[low] += lent_cost(cost[j] - cost[j0], fold);
         } else {
             pair *x = &pairs[si];
-            const int lo = mode == 1 ? x->row0 : x->key0, hi = mode == 1 ? x->row1 : x->key1;
-            const int64_t c_m = x->cost * (hi - at) / (hi - lo);
+            const int64_t c_m = piece_share(x, mode, at, in->cost != NULL);
             pair piece = *x;
             if (mode == 1) piece.row0 = x->row1 = at;
             else piece.key0 = x->key1 = at;
@@ -299,7 +308,41 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         }
     }
     free(base);
-    if (s->kind != DFA__SCHED_RING) shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent_j);
+    if (s->kind != DFA__SCHED_RING && in->split_pairs) {
+        /* with split pairs and bands, and as before them (one band, no piece): the greedy's first
+           moves differ and either may end lower, so the plan keeps the one whose busiest load is
+           lower (ties: the one before, fewer messages) */
+        pair *pairs_b = malloc(sizeof *pairs_b * (np_cap + (size_t)P) + 1);
+        int *owner_b = malloc(sizeof *owner_b * (np_cap + (size_t)P) + 1), *lent_b = calloc((size_t)P, sizeof *lent_b);
+        int64_t *load_b = malloc(sizeof *load_b * (size_t)P);
+        if (!pairs_b || !owner_b || !lent_b || !load_b) {
+            free(pairs_b), free(owner_b), free(lent_b), free(load_b);
+            goto done;
+        }
+        memcpy(pairs_b, pairs, sizeof *pairs * (size_t)np);
+        memcpy(owner_b, owner, sizeof *owner * (size_t)np);
+        memcpy(load_b, load, sizeof *load * (size_t)P);
+        int np_b = np;
+        dfa__plan_counts before = *in;
+        before.split_pairs = 0;
+        shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent_j);
+        shed_work(s, &before, keys, fold, pairs_b, owner_b, &np_b, (int)np_cap, load_b, lent_b);
+        int64_t most = 0, most_b = 0;
+        for (int r = 0; r < P; r++) {
+            most = load[r] > most ? load[r] : most;
+            most_b = load_b[r] > most_b ? load_b[r] : most_b;
+        }
+        if (most_b <= most) {
+            np = np_b;
+            memcpy(pairs, pairs_b, sizeof *pairs * (size_t)np);
+            memcpy(owner, owner_b, sizeof *owner * (size_t)np);
+            memcpy(lent_j, lent_b, sizeof *lent_j * (size_t)P);
+            memcpy(load, load_b, sizeof *load * (size_t)P);
+        }
+        free(pairs_b), free(owner_b), free(lent_b), free(load_b);
+    } else if (s->kind != DFA__SCHED_RING) {
+        shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent_j);
+    }
     for (int i = 0; i < np; i++) count[owner[i]]++;
     int steps = 1;
     for (int r = 0; r < P; r++)

@@ -220,7 +220,8 @@ static inline void dfa__plan_key_window(int lo, int hi, int n, int *k0, int *k1)
    pass's inputs and results, rows x q + key_rows x k <= n x cap (bytes per row;
    dfa__piece_bytes_of). So a pair of whole chunks (every row sees every key) cannot be split.
    Lending and splitting alternate, whichever lowers the busiest load of all ranks more, while one
-   lowers it by 2% or more (at most 2 P moves). */
+   lowers it by 2% or more (at most 2 P moves); the greedy is myopic, so the plan is also built as
+   before split pairs (one band, no piece) and that one is kept when its busiest load is no higher. */
 typedef struct {
     int64_t q[3], k[3], cap[3]; /* forward inputs, backward inputs, backward results (the forward's
                                    results are query rows only: a piece's are within a chunk's) */

@@ -190,8 +190,11 @@ int cmd_plan_blocks(int argc, char **argv) {
     for (int lend = 0; lend < 2; lend++) {
         if (lend && !ids) break; /* the executor lends only under documents */
         const dfa__sched s = {DFA__SCHED_BALANCED, P, 1, n, NULL};
-        const dfa__plan_counts in = {work, rows, keys, cost, lend ? prefix : NULL, DFA__PLAN_FOLD_COST,
-                                     dfa__lend_rows(&chunk), lend, dfa__piece_bytes_of(&chunk)};
+        dfa_attn_desc planned = chunk; /* (the ids themselves are not read) */
+        planned.q_doc = planned.k_doc = ids;
+        const dfa__pair_counts mc = {work, rows, keys, cost, ids ? prefix : NULL};
+        dfa__plan_counts in = dfa__plan_inputs(&planned, &mc, DFA__SCHED_BALANCED, DFA__PLAN_FOLD_COST, 1);
+        if (!lend) in.diag_prefix = NULL, in.split_pairs = 0;
         dfa__sched_plan plan;
         if (dfa__sched_plan_build(&s, &in, &plan)) {
             fprintf(stderr, "distflash plan-blocks: out of host memory\n");

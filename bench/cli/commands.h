@@ -8,6 +8,7 @@ int cmd_demo(int argc, char **argv);       /* the attention demo: a long sequenc
 int cmd_bench(int argc, char **argv);      /* single-device speed and memory, vs the naive path and peers */
 int cmd_simulate(int argc, char **argv);   /* distributed schedules: table and predicted makespans */
 int cmd_dist_bench(int argc, char **argv); /* distributed attention under mpirun: per-rank, per-step times */
+int cmd_plan(int argc, char **argv);        /* a masked plan printed, on the CPU (cmd_plan.c) */
 int cmd_plan_blocks(int argc, char **argv); /* a masked plan's blocks, one by one on one GPU (cmd_plan_blocks.c) */
 int cmd_rank_sim(int argc, char **argv);    /* each rank's whole pass of a P-rank call on one GPU (cmd_rank_sim.c) */
 

@@ -16,6 +16,7 @@ static const struct {
     {"demo", cmd_demo, "the attention demo: a long sequence, checked against the naive path"},
     {"simulate", cmd_simulate, "print a distributed schedule and predicted makespans (--ranks P)"},
     {"dist-bench", cmd_dist_bench, "distributed attention timings; run under mpirun -np P"},
+    {"plan", cmd_plan, "a masked distributed plan printed and checked, on the CPU (--ranks P --docs MEAN)"},
     {"plan-blocks", cmd_plan_blocks, "a masked distributed plan's blocks timed on one GPU, with and without lending"},
     {"rank-sim", cmd_rank_sim, "each rank's whole pass of a P-rank call run on one GPU (transfers left out)"},
 };

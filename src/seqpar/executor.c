@@ -1188,10 +1188,8 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     const int P = c->size, n = dd->attn.seqlen_q, docs = dd->attn.q_doc != NULL, device = e->ops->to_host != NULL;
     const size_t chunk = (size_t)dd->attn.batch * (size_t)n, bytes = sizeof(int32_t) * chunk * (size_t)P;
     dfa_status st;
-    /* a busy diagonal may lend its first rows (schedule.h): documents (a window alone leaves the
-       diagonals alike), causal, one batch row (the rows, keys and ids they read are then
-       contiguous prefixes of the chunk's) */
-    const int lend = docs && dd->attn.causal && dd->attn.batch == 1 && kind != DFA__SCHED_RING;
+    /* a busy diagonal may lend its first rows, and pairs split (schedule.h) */
+    const int lend = dfa__plan_lends(&dd->attn, kind);
     const int counts_failed = dfa__pair_counts_alloc(&e->mc, P, lend);
     if (docs) e->ids = malloc(bytes);
     if (counts_failed || (docs && !e->ids))
@@ -1239,17 +1237,9 @@ static dfa_status setup_mask(exec *e, const dfa_dist_desc *dd, dfa__sched_kind k
     if (!e->local) {
         mask_counts(c, &dd->attn, e->ids, docs ? bytes : 0, &e->mc);
         const dfa__sched s = {kind, P, dd->attn.causal, n, NULL};
-        /* query-row windows off the diagonal, where a window's document ids are one contiguous
-           run of the chunk's (compute: one batch row, or no documents); key windows where they
-           are also contiguous rows of k and v to send in place and fold (one batch row) */
-        const int windows = !docs || dd->attn.batch == 1, key_windows = dd->attn.batch == 1;
-        /* pairs off the diagonal split over a third rank where lending is allowed (the same
-           contiguous rows, keys and ids; schedule.h, split pairs) */
-        const int split = c->split_mode + 1; /* dfa__dist_set_split_pairs */
-        const dfa__plan_counts in = {e->mc.work, windows ? e->mc.rows : NULL, key_windows ? e->mc.keys : NULL, e->mc.cost,
-                                     split == 2 ? NULL : e->mc.prefix,
-                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
-                                     dfa__lend_rows(&dd->attn), lend && split > 0, dfa__piece_bytes_of(&dd->attn)};
+        const dfa__plan_counts in = dfa__plan_inputs(&dd->attn, &e->mc, kind,
+                                                     c->fold_cost > 0 ? c->fold_cost - 1 : DFA__PLAN_FOLD_COST,
+                                                     c->split_mode + 1 /* dfa__dist_set_split_pairs */);
         if (dfa__sched_plan_build(&s, &in, &e->mplan)) {
             record(e, dfa__fail(DFA_ERR_OUT_OF_MEMORY, fn, "cannot allocate the masked plan"));
         } else {

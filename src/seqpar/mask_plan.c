@@ -70,6 +70,7 @@ int dfa__piece_fits(const dfa__piece_bytes *b, int rows, int key_rows, int n) {
 void dfa__sched_plan_free(dfa__sched_plan *p) {
     if (!p) return;
     free(p->tasks);
+    free(p->load);
     memset(p, 0, sizeof *p);
 }
 
@@ -375,6 +376,12 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         }
     }
     free(mine);
+    out->load = malloc(sizeof *out->load * (size_t)P);
+    if (!out->load) {
+        dfa__sched_plan_free(out);
+        goto done;
+    }
+    memcpy(out->load, load, sizeof *load * (size_t)P);
     out->nranks = P;
     out->steps = steps;
     out->work = work;
@@ -430,6 +437,22 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             *w = dfa__visible_pairs_counts(&x, &lo, &hi, &mc);
             if (rr) rr[0] = lo, rr[1] = hi;
         }
+}
+
+int dfa__plan_lends(const dfa_attn_desc *d, dfa__sched_kind kind) {
+    return d->q_doc != NULL && d->causal && d->batch == 1 && kind != DFA__SCHED_RING;
+}
+
+dfa__plan_counts dfa__plan_inputs(const dfa_attn_desc *d, const dfa__pair_counts *m, dfa__sched_kind kind, int fold_cost,
+                                  int split_mode) {
+    const int docs = d->q_doc != NULL, lend = dfa__plan_lends(d, kind);
+    /* query-row windows off the diagonal where a window's document ids are one contiguous run of
+       the chunk's (one batch row, or no documents); key windows where they are also contiguous
+       rows of k and v to send in place and fold (one batch row) */
+    const int windows = !docs || d->batch == 1, key_windows = d->batch == 1;
+    return (dfa__plan_counts){m->work, windows ? m->rows : NULL, key_windows ? m->keys : NULL, m->cost,
+                              lend && split_mode != 2 ? m->prefix : NULL, fold_cost, dfa__lend_rows(d),
+                              lend && split_mode > 0, dfa__piece_bytes_of(d)};
 }
 
 int dfa__pair_counts_alloc(dfa__pair_counts *m, int P, int with_prefix) {

@@ -171,6 +171,7 @@ typedef struct dfa__sched_plan {
     const int64_t *work;  /* [P][P], the caller's (kept for the checker) */
     const int *rows;      /* [P][P][2] or NULL (whole chunks), the caller's (kept for the checker) */
     const int *keys;      /* [P][P][2] or NULL (whole key chunks), the same for keys */
+    int64_t *load;        /* [P] each rank's load as the plan balanced it (cost units with folds) */
 } dfa__sched_plan;
 
 /* Samples of a diagonal's prefix work (dfa__mask_pair_work's diag_prefix). */
@@ -280,6 +281,19 @@ typedef struct {
     int64_t *cost;   /* [P][P] their tile cost (what the plan balances) */
     int64_t *prefix; /* [P][2][DFA__DIAG_SAMPLES + 1] the diagonals' prefix work, or NULL (no lending) */
 } dfa__pair_counts;
+
+/* 1 when the masked plans of per-rank descriptor d may lend diagonal rows and split pairs
+   (documents, causal, one batch row: the rows, keys and ids they read are then contiguous
+   prefixes of a chunk's; not the ring). (a window alone leaves the diagonals alike) */
+int dfa__plan_lends(const dfa_attn_desc *d, dfa__sched_kind kind);
+
+/* The plan's inputs as the executor builds them for per-rank descriptor d (documents: q_doc
+   non-NULL; it is not read) from counts m (dfa__mask_pair_work's; m->prefix where
+   dfa__plan_lends), with fold_cost a row and split_mode as dfa__dist_set_split_pairs's on (1 the
+   library's plan, 0 the plan before split pairs, 2 split pairs without lending). The result points
+   into m. */
+dfa__plan_counts dfa__plan_inputs(const dfa_attn_desc *d, const dfa__pair_counts *m, dfa__sched_kind kind, int fold_cost,
+                                  int split_mode);
 
 /* Allocates m's arrays for P ranks, prefix only if with_prefix: 0, or -1 with m all NULL. */
 int dfa__pair_counts_alloc(dfa__pair_counts *m, int P, int with_prefix);

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "bench_masks.h"
-#include "cli_values.h"
 #include "commands.h"
 #include "plan_args.h"
 #include "seqpar/schedule.h"
@@ -20,33 +19,24 @@
 
 typedef struct {
     plan_args sh;
-    int ring, split, fold_cost;
+    plan_variant v;
 } plan_opts;
 
 static int usage(FILE *f) {
     fprintf(f, "usage: distflash plan [options]   (CPU only)\n\n");
-    plan_args_usage(f, "nothing (unused)");
-    fprintf(f, "  --ring            the ring schedule (default: balanced)\n"
-               "  --no-split        the plan before split pairs: no pair split over ranks, one band lent at most\n"
-               "  --fold-cost C     fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n");
+    plan_args_usage(f, NULL);
+    plan_variant_usage(f);
     return f == stdout ? 0 : 2;
 }
 
 static int parse(int argc, char **argv, plan_opts *o) {
-    *o = (plan_opts){plan_args_default(), 0, 1, DFA__PLAN_FOLD_COST};
+    *o = (plan_opts){plan_args_default(), plan_variant_default()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        const int m = plan_args_parse(argc, argv, &i, &o->sh);
-        if (m < 0) return -1;
-        if (m > 0) continue;
-        if (!strcmp(a, "--ring")) o->ring = 1;
-        else if (!strcmp(a, "--no-split")) o->split = 0;
-        else if (i + 1 < argc && !strcmp(a, "--fold-cost")) {
-            if (cli_size(argv[++i], 0, 1 << 20, &o->fold_cost)) return -1;
-        } else {
-            return -1;
-        }
+        int m = plan_args_parse(argc, argv, &i, &o->sh);
+        if (!m) m = plan_variant_parse(argc, argv, &i, &o->v);
+        if (m <= 0) return -1;
     }
     if (plan_args_finish(&o->sh)) return -1;
     if (!bench_mask_on(&o->sh.mask)) {
@@ -61,7 +51,7 @@ int cmd_plan(int argc, char **argv) {
     const int p = parse(argc, argv, &o);
     if (p) return usage(p > 0 ? stdout : stderr);
     const int P = o.sh.ranks, S = o.sh.seqlen, n = S / P;
-    const dfa__sched_kind kind = o.ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
+    const dfa__sched_kind kind = o.v.ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
     int ndocs = 0;
     int32_t *ids = bench_docs(&o.sh.mask, 1, S, &ndocs);
     dfa_attn_desc d = dfa_attn_desc_init(1, n, n, o.sh.heads, o.sh.kv_heads, o.sh.head_dim);
@@ -75,7 +65,8 @@ int cmd_plan(int argc, char **argv) {
     }
     dfa__mask_pair_work(&d, P, ids, mc.work, mc.rows, mc.keys, mc.cost, mc.prefix);
     const dfa__sched s0 = {kind, P, 1, n, NULL};
-    const dfa__plan_counts in = dfa__plan_inputs(&d, &mc, kind, o.fold_cost, o.split);
+    const int fold_cost = o.v.fold_cost < 0 ? DFA__PLAN_FOLD_COST : o.v.fold_cost;
+    const dfa__plan_counts in = dfa__plan_inputs(&d, &mc, kind, fold_cost, !o.v.no_split);
     dfa__sched_plan plan;
     if (dfa__sched_plan_build(&s0, &in, &plan)) {
         fprintf(stderr, "distflash plan: out of host memory\n");
@@ -85,7 +76,7 @@ int cmd_plan(int argc, char **argv) {
     char what[160], err[256];
     bench_mask_describe(&o.sh.mask, ndocs, what, sizeof what);
     printf("plan: %d tokens on %d ranks (%d rows each), %s, %s schedule%s, fold cost %d a row\n", S, P, n, what,
-           dfa__sched_name(kind), o.split ? "" : ", no split pairs or bands", o.fold_cost);
+           dfa__sched_name(kind), o.v.no_split ? ", no split pairs or bands" : "", fold_cost);
     printf("(visible pairs and tile cost in G of one head; `lent` a band of a diagonal, `piece` part of a split pair)\n\n");
     int64_t pairs_most = 0, pairs_sum = 0, tiles_most = 0, tiles_sum = 0;
     int bands = 0, pieces = 0;

@@ -134,39 +134,34 @@ static dfa_comm *loop_create(int rank, int size, const int32_t *all_ids) {
 /* --- the command ---------------------------------------------------------------------------- */
 
 typedef struct {
-    plan_args sh; /* the sequence, ranks, heads and mask */
-    int warmup, ring, same_docs, fold_cost, bwd_qsplit, no_split;
+    plan_args sh;   /* the sequence, ranks, heads and mask */
+    plan_variant v; /* the schedule, split pairs, the fold cost */
+    int warmup, same_docs, bwd_qsplit;
 } rs_opts;
 
 static int usage(FILE *f) {
     fprintf(f, "usage: distflash rank-sim [options]   (one GPU)\n\n");
     plan_args_usage(f, "each call");
     fprintf(f, "  --warmup W        untimed repetitions first (default 1)\n"
-               "  --ring            the ring schedule (default: balanced)\n"
                "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
-"  --no-split        the plan before split pairs: no pair split over ranks, one band lent at most\n"
-               "                    (schedule.h; default: the library's plan)\n"
-               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n"
-               "  --bwd-qsplit N    CTAs per key tile in the float32 backward blocks (default 0: the library's\n"
+"  --bwd-qsplit N    CTAs per key tile in the float32 backward blocks (default 0: the library's\n"
                "                    choice; 1: never split; launch_bwd.cuh dfa__bwd_qsplit_for)\n");
+    plan_variant_usage(f);
     return f == stdout ? 0 : 2;
 }
 
 static int parse(int argc, char **argv, rs_opts *o) {
-    *o = (rs_opts){plan_args_default(), 1, 0, 0, -1, 0, 0};
+    *o = (rs_opts){plan_args_default(), plan_variant_default(), 1, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        const int m = plan_args_parse(argc, argv, &i, &o->sh);
+        int m = plan_args_parse(argc, argv, &i, &o->sh);
+        if (!m) m = plan_variant_parse(argc, argv, &i, &o->v);
         if (m < 0) return -1;
         if (m > 0) continue;
-        if (!strcmp(a, "--ring")) o->ring = 1;
-        else if (!strcmp(a, "--same-docs")) o->same_docs = 1;
-        else if (!strcmp(a, "--no-split")) o->no_split = 1;
+        if (!strcmp(a, "--same-docs")) o->same_docs = 1;
         else if (i + 1 < argc && !strcmp(a, "--warmup")) {
             if (cli_size(argv[++i], 0, 1000, &o->warmup)) return -1;
-        } else if (i + 1 < argc && !strcmp(a, "--fold-cost")) {
-            if (cli_size(argv[++i], 0, 1 << 20, &o->fold_cost)) return -1;
         } else if (i + 1 < argc && !strcmp(a, "--bwd-qsplit")) {
             if (cli_size(argv[++i], 0, 1024, &o->bwd_qsplit)) return -1;
         } else {
@@ -210,7 +205,7 @@ static void run_once(rs_ctx *x, const rs_bufs *b, dfa_comm *c, const dfa_dist_de
         RS_CUDA(cudaEventRecord(x->ev[1], x->st));
         if (!st) st = dfa_attn_bwd_cuda(whole, b->q, b->k, b->v, b->o, b->lse, b->dout, b->dq, b->dk, b->dv, x->st);
     } else {
-        const dfa__sched_kind kind = x->o.ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
+        const dfa__sched_kind kind = x->o.v.ring ? DFA__SCHED_RING : DFA__SCHED_BALANCED;
         c->stream = x->st;
         const dfa__dist_io fio = {.q = b->q + q0, .k = b->k + k0, .v = b->v + k0, .o_out = b->o + q0, .lse_out = lse};
         dfa__dist_set_stats(c, marks);
@@ -280,10 +275,10 @@ int cmd_rank_sim(int argc, char **argv) {
     bench_mask_describe(&o->sh.mask, ndocs, what, sizeof what);
     if (o->bwd_qsplit == 1) snprintf(split, sizeof split, ", key tiles never split");
     else if (o->bwd_qsplit > 1) snprintf(split, sizeof split, ", every key tile split %d ways", o->bwd_qsplit);
-    if (o->no_split) snprintf(split + strlen(split), sizeof split - strlen(split), ", no split pairs or bands");
+    if (o->v.no_split) snprintf(split + strlen(split), sizeof split - strlen(split), ", no split pairs or bands");
     printf("rank-sim: %d tokens on %d simulated ranks (%d rows each), %s, %d heads (%d kv) x %d, %s, causal, %s "
            "schedule%s%s; medians of %d (+%d warm-up)\n",
-           S, P, n, what, H, HK, D, cli_dtype_name(o->sh.dtype), o->ring ? "ring" : "balanced",
+           S, P, n, what, H, HK, D, cli_dtype_name(o->sh.dtype), o->v.ring ? "ring" : "balanced",
            o->same_docs ? ", DFA_FLAG_SAME_DOCS" : "", split, o->sh.reps, o->warmup);
     /* the backward's key tiles over several CTAs (launch_bwd.cuh); the single-GPU call's 16-bit
        kernel never splits */
@@ -304,13 +299,13 @@ int cmd_rank_sim(int argc, char **argv) {
     }
     for (int r = 0; r < P; r++) {
         cs[r] = loop_create(r, P, ids_dev);
-        dfa__dist_set_fold_cost(cs[r], o->fold_cost);
-        dfa__dist_set_split_pairs(cs[r], o->no_split ? 0 : 1);
+        dfa__dist_set_fold_cost(cs[r], o->v.fold_cost);
+        dfa__dist_set_split_pairs(cs[r], o->v.no_split ? 0 : 1);
         dfa_dist_desc user = dfa_dist_desc_init(1, n, H, HK, D);
         user.attn.dtype = o->sh.dtype;
         user.attn.causal = 1;
         user.overlap = 1;
-        user.schedule = o->ring ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
+        user.schedule = o->v.ring ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
         bench_mask_apply(&o->sh.mask, &user.attn, ids_dev ? ids_dev + (size_t)r * n : NULL);
         if (dfa__dist_desc_import(&user, &dds[r], "rank-sim")) {
             fprintf(stderr, "distflash rank-sim: %s\n", dfa_last_error());

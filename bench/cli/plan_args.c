@@ -34,6 +34,24 @@ int plan_args_finish(plan_args *a) {
     return a->heads % a->kv_heads || a->seqlen % a->ranks || (a->head_dim != 64 && a->head_dim != 128) ? -1 : 0;
 }
 
+plan_variant plan_variant_default(void) { return (plan_variant){0, 0, -1}; }
+
+int plan_variant_parse(int argc, char **argv, int *i, plan_variant *v) {
+    const char *o = argv[*i];
+    if (!strcmp(o, "--ring")) return v->ring = 1;
+    if (!strcmp(o, "--no-split")) return v->no_split = 1;
+    if (strcmp(o, "--fold-cost")) return 0;
+    if (*i + 1 >= argc) return -1;
+    return cli_size(argv[++*i], 0, 1 << 20, &v->fold_cost) ? -1 : 1;
+}
+
+void plan_variant_usage(FILE *f) {
+    fprintf(f, "  --ring            the ring schedule (default: balanced)\n"
+               "  --no-split        the plan before split pairs: no pair split over ranks, one band lent at most\n"
+               "                    (src/seqpar/schedule.h; default: the library's plan)\n"
+               "  --fold-cost C     the masked plan's fold cost per row (default: the library's, DFA__PLAN_FOLD_COST)\n");
+}
+
 void plan_args_usage(FILE *f, const char *what) {
     fprintf(f, "  --seqlen S        tokens of the packed sequence (default 128k)\n"
                "  --ranks P         ranks of the plan (default 2)\n"
@@ -42,7 +60,6 @@ void plan_args_usage(FILE *f, const char *what) {
                "  --head-dim D      64 or 128 (default 128)\n"
                "  --dtype T         bf16 or f16 (default bf16)\n"
                "  --docs MEAN       documents, log-normal lengths of this mean (default 4096; 0: none)\n"
-               "  --window W        a sliding window of W keys (with or without documents)\n"
-               "  --reps R          timed repetitions of %s, median (default 5)\n",
-            what);
+               "  --window W        a sliding window of W keys (with or without documents)\n");
+    if (what) fprintf(f, "  --reps R          timed repetitions of %s, median (default 5)\n", what);
 }

@@ -25,7 +25,19 @@ int plan_args_parse(int argc, char **argv, int *i, plan_args *a);
    a supported head dim. 0, or -1. */
 int plan_args_finish(plan_args *a);
 
-/* The help lines of these options (`what`: what --reps repeats). */
+/* The help lines of these options (`what`: what --reps repeats; NULL: the command times nothing). */
 void plan_args_usage(FILE *f, const char *what);
+
+/* Which plan of that sequence (plan, rank-sim): the schedule, split pairs, the fold cost. */
+typedef struct {
+    int ring;      /* --ring: the ring schedule (default: balanced) */
+    int no_split;  /* --no-split: the plan before split pairs (one lent band at most, no piece) */
+    int fold_cost; /* --fold-cost C: the fold cost per row; -1: the library's (DFA__PLAN_FOLD_COST) */
+} plan_variant;
+
+plan_variant plan_variant_default(void);
+/* As plan_args_parse, for these options. */
+int plan_variant_parse(int argc, char **argv, int *i, plan_variant *v);
+void plan_variant_usage(FILE *f);
 
 #endif

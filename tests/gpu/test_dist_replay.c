@@ -406,6 +406,8 @@ int main(void) {
         run_case(&k, s);
     }
     CUDA_OK(cudaStreamDestroy(s));
+    forget_all();
+    free(rec.m), free(prev.m), free(recvd.m);
     printf("test_dist_replay: %d cases\n", checked);
     return tl_finish("test_dist_replay");
 }

@@ -77,7 +77,7 @@ int cmd_plan(int argc, char **argv) {
     bench_mask_describe(&o.sh.mask, ndocs, what, sizeof what);
     printf("plan: %d tokens on %d ranks (%d rows each), %s, %s schedule%s, fold cost %d a row\n", S, P, n, what,
            dfa__sched_name(kind), o.v.no_split ? ", no split pairs or bands" : "", fold_cost);
-    printf("(visible pairs and tile cost in G of one head; `lent` a band of a diagonal, `piece` part of a split pair)\n\n");
+    printf("(visible pairs and tile cost in G of one head; `lent` a band of a diagonal, `rest` what its owner keeps, `piece` part of a split pair)\n\n");
     int64_t pairs_most = 0, pairs_sum = 0, tiles_most = 0, tiles_sum = 0;
     int bands = 0, pieces = 0;
     for (int r = 0; r < P; r++) {
@@ -87,21 +87,17 @@ int cmd_plan(int argc, char **argv) {
             dfa__task tk;
             if (!dfa__sched_task(&s, r, t, &tk)) continue;
             const size_t x = (size_t)tk.q_chunk * P + (size_t)tk.k_chunk;
-            const int lent = dfa__task_lent(&tk);
-            int k0 = 0, k1 = 0;
-            if (plan.keys && tk.q_chunk != tk.k_chunk) dfa__plan_key_window(plan.keys[2 * x], plan.keys[2 * x + 1], n, &k0, &k1);
-            const int whole = tk.q_chunk == tk.k_chunk ? !lent
-                              : (!plan.rows || (tk.row0 == plan.rows[2 * x] && tk.row1 == plan.rows[2 * x + 1])) &&
-                                    tk.k_row0 == k0 && tk.k_row1 == k1;
+            const int lent = dfa__task_lent(&tk), piece = dfa__task_is_piece(&plan, &tk, n);
+            const int rest = tk.q_chunk == tk.k_chunk && !lent && tk.row0 > 0; /* a diagonal that lent its first rows */
             /* a task's tile cost: its pair's, in proportion to the visible pairs it carries */
             const int64_t tiles = mc.work[x] > 0 ? (int64_t)((double)mc.cost[x] * (double)tk.work / (double)mc.work[x]) : 0;
             bands += lent;
-            pieces += !whole && !lent && tk.q_chunk != tk.k_chunk;
+            pieces += piece;
             char blk[64];
             snprintf(blk, sizeof blk, "q%d[%d:%d] x k%d[%d:%d]", tk.q_chunk, tk.row0, tk.row1, tk.k_chunk, tk.k_row0,
                      dfa__task_key_end(&tk, n));
             printf("    step %-3d %-34s %-5s  pairs %7.4f G  tiles %7.4f G\n", t, blk,
-                   lent ? "lent" : whole ? "" : tk.q_chunk == tk.k_chunk ? "rest" : "piece", 1e-9 * (double)tk.work,
+                   lent ? "lent" : piece ? "piece" : rest ? "rest" : "", 1e-9 * (double)tk.work,
                    1e-9 * (double)tiles);
             pr += tk.work;
             tr += tiles;

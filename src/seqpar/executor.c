@@ -295,21 +295,13 @@ static void free_plan(exec *e) {
     e->steps = NULL;
 }
 
-/* The tasks of plan p (every rank's) that compute a piece of a split pair (schedule.h): off the
-   diagonal, fewer query rows than the pair's visible ones or fewer keys than its window; and its
-   lent bands of diagonals. */
+/* The tasks of plan p (every rank's) that compute a piece of a split pair, and its lent bands of
+   diagonals (schedule.h). */
 static void count_pieces(const dfa__sched_plan *p, int n, int *pieces, int *bands) {
     *pieces = *bands = 0;
     for (int i = 0; i < p->steps * p->nranks; i++) {
-        const dfa__task *t = &p->tasks[i];
-        if (t->q_chunk < 0) continue;
-        if (dfa__task_lent(t)) ++*bands;
-        if (t->q_chunk == t->k_chunk) continue;
-        const size_t x = (size_t)t->q_chunk * (size_t)p->nranks + (size_t)t->k_chunk;
-        const int r0 = p->rows ? p->rows[2 * x] : 0, r1 = p->rows ? p->rows[2 * x + 1] : n;
-        int k0 = 0, k1 = 0;
-        if (p->keys) dfa__plan_key_window(p->keys[2 * x], p->keys[2 * x + 1], n, &k0, &k1);
-        *pieces += t->row0 != r0 || t->row1 != r1 || t->k_row0 != k0 || t->k_row1 != k1;
+        *bands += p->tasks[i].q_chunk >= 0 && dfa__task_lent(&p->tasks[i]);
+        *pieces += dfa__task_is_piece(p, &p->tasks[i], n);
     }
 }
 

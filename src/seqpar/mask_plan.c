@@ -101,11 +101,11 @@ static int64_t max_load_except(const int64_t *load, int P, int a, int b, int c) 
    later sample row j n / DFA__DIAG_SAMPLES; the first band at most cap rows, a later one within
    pb's bounds (both inputs and both results within a chunk's message) or, without them, at most
    cap rows. A band costs its tile cost (by_tiles: the plan balances on tile cost) or its visible
-   pairs. Returns the busiest load of all ranks after it and sets *best_j, or INT64_MAX when no
-   band lowers top's load. */
+   pairs. Returns the busiest load of all ranks after it and sets *best_j and the band's visible
+   pairs and cost, or INT64_MAX when no band lowers top's load. */
 static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t *diag_prefix, int by_tiles, int fold,
                          int cap, const dfa__piece_bytes *pb, const int64_t *load, const int *lent_j, int top, int low,
-                         int *best_j) {
+                         int *best_j, int64_t *band_work, int64_t *band_cost) {
     const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
     const int64_t diag = work[(size_t)top * P + top];
     *best_j = 0;
@@ -121,7 +121,7 @@ static int64_t best_lend(const dfa__sched *s, const int64_t *work, const int64_t
         const int64_t c = cost[j] - cost[j0];
         const int64_t a = load[top] - c + (int64_t)fold * (2 * x - x0), b = load[low] + lent_cost(c, fold);
         const int64_t most = a > b ? a : b;
-        if (most < best) best = most, *best_j = j;
+        if (most < best) best = most, *best_j = j, *band_work = cum[j] - cum[j0], *band_cost = c;
     }
     if (!*best_j) return INT64_MAX;
     const int64_t others = max_load_except(load, P, top, low, -1); /* ties at the top gain nothing */
@@ -187,7 +187,7 @@ static int64_t best_split(const dfa__sched *s, const pair *pairs, const int *own
    to pairs / owner (*np grows, at most np_cap). Updates load (in cost units). */
 static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int *keys, int fold, pair *pairs,
                       int *owner, int *np, int np_cap, int64_t *load, int *lent_j) {
-    const int P = s->nranks, n = s->rows, S1 = DFA__DIAG_SAMPLES + 1;
+    const int P = s->nranks, n = s->rows;
     const int cap = in->lend_rows_max > 0 ? in->lend_rows_max : n / 2;
     const int lend = in->diag_prefix && s->causal, split = in->split_pairs && keys;
     for (int iter = 0; iter < 2 * P; iter++) {
@@ -198,9 +198,10 @@ static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int
         }
         if (top == low) return;
         int j = 0, si = 0, at = 0, mode = 0;
+        int64_t band_work = 0, band_cost = 0;
         /* (without split_pairs a diagonal lends one band) */
         const int64_t by_lend = lend && *np < np_cap && (in->split_pairs || !lent_j[top]) ? best_lend(s, in->work, in->diag_prefix, in->cost != NULL, fold, cap, &in->piece,
-                                                                  load, lent_j, top, low, &j)
+                                                                  load, lent_j, top, low, &j, &band_work, &band_cost)
                                                        : INT64_MAX;
         const int64_t by_split = split && *np < np_cap
                                      ? best_split(s, pairs, owner, *np, &in->piece, in->cost != NULL, fold, load, top, low, &si, &at,
@@ -209,14 +210,12 @@ static void shed_work(const dfa__sched *s, const dfa__plan_counts *in, const int
         const int64_t best = by_lend < by_split ? by_lend : by_split;
         if (best == INT64_MAX || best > load[top] - load[top] / 50) return;
         if (by_lend <= by_split) {
-            const int64_t *cum = in->diag_prefix + (size_t)top * 2 * S1, *cost = in->cost ? cum + S1 : cum;
-            const int j0 = lent_j[top];
-            const int x0 = (int)((int64_t)j0 * n / DFA__DIAG_SAMPLES), x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
+            const int x0 = (int)((int64_t)lent_j[top] * n / DFA__DIAG_SAMPLES), x = (int)((int64_t)j * n / DFA__DIAG_SAMPLES);
             owner[*np] = low;
-            pairs[(*np)++] = (pair){top, top, cum[j] - cum[j0], cost[j] - cost[j0], x, x0, x, 0, x, 0, 0, 0, 0};
+            pairs[(*np)++] = (pair){top, top, band_work, band_cost, x, x0, x, 0, x, 0, 0, 0, 0};
             lent_j[top] = j;
-            load[top] += (int64_t)fold * (2 * x - x0) - (cost[j] - cost[j0]);
-            load[low] += lent_cost(cost[j] - cost[j0], fold);
+            load[top] += (int64_t)fold * (2 * x - x0) - band_cost;
+            load[low] += lent_cost(band_cost, fold);
         } else {
             pair *x = &pairs[si];
             const int64_t c_m = piece_share(x, mode, at, in->cost != NULL);
@@ -245,9 +244,9 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
     memset(out, 0, sizeof *out);
     /* the pairs, and the pieces of split ones or lent bands of diagonals (one a move, 2 P moves at most) */
     const size_t np_cap = (size_t)P * (size_t)P + 2 * (size_t)P;
-    pair *pairs = malloc(sizeof *pairs * (np_cap + (size_t)P) + 1);
+    pair *pairs = malloc(sizeof *pairs * np_cap + 1);
     int *lent_j = calloc((size_t)P, sizeof *lent_j); /* the sample row each diagonal lent up to */
-    int *owner = malloc(sizeof *owner * (np_cap + (size_t)P) + 1), *count = calloc((size_t)P, sizeof *count);
+    int *owner = malloc(sizeof *owner * np_cap + 1), *count = calloc((size_t)P, sizeof *count);
     int64_t *load = calloc((size_t)P, sizeof *load);
     int rc = -1;
     if (!pairs || !owner || !count || !load || !lent_j) goto done;
@@ -313,8 +312,8 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         /* with split pairs and bands, and as before them (one band, no piece): the greedy's first
            moves differ and either may end lower, so the plan keeps the one whose busiest load is
            lower (ties: the one before, fewer messages) */
-        pair *pairs_b = malloc(sizeof *pairs_b * (np_cap + (size_t)P) + 1);
-        int *owner_b = malloc(sizeof *owner_b * (np_cap + (size_t)P) + 1), *lent_b = calloc((size_t)P, sizeof *lent_b);
+        pair *pairs_b = malloc(sizeof *pairs_b * np_cap + 1);
+        int *owner_b = malloc(sizeof *owner_b * np_cap + 1), *lent_b = calloc((size_t)P, sizeof *lent_b);
         int64_t *load_b = malloc(sizeof *load_b * (size_t)P);
         if (!pairs_b || !owner_b || !lent_b || !load_b) {
             free(pairs_b), free(owner_b), free(lent_b), free(load_b);
@@ -328,12 +327,7 @@ int dfa__sched_plan_build(const dfa__sched *s, const dfa__plan_counts *in, dfa__
         before.split_pairs = 0;
         shed_work(s, in, keys, fold, pairs, owner, &np, (int)np_cap, load, lent_j);
         shed_work(s, &before, keys, fold, pairs_b, owner_b, &np_b, (int)np_cap, load_b, lent_b);
-        int64_t most = 0, most_b = 0;
-        for (int r = 0; r < P; r++) {
-            most = load[r] > most ? load[r] : most;
-            most_b = load_b[r] > most_b ? load_b[r] : most_b;
-        }
-        if (most_b <= most) {
+        if (max_load_except(load_b, P, -1, -1, -1) <= max_load_except(load, P, -1, -1, -1)) {
             np = np_b;
             memcpy(pairs, pairs_b, sizeof *pairs * (size_t)np);
             memcpy(owner, owner_b, sizeof *owner * (size_t)np);
@@ -437,6 +431,15 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
             *w = dfa__visible_pairs_counts(&x, &lo, &hi, &mc);
             if (rr) rr[0] = lo, rr[1] = hi;
         }
+}
+
+int dfa__task_is_piece(const dfa__sched_plan *p, const dfa__task *t, int n) {
+    if (t->q_chunk < 0 || t->q_chunk == t->k_chunk) return 0;
+    const size_t x = (size_t)t->q_chunk * (size_t)p->nranks + (size_t)t->k_chunk;
+    const int r0 = p->rows ? p->rows[2 * x] : 0, r1 = p->rows ? p->rows[2 * x + 1] : n;
+    int k0 = 0, k1 = 0;
+    if (p->keys) dfa__plan_key_window(p->keys[2 * x], p->keys[2 * x + 1], n, &k0, &k1);
+    return t->row0 != r0 || t->row1 != r1 || t->k_row0 != k0 || t->k_row1 != k1;
 }
 
 int dfa__plan_lends(const dfa_attn_desc *d, dfa__sched_kind kind) {

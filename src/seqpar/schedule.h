@@ -256,6 +256,9 @@ dfa__piece_bytes dfa__piece_bytes_of(const dfa_attn_desc *d);
 /* 1 if a piece of `rows` query rows reading `key_rows` keys fits b's bounds for chunks of n rows. */
 int dfa__piece_fits(const dfa__piece_bytes *b, int rows, int key_rows, int n);
 void dfa__sched_plan_free(dfa__sched_plan *p);
+/* 1 if task t of plan p (chunks of n rows) is a piece of a split pair: off the diagonal, fewer
+   query rows than the pair's visible ones or fewer keys than its key window. */
+int dfa__task_is_piece(const dfa__sched_plan *p, const dfa__task *t, int n);
 
 /* The work matrix of a masked call: rank r's chunk is rows [r n, (r + 1) n) of the global
    sequence; d is the per-rank descriptor (seqlen_q = seqlen_k = n, causal, flags, window;

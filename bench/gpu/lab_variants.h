@@ -62,6 +62,10 @@ enum {
     LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element
                                  test per warp by two scalar compares, the test one unsigned compare (+512) */
     LAB_FWD_WGMMA_PERSIST_PP, /* the library's persistent forward at d = 128 with ping-pong consumers (PP 59) */
+    LAB_BWD_WS_MASK_SPLIT,    /* the library's masked backward with its query blocks in runs: the blocks that see
+                                 every key of the CTA without the element test (+1024: 1281 at d = 128, 1025 at 64) */
+    LAB_BWD_WS_SPLIT_CAUSAL,  /* the library's unmasked backward (VARIANT 1) in runs too: the blocks below the diagonal
+                                 without the causal test (1025; masked calls take the library's masked kernel) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -56,6 +56,11 @@ template <int D, int BM> struct dfa__bwd_ws_cfg {
     static_assert(SMEM <= 232448, "over the 227 KB of shared memory a CTA may have");
 };
 
+/* A compile-time int as a value (a tag for the generic lambdas of a kernel's loop). */
+template <int V> struct dfa__ctag {
+    static constexpr int value = V;
+};
+
 /* In-order dQ (DQ_MODE 2): the writer of key block nb adds its tile of query block m after
    the writers of the key blocks above it (which reach m first: each CTA walks its query
    blocks upwards from its diagonal), so every element of dq_acc sums in the same order on
@@ -91,9 +96,14 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    main loop scheduled differently, 849 SASS instructions against 815); at d = 64 level on the
    window at 128k, -4% at 32k (run 45). The masked instances at d = 128 take it
    (DFA__BWD_WS_LIBRARY_MASKED), the others not (2026-12-01, runs 44 and 45); their float32
-   instances (the executor's blocks) too, for key tiles handed whole to 16-bit outputs. */
+   instances (the executor's blocks) too, for key tiles handed whole to 16-bit outputs. Bit 10
+   walks a CTA's query blocks in runs (MASK_SPLIT below): the blocks every row of which sees
+   every key of the CTA run a copy of the step with no element test at all. Masked instances,
+   2026-12-02 run 1 (session 12), 3 interleaved rounds against 257: d = 128 4k window +6.3% at
+   32k, +3.8% at 128k; documents +0.3-4.5% at 32k, +3.8% at 128k; a window as long as the
+   sequence (causal's work) +5.2%, 522 TFLOP/s, the unmasked kernel's level; d = 64 +2-7%. */
 #define DFA__BWD_WS_LIBRARY 1
-#define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 257 : 1)
+#define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 1281 : 1025)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -123,6 +133,10 @@ __global__ void __launch_bounds__(384, 1)
        two scalar compares (the warp's keys' intervals reduced once per CTA), and the test is one
        unsigned compare, as the unmasked kernel's causal test is written */
     constexpr int MASK_UNI = MASKED && !MASK_SKIP && (VARIANT & 512) != 0;
+    /* MASK_SPLIT: the CTA's query blocks in runs (FlashAttention-3's masking and non-masking
+       steps): the blocks every row of which sees all of the CTA's keys (inside a long document or
+       a window; below the causal diagonal) run a copy of the step without the element test */
+    constexpr int MASK_SPLIT = !MASK_SKIP && !MASK_UNI && (VARIANT & 1024) != 0;
     /* TMA_DKV (16-bit dk, dv): dK and dV leave through the copy engine, staged over the K and V
        tiles once both consumers' products have retired (see the end) */
     constexpr int TMA_DKV = (VARIANT & 256) != 0 && !OUT32;
@@ -289,6 +303,28 @@ __global__ void __launch_bounds__(384, 1)
         qlen[0] = (unsigned)(qmax[0] - qmin[0]);
         qlen[1] = (unsigned)(qmax[1] - qmin[1]);
     }
+    /* MASK_SPLIT: the query blocks [in_lo, in_hi) see every key of the CTA. Masked: both ends of
+       the keys' row intervals are non-decreasing (mask.cuh), so every key's interval holds
+       [lo(last key), hi(first key)). Unmasked: the rows from the last key's diagonal on (rows past
+       the end need no test: their lse is +inf). A block past the keys' end has none. */
+    int in_lo = mb_end, in_hi = mb_end;
+    if (MASK_SPLIT && n0 + BN <= p.sh.seqlen_k) {
+        long long lo_all = 0, hi_all = p.sh.seqlen_q;
+        if (MASKED) {
+            lo_all = dfa__mask_key(p.sh, b, n0 + BN - 1).x;
+            hi_all = dfa__mask_key(p.sh, b, n0).y;
+        } else {
+            lo_all = p.sh.causal ? (long long)n0 + BN - 1 - p.sh.offset : 0;
+            lo_all = lo_all < 0 ? 0 : lo_all;
+            hi_all = (long long)mb_end * BM;
+        }
+        const int a = (int)((lo_all + BM - 1) / BM), z = (int)(hi_all / BM);
+        if (a < z) {
+            in_lo = a > mb_begin ? a : mb_begin;
+            in_hi = z < mb_end ? z : mb_end;
+            if (in_hi < in_lo) in_lo = in_hi = mb_end;
+        }
+    }
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
 
@@ -347,7 +383,12 @@ __global__ void __launch_bounds__(384, 1)
     dfa__mbar_wait(KV_FULL, 0);
     if (PP && c == 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     float dq[32];
-    for (int it = 0; it < total; it++) {
+    /* One query block of the walk. TEST (a compile-time tag): whether the block may need the
+       masked element test; MASK_SPLIT walks the blocks every row of which sees every key of this
+       CTA with TEST 0, so their softmax carries no test at all (see the walk below). */
+    auto step = [&](const int it, auto test_tag) {
+        constexpr int TEST = decltype(test_tag)::value;
+        constexpr int ELEM = !MASK_SPLIT || TEST; /* this block may hold an invisible pair */
         const int s = it % STAGES, m0 = (mb_begin + (it0 + it) % nmb) * BM;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
         float st[Q8 * 4], dp[Q8 * 4];
@@ -386,7 +427,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<2>();
             if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
         }
-        const bool need_mask = MASK_UNI ? (m0 < lo_max || m0 + BM > hi_min) :
+        const bool need_mask = !ELEM ? false : MASK_UNI ? (m0 < lo_max || m0 + BM > hi_min) :
                                n0 + BN > p.sh.seqlen_k || (MASKED && !MASK_SKIP) ||
                                (MASK_SKIP && !__all_sync(0xffffffffu, m0 >= qmin[0] && m0 >= qmin[1] &&
                                                                          m0 + BM <= qmax[0] && m0 + BM <= qmax[1])) ||
@@ -403,7 +444,7 @@ __global__ void __launch_bounds__(384, 1)
                 const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
                 float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                 const int q = m0 + 8 * j + 2 * t + (e & 1);
-                if (MASK_UNI ? need_mask && (unsigned)(q - qmin[e >> 1]) >= qlen[e >> 1] :
+                if (!ELEM ? false : MASK_UNI ? need_mask && (unsigned)(q - qmin[e >> 1]) >= qlen[e >> 1] :
                     MASKED ? (!MASK_SKIP || need_mask) && !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])
                            : need_mask && q < qmin[e >> 1])
                     pv = 0.0f;
@@ -469,6 +510,22 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<0>();
             DFA__BWD_STAGE_DQ(it);
         }
+    };
+    if constexpr (MASK_SPLIT) {
+        /* The walk in runs of blocks alike: before in_lo and from in_hi on, blocks that may need the
+           element test; in between, blocks that do not (a query block's position repeats per head
+           of the group, so the runs do too) */
+        for (int it = 0; it < total;) {
+            const int mi = mb_begin + (it0 + it) % nmb;
+            const int run_end = mi < in_lo ? in_lo : (mi < in_hi ? in_hi : mb_end);
+            const int e = it + (run_end - mi) < total ? it + (run_end - mi) : total;
+            if (mi >= in_lo && mi < in_hi)
+                for (; it < e; it++) step(it, dfa__ctag<0>());
+            else
+                for (; it < e; it++) step(it, dfa__ctag<1>());
+        }
+    } else {
+        for (int it = 0; it < total; it++) step(it, dfa__ctag<1>());
     }
     if (DEFER) { /* the last block's dQ (none: a dropped product, as at it = 0) */
         DFA__BWD_ISSUE_DQ(total - 1, total > 0);

@@ -86,8 +86,6 @@ static const variant variants[] = {
     {"bwd ws tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV, 0},
     {"bwd ws direct dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DIRECT_DKV, 0},
     {"bwd ws mask uniform", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_UNI, 0},
-    {"bwd ws mask split", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_SPLIT, 0},
-    {"bwd ws split causal", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_SPLIT_CAUSAL, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -120,17 +120,10 @@ static dfa_status lab_bwd_mask_uni(const dfa__bwd_params &p, const dfa__cuda_dkv
     return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, 1, 769>(p, dkv16, st, fn);
 }
 
-template <int BF16>
-static dfa_status lab_bwd_mask_split(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
-                                     const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, 1, 1025>(p, dkv16, st, fn);
-    return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, 1, 1281>(p, dkv16, st, fn);
-}
-
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[18][2][2] = {
+static const dfa__bwd_launcher lab_kv[16][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -156,10 +149,6 @@ static const dfa__bwd_launcher lab_kv[18][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1, 1>, dfa__bwd_kv_ws<1, 1, 0, 1, 1>}},
     /* masked calls: VARIANT 769 at d = 128 (the library's 257 + 512), 513 at 64 (1 + 512) */
     {{NULL, NULL}, {lab_bwd_mask_uni<0>, lab_bwd_mask_uni<1>}},
-    /* masked calls: VARIANT 1281 at d = 128 (the library's 257 + 1024), 1025 at 64 (1 + 1024) */
-    {{NULL, NULL}, {lab_bwd_mask_split<0>, lab_bwd_mask_split<1>}},
-    /* unmasked calls: VARIANT 1025 (the library's 1 + 1024) */
-    {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1025, -1>, dfa__bwd_kv_ws<1, 1, 0, 1025, -1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -188,8 +177,6 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_TMA_DKV: row = 13; break;
     case LAB_BWD_WS_DIRECT_DKV: row = 14; break;
     case LAB_BWD_WS_MASK_UNI: row = 15; break;
-    case LAB_BWD_WS_MASK_SPLIT: row = 16; break;
-    case LAB_BWD_WS_SPLIT_CAUSAL: row = 17; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

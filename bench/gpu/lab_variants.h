@@ -56,16 +56,14 @@ enum {
     LAB_FWD_WGMMA_TMA_O,      /* the library's forward with o stored by TMA from shared memory (PP bit 4) at d = 64
                                  too (the library's at d = 128 since run 44) */
     LAB_BWD_WS_TMA_DKV,       /* the library's backward with dK, dV stored by TMA from shared memory (VARIANT 257),
-                                 masked or not (the library's masked instances have it since run 44) */
+                                 masked or not: the library's masked kernel at d = 128 from run 44 until its query
+                                 blocks went in runs (VARIANT bit 10, 2026-12-02) */
     LAB_FWD_WGMMA_DIRECT_O,   /* the library's forward before run 44: o stored from registers at d = 128 too */
-    LAB_BWD_WS_DIRECT_DKV,    /* the library's backward before run 44: dK, dV stored from registers, masked too */
+    LAB_BWD_WS_DIRECT_DKV,    /* the library's backward before run 44: dK, dV stored from registers, masked too; the
+                                 unmasked kernel (and the masked one at d = 64) until bit 10 (2026-12-02) */
     LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element
                                  test per warp by two scalar compares, the test one unsigned compare (+512) */
     LAB_FWD_WGMMA_PERSIST_PP, /* the library's persistent forward at d = 128 with ping-pong consumers (PP 59) */
-    LAB_BWD_WS_MASK_SPLIT,    /* the library's masked backward with its query blocks in runs: the blocks that see
-                                 every key of the CTA without the element test (+1024: 1281 at d = 128, 1025 at 64) */
-    LAB_BWD_WS_SPLIT_CAUSAL,  /* the library's unmasked backward (VARIANT 1) in runs too: the blocks below the diagonal
-                                 without the causal test (1025; masked calls take the library's masked kernel) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -90,7 +90,7 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    recomputes P with ex2.approx.ftz alone (dfa__exp2_ftz): exp2f adds a denormal fix-up (a
    compare and two multiplies) for results below 2^-126, which no softmax weight needs. Unlike
    the forward's (+2-5% at d = 128, +11-16% at d = 64), it did not pay here (run 18, S = 32k:
-   -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's is 1, the lab's "bwd ws ex2" 9.
+   -2.4% at d = 128, +2.7% at d = 64; mixed at 8k): the library's was 1 then, the lab's "bwd ws ex2" 9.
    Bit 8 stores dK and dV by TMA from shared memory (16-bit outputs; TMA_DKV below): +2.5% on a
    4k window at 32k and 128k (short CTAs: 66 query blocks each), -1.9% on plain causal 32k (the
    main loop scheduled differently, 849 SASS instructions against 815); at d = 64 level on the
@@ -101,8 +101,11 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    every key of the CTA run a copy of the step with no element test at all. Masked instances,
    2026-12-02 run 1 (session 12), 3 interleaved rounds against 257: d = 128 4k window +6.3% at
    32k, +3.8% at 128k; documents +0.3-4.5% at 32k, +3.8% at 128k; a window as long as the
-   sequence (causal's work) +5.2%, 522 TFLOP/s, the unmasked kernel's level; d = 64 +2-7%. */
-#define DFA__BWD_WS_LIBRARY 1
+   sequence (causal's work) +5.2%, 522 TFLOP/s, the unmasked kernel's level; d = 64 +2-7%.
+   Unmasked instances (the blocks below the causal diagonal), run 2, 5 rounds against 1: d = 128
+   +4.5% at 2k x 16, +6% at 8k x 4, +3.7% at 32k; d = 64 +3.4% at 8k, +6.9% at 32k. The lab's
+   "bwd ws tma dkv" (257) and "bwd ws direct dkv" (1) are the kernels before it. */
+#define DFA__BWD_WS_LIBRARY 1025
 #define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 1281 : 1025)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)

@@ -105,7 +105,9 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    Unmasked instances (the blocks below the causal diagonal), run 2, 5 rounds against 1: d = 128
    +4.5% at 2k x 16, +6% at 8k x 4, +3.7% at 32k; d = 64 +3.4% at 8k, +6.9% at 32k. The lab's
    "bwd ws tma dkv" (257) and "bwd ws direct dkv" (1) are the kernels before it. */
+#ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1: a build with the kernel before bit 10, for A/B runs */
 #define DFA__BWD_WS_LIBRARY 1025
+#endif
 #define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 1281 : 1025)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)

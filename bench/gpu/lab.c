@@ -86,6 +86,11 @@ static const variant variants[] = {
     {"bwd ws tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV, 0},
     {"bwd ws direct dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DIRECT_DKV, 0},
     {"bwd ws mask uniform", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_UNI, 0},
+    {"bwd ws runs ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_EX2, 0},
+    {"bwd ws runs defer", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER, 0},
+    {"bwd ws runs defer pp", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_PP, 0},
+    {"bwd ws runs defer early", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EARLY, 0},
+    {"bwd ws runs tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_TMA_DKV, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

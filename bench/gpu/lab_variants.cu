@@ -120,10 +120,18 @@ static dfa_status lab_bwd_mask_uni(const dfa__bwd_params &p, const dfa__cuda_dkv
     return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, 1, 769>(p, dkv16, st, fn);
 }
 
+/* VARIANT V unmasked, V + 256 masked at d = 128 (the masked instances' TMA stores of dK, dV). */
+template <int V, int BF16>
+static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                               const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, V, V>(p, dkv16, st, fn);
+    return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, V, V | 256>(p, dkv16, st, fn);
+}
+
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[16][2][2] = {
+static const dfa__bwd_launcher lab_kv[21][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -149,6 +157,11 @@ static const dfa__bwd_launcher lab_kv[16][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_ws<1, 0, 0, 1, 1>, dfa__bwd_kv_ws<1, 1, 0, 1, 1>}},
     /* masked calls: VARIANT 769 at d = 128 (the library's 257 + 512), 513 at 64 (1 + 512) */
     {{NULL, NULL}, {lab_bwd_mask_uni<0>, lab_bwd_mask_uni<1>}},
+    {{NULL, NULL}, {lab_bwd_runs<1033, 0>, lab_bwd_runs<1033, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<1041, 0>, lab_bwd_runs<1041, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<1073, 0>, lab_bwd_runs<1073, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<1105, 0>, lab_bwd_runs<1105, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<1281, 0>, lab_bwd_runs<1281, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -177,6 +190,11 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_TMA_DKV: row = 13; break;
     case LAB_BWD_WS_DIRECT_DKV: row = 14; break;
     case LAB_BWD_WS_MASK_UNI: row = 15; break;
+    case LAB_BWD_WS_RUNS_EX2: row = 16; break;
+    case LAB_BWD_WS_RUNS_DEFER: row = 17; break;
+    case LAB_BWD_WS_RUNS_DEFER_PP: row = 18; break;
+    case LAB_BWD_WS_RUNS_DEFER_EARLY: row = 19; break;
+    case LAB_BWD_WS_RUNS_TMA_DKV: row = 20; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

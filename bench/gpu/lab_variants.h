@@ -64,6 +64,14 @@ enum {
     LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element
                                  test per warp by two scalar compares, the test one unsigned compare (+512) */
     LAB_FWD_WGMMA_PERSIST_PP, /* the library's persistent forward at d = 128 with ping-pong consumers (PP 59) */
+    /* the library's backward (VARIANT 1025; masked 1281 at d = 128) with the older bits again, the
+       step now being split in runs: 2^x by ex2 alone (+8), dQ deferred (+16), and the consumers
+       taking turns (+32), dP^T with dQ (+64); dK, dV by TMA unmasked too (+256) */
+    LAB_BWD_WS_RUNS_EX2,
+    LAB_BWD_WS_RUNS_DEFER,
+    LAB_BWD_WS_RUNS_DEFER_PP,
+    LAB_BWD_WS_RUNS_DEFER_EARLY,
+    LAB_BWD_WS_RUNS_TMA_DKV,
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -104,9 +104,13 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    sequence (causal's work) +5.2%, 522 TFLOP/s, the unmasked kernel's level; d = 64 +2-7%.
    Unmasked instances (the blocks below the causal diagonal), run 2, 5 rounds against 1: d = 128
    +4.5% at 2k x 16, +6% at 8k x 4, +3.7% at 32k; d = 64 +3.4% at 8k, +6.9% at 32k. The lab's
-   "bwd ws tma dkv" (257) and "bwd ws direct dkv" (1) are the kernels before it. */
-#ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1: a build with the kernel before bit 10, for A/B runs */
-#define DFA__BWD_WS_LIBRARY 1025
+   "bwd ws tma dkv" (257) and "bwd ws direct dkv" (1) are the kernels before it. On the kernel in
+   runs DEFER (bit 4) pays again for the unmasked instances (run 6, 5 rounds, d = 128 causal: +3.3%
+   at 2k, +7% at 8k, +3.6% at 32k; the bench's forward+backward +1.3 to +5%, with the builds
+   alternated in one call); d = 64 level (run 5), a 4k window -6% (run 5, spread 7.5%: the masked
+   instances keep 1281 / 1025). */
+#ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
+#define DFA__BWD_WS_LIBRARY 1041
 #endif
 #define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 1281 : 1025)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>

@@ -66,7 +66,8 @@ enum {
     LAB_FWD_WGMMA_PERSIST_PP, /* the library's persistent forward at d = 128 with ping-pong consumers (PP 59) */
     /* the library's backward (VARIANT 1025; masked 1281 at d = 128) with the older bits again, the
        step now being split in runs: 2^x by ex2 alone (+8), dQ deferred (+16), and the consumers
-       taking turns (+32), dP^T with dQ (+64); dK, dV by TMA unmasked too (+256) */
+       taking turns (+32), dP^T with dQ (+64); dK, dV by TMA unmasked too (+256). Since run 6 of
+       2026-12-02 the library's unmasked kernel is 1041 ("runs defer" without masks) */
     LAB_BWD_WS_RUNS_EX2,
     LAB_BWD_WS_RUNS_DEFER,
     LAB_BWD_WS_RUNS_DEFER_PP,

@@ -393,8 +393,9 @@ __global__ void __launch_bounds__(384, 1)
     if (PP && c == 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     float dq[32];
     /* One query block of the walk. TEST (a compile-time tag): whether the block may need the
-       masked element test; MASK_SPLIT walks the blocks every row of which sees every key of this
-       CTA with TEST 0, so their softmax carries no test at all (see the walk below). */
+       element test (the mask's, or the causal one); MASK_SPLIT walks the blocks every row of which
+       sees every key of this CTA with TEST 0, so their softmax carries no test at all (see the
+       walk below). */
     auto step = [&](const int it, auto test_tag) {
         constexpr int TEST = decltype(test_tag)::value;
         constexpr int ELEM = !MASK_SPLIT || TEST; /* this block may hold an invisible pair */

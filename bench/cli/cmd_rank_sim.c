@@ -144,7 +144,7 @@ static int usage(FILE *f) {
     plan_args_usage(f, "each call");
     fprintf(f, "  --warmup W        untimed repetitions first (default 1)\n"
                "  --same-docs       DFA_FLAG_SAME_DOCS after each rank's first call\n"
-"  --bwd-qsplit N    CTAs per key tile in the float32 backward blocks (default 0: the library's\n"
+               "  --bwd-qsplit N    CTAs per key tile in the float32 backward blocks (default 0: the library's\n"
                "                    choice; 1: never split; launch_bwd.cuh dfa__bwd_qsplit_for)\n");
     plan_variant_usage(f);
     return f == stdout ? 0 : 2;

@@ -8,6 +8,14 @@
 
 #include "testlib.h"
 
+/* The error budget of one output: what the naive same-precision path or the single-GPU call
+   misses the oracle by (ref, n values), through tl_tolerance. */
+static inline double dist_budget(dfa_dtype t, tl_quantity kind, const void *naive, const void *single, const double *ref,
+                                 int64_t n) {
+    return fmax(tl_tolerance(t, kind, tl_max_err(t, naive, ref, n), ref, n),
+                tl_tolerance(t, kind, tl_max_err(t, single, ref, n), ref, n));
+}
+
 /* One output: this rank's rows (host, the storage type), the single-GPU call's and the oracle's
    on the whole sequence ([B][N][width]), and the error budget. */
 typedef struct {

@@ -63,8 +63,6 @@ static void set_mask(dfa_attn_desc *a, const dcase *k, const int32_t *ids) {
     }
 }
 
-static const char *kname(dfa__sched_kind k) { return k == DFA__SCHED_RING ? "ring" : k == DFA__SCHED_PAPER ? "paper" : "balanced"; }
-
 static dfa_dist_desc desc_of(const dcase *k) {
     dfa_dist_desc d = dfa_dist_desc_init(k->B, k->n, k->H, k->Hkv, k->D);
     d.attn.dtype = k->t;
@@ -230,11 +228,6 @@ static void single_gpu(const dcase *k, const whole *w, void *o, float *lse, void
     for (int i = 0; i < 10; i++) cudaFree(p[i]);
 }
 
-static double budget(dfa_dtype t, tl_quantity kind, const void *naive, const void *single, const double *ref, int64_t n) {
-    return fmax(tl_tolerance(t, kind, tl_max_err(t, naive, ref, n), ref, n),
-                tl_tolerance(t, kind, tl_max_err(t, single, ref, n), ref, n));
-}
-
 static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     const int B = k->B, n = k->n, N = n * nranks, H = k->H, Hkv = k->Hkv, D = k->D, r0 = rank * n;
     const dfa_dtype t = k->t;
@@ -244,7 +237,7 @@ static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
     char cfg[200];
     snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d overlap=%d%s docs=%d window=%d(%d,%d)",
-             nranks, kname(k->kind), B, n, H, Hkv, D, t == DFA_BF16 ? "bf16" : "f16", k->causal, k->overlap,
+             nranks, dfa__sched_name(k->kind), B, n, H, Hkv, D, t == DFA_BF16 ? "bf16" : "f16", k->causal, k->overlap,
              k->flags ? " deterministic" : "", k->docs, k->window, k->left, k->right);
     whole w = draw_whole(k);
     /* references on the whole sequence: the oracle, the naive same-precision path, our single GPU */
@@ -261,8 +254,8 @@ static void run_case(dfa_comm *c, const dcase *k, cudaStream_t s) {
     void *o1 = tl_alloc(t, NQ), *dq1 = tl_alloc(t, NQ), *dk1 = tl_alloc(t, NK), *dv1 = tl_alloc(t, NK);
     float *l1 = malloc(sizeof(float) * (size_t)NL);
     single_gpu(k, &w, o1, l1, dq1, dk1, dv1);
-    const double tol_o = budget(t, TL_OUTPUT, on, o1, oref, NQ), tol_dq = budget(t, TL_GRADIENT, dqn, dq1, gq, NQ);
-    const double tol_dk = budget(t, TL_GRADIENT, dkn, dk1, gk, NK), tol_dv = budget(t, TL_GRADIENT, dvn, dv1, gv, NK);
+    const double tol_o = dist_budget(t, TL_OUTPUT, on, o1, oref, NQ), tol_dq = dist_budget(t, TL_GRADIENT, dqn, dq1, gq, NQ);
+    const double tol_dk = dist_budget(t, TL_GRADIENT, dkn, dk1, gk, NK), tol_dv = dist_budget(t, TL_GRADIENT, dvn, dv1, gv, NK);
 
     dbufs b;
     local_bufs(&b, k, &w);

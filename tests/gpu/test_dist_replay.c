@@ -188,11 +188,6 @@ static void set_mask(dfa_attn_desc *a, const rcase *k, const int32_t *ids) {
     }
 }
 
-static double budget(dfa_dtype t, tl_quantity kind, const void *naive, const void *single, const double *ref, int64_t n) {
-    return fmax(tl_tolerance(t, kind, tl_max_err(t, naive, ref, n), ref, n),
-                tl_tolerance(t, kind, tl_max_err(t, single, ref, n), ref, n));
-}
-
 /* One pass of every rank (dd: each rank's descriptor), three rounds (see the top); the last
    round's outputs stay. stats: rank 0's of the last round. */
 static dfa_status run_pass(dfa_comm **cs, const rcase *k, const dfa_dist_desc *dd, dfa__pass pass, char *const *q,
@@ -283,8 +278,8 @@ static void run_case(const rcase *k, cudaStream_t s) {
         void *p[10] = {q, kk, v, dout, go, gdq, gdk, gdv, gl, gids};
         for (int i = 0; i < 10; i++) cudaFree(p[i]);
     }
-    const double tol_o = budget(t, TL_OUTPUT, on, o1, oref, NQ), tol_dq = budget(t, TL_GRADIENT, dqn, dq1, gq, NQ);
-    const double tol_dk = budget(t, TL_GRADIENT, dkn, dk1, gk, NK), tol_dv = budget(t, TL_GRADIENT, dvn, dv1, gv, NK);
+    const double tol_o = dist_budget(t, TL_OUTPUT, on, o1, oref, NQ), tol_dq = dist_budget(t, TL_GRADIENT, dqn, dq1, gq, NQ);
+    const double tol_dk = dist_budget(t, TL_GRADIENT, dkn, dk1, gk, NK), tol_dv = dist_budget(t, TL_GRADIENT, dvn, dv1, gv, NK);
 
     /* every rank's chunk on the device, outputs poisoned */
     char *q[8], *kk[8], *v[8], *dout[8], *o[8], *dq[8], *dk[8], *dv[8];

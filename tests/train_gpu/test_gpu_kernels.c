@@ -29,24 +29,19 @@ static uint16_t *to_bf(const float *x, size_t n) {
 static void round_all(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = round_bf16(x[i]);
 }
-/* largest |got - ref| / (|ref| + floor) over bf16 values got */
-static double bf_err(const uint16_t *got, const float *ref, size_t n, double floor) {
+/* The largest error of got against ref relative to a scale of each element's own plus floor:
+   scale[i] (|ref[i]| or more), or |ref[i]| itself when scale is NULL. */
+static double bf_err_scaled(const uint16_t *got, const float *ref, const float *scale, size_t n, double floor) {
     double w = 0;
     for (size_t i = 0; i < n; i++) {
-        double g = f32_of(got[i]);
-        double e = fabs(g - ref[i]) / (fabs(ref[i]) + floor);
+        double e = fabs(f32_of(got[i]) - ref[i]) / ((scale ? scale[i] : fabs(ref[i])) + floor);
         if (!(e <= w)) w = e; /* NaN sticks */
     }
     return w;
 }
-/* As bf_err, relative to a scale of each element's own (|ref| or more) instead of |ref|. */
-static double bf_err_scaled(const uint16_t *got, const float *ref, const float *scale, size_t n, double floor) {
-    double w = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(f32_of(got[i]) - ref[i]) / (scale[i] + floor);
-        if (!(e <= w)) w = e; /* NaN sticks */
-    }
-    return w;
+/* largest |got - ref| / (|ref| + floor) over bf16 values got */
+static double bf_err(const uint16_t *got, const float *ref, size_t n, double floor) {
+    return bf_err_scaled(got, ref, NULL, n, floor);
 }
 static double f_err(const float *got, const float *ref, size_t n, double floor) {
     double w = 0;

@@ -107,12 +107,20 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    "bwd ws tma dkv" (257) and "bwd ws direct dkv" (1) are the kernels before it. On the kernel in
    runs DEFER (bit 4) pays again for the unmasked instances (run 6, 5 rounds, d = 128 causal: +3.3%
    at 2k, +7% at 8k, +3.6% at 32k; the bench's forward+backward +1.3 to +5%, with the builds
-   alternated in one call); d = 64 level (run 5), a 4k window -6% (run 5, spread 7.5%: the masked
-   instances keep 1281 / 1025). */
+   alternated in one call); d = 64 level (run 5), a 4k window -6% (run 5, spread 7.5%). Measured
+   again with 5 rounds (session 13, run 1), DEFER on the masked d = 128 instance (1297 against
+   1281): 4k window +4.6% at 32k (spreads 8-9%), +1.7% at 128k (0.9%); documents at 128k +2.1%
+   (0.5%); so the masked d = 128 instances take it too. */
 #ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
 #define DFA__BWD_WS_LIBRARY 1041
 #endif
-#define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? 1281 : 1025)
+#ifndef DFA__BWD_WS_LIBRARY_MASKED128
+#define DFA__BWD_WS_LIBRARY_MASKED128 1297
+#endif
+#ifndef DFA__BWD_WS_LIBRARY_MASKED64
+#define DFA__BWD_WS_LIBRARY_MASKED64 1025
+#endif
+#define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY_MASKED128 : DFA__BWD_WS_LIBRARY_MASKED64)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

@@ -16,7 +16,10 @@
  * overlap); bit 2 (with bit 1) rescales o under S of the next block instead of
  * after P V; bit 3 takes 2^x from ex2.approx.ftz alone (dfa__exp2_ftz) instead of exp2f's
  * denormal-preserving sequence; bit 4 stores o through shared memory and TMA (dfa__store_o_tma);
- * bit 5 runs the grid as the persistent kernel at the end of this file (one CTA per SM).
+ * bit 5 runs the grid as the persistent kernel at the end of this file (one CTA per SM); bit 6
+ * (with bit 1) keeps a row's reference maximum until a block raises it by more than 2^8
+ * (dfa__softmax_tile's KEEP_MAX), so that most blocks skip o's rescale (FlashAttention-4's
+ * conditional rescaling).
  * Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
@@ -62,8 +65,10 @@ static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a
     }
 }
 
-/* The output rows' rescale to a new running maximum (rows g and g + 8 of the warp's 16). */
-template <int OT8> static __device__ __forceinline__ void dfa__rescale_o(float *o, const float *alpha) {
+/* The output rows' rescale to a new running maximum (rows g and g + 8 of the warp's 16).
+   SKIP_ONES: the warp skips it when every one of its rows kept its maximum (PP bit 6). */
+template <int OT8, int SKIP_ONES = 0> static __device__ __forceinline__ void dfa__rescale_o(float *o, const float *alpha) {
+    if (SKIP_ONES && __all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
 #pragma unroll
     for (int j = 0; j < OT8; j++) {
         o[4 * j + 0] *= alpha[0];
@@ -169,7 +174,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
                                                              const dfa__fwd_params &p, int c, int lane, uint32_t peer) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = D / 8;
-    constexpr int PINGPONG = PP & 1, LATE_RESCALE = (PP & 4) != 0, FAST_EXP = (PP & 8) != 0;
+    constexpr int PINGPONG = PP & 1, LATE_RESCALE = (PP & 4) != 0, FAST_EXP = (PP & 8) != 0, KEEP_MAX = (PP & 64) != 0;
     const int next_bar = 1 + (c + 1) % NCW;
     float sc[NT8 * 4];
     uint32_t pf[BN / 16][4];
@@ -201,7 +206,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         dfa__fwd_release<CLUSTER>(B.k_empty(s), 0 < nshared, lane, peer);
     }
     if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-    dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
+    dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
                                        p.sh.offset, p.scale_log2, lane, alpha);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
@@ -214,7 +219,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         dfa__wgmma_fence();
         DFA__FWD_ISSUE_S(s);
         if (LATE_RESCALE) { /* o of block it - 2 to the maximum of it - 1, under S of block it */
-            dfa__rescale_o<OT8>(o, alpha);
+            dfa__rescale_o<OT8, KEEP_MAX>(o, alpha);
             dfa__wgmma_fence();
         }
         DFA__FWD_ISSUE_PV(sp);
@@ -225,13 +230,13 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         dfa__fwd_release<CLUSTER>(B.k_empty(s), it < nshared, lane, peer);
         const int n0 = n_begin + it * BN;
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
+        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
                                            p.sh.offset, p.scale_log2, lane, alpha);
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
         dfa__fwd_release<CLUSTER>(B.v_empty(sp), it - 1 < nshared, lane, peer);
-        if (!LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
+        if (!LATE_RESCALE) dfa__rescale_o<OT8, KEEP_MAX>(o, alpha);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
     }
@@ -240,7 +245,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         const int sp = (g + nblocks - 1) % STAGES;
         dfa__mbar_wait(B.v_full(sp), (uint32_t)((g + nblocks - 1) / STAGES) & 1u);
         if (PINGPONG) dfa__named_sync(1 + c, 256);
-        if (LATE_RESCALE) dfa__rescale_o<OT8>(o, alpha);
+        if (LATE_RESCALE) dfa__rescale_o<OT8, KEEP_MAX>(o, alpha);
         dfa__wgmma_fence();
         DFA__FWD_ISSUE_PV(sp);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);

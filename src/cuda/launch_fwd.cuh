@@ -155,7 +155,14 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    registers: +3.7% at 2k x 16, level at 8k, 32k and with the masks at 32k and 128k); ping-pong
    on top of it ("fwd wgmma persist pp") lost 1-6% (runs 74, 75). The other combinations run in
    the kernel lab. */
-template <int BF16, int OUT32, int PP64 = 11, int PP128 = 58, int NCW64 = 3, int CLUSTER = 1>
+#ifndef DFA__FWD_LIBRARY_PP64 /* overridable from the compiler's command line, for A/B builds */
+#define DFA__FWD_LIBRARY_PP64 11
+#endif
+#ifndef DFA__FWD_LIBRARY_PP128
+#define DFA__FWD_LIBRARY_PP128 122
+#endif
+template <int BF16, int OUT32, int PP64 = DFA__FWD_LIBRARY_PP64, int PP128 = DFA__FWD_LIBRARY_PP128, int NCW64 = 3,
+          int CLUSTER = 1>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<64, 128, BF16, PP64, OUT32, NCW64, CLUSTER>(p, st, fn);
     if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<256, 64, BF16, 2, OUT32>(p, st, fn);

@@ -78,8 +78,13 @@ static __device__ __forceinline__ int dfa__key_end(int m0, int rows, int seqlen_
    (g) and (g+8) of this warp's 16. s[] holds raw q.k; on return it holds unnormalised
    probabilities exp2(s * scale_log2 - m). m (scaled, base-2 units) and l (this lane's
    partial sum) are updated; the returned factors rescale the output rows.
-   Masked entries must already be -inf. FAST_EXP: dfa__exp2_ftz instead of exp2f. */
-template <int NT8, int FAST_EXP = 0>
+   Masked entries must already be -inf. FAST_EXP: dfa__exp2_ftz instead of exp2f.
+   KEEP_MAX: the row keeps its reference maximum while the new one exceeds it by at most
+   DFA__KEEP_MAX_LOG2 (probabilities then reach 2^8 = 256, far inside float32 and exact in
+   bf16's relative rounding); o and l share the reference, so o / l and the log-sum-exp are
+   the same, and alpha is exactly 1 on most blocks (the caller may skip the rescale). */
+#define DFA__KEEP_MAX_LOG2 8.0f
+template <int NT8, int FAST_EXP = 0, int KEEP_MAX = 0>
 static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m, float *l, float scale_log2,
                                                          float *alpha) {
 #pragma unroll
@@ -88,10 +93,12 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
 #pragma unroll
         for (int j = 0; j < NT8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
         mx = dfa__quad_max(mx);
-        const float m_new = fmaxf(m[r], mx * scale_log2);
+        float m_new = fmaxf(m[r], mx * scale_log2);
+        /* m = -inf (nothing seen): the difference is inf or NaN, and the row takes m_new */
+        if (KEEP_MAX && m_new - m[r] <= DFA__KEEP_MAX_LOG2) m_new = m[r];
         /* a row that has seen nothing keeps m = -inf; subtract 0 then so no inf - inf */
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = FAST_EXP ? dfa__exp2_ftz(m[r] - m_use) : exp2f(m[r] - m_use);
+        alpha[r] = KEEP_MAX && m_new == m[r] ? 1.0f : FAST_EXP ? dfa__exp2_ftz(m[r] - m_use) : exp2f(m[r] - m_use);
         m[r] = m_new;
         float sum = 0.0f;
 #pragma unroll
@@ -110,9 +117,9 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
    the end of the keys or the causal diagonal of the query tile at m0, turns them into
    probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum.
    alpha_out (optional) receives the two rows' rescale factors, for a caller that rescales its
-   output later (OT8 = 0: the pipelined forward, whose output is still being written). FAST_EXP:
-   as dfa__softmax_tile. */
-template <int BN, int OT8, int FAST_EXP = 0>
+   output later (OT8 = 0: the pipelined forward, whose output is still being written). FAST_EXP,
+   KEEP_MAX: as dfa__softmax_tile. */
+template <int BN, int OT8, int FAST_EXP = 0, int KEEP_MAX = 0>
 static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*acc)[4], float *m, float *l,
                                                          const int *lim, int n0, int m0, int seqlen_k, int causal,
                                                          long long offset, float scale_log2, int lane,
@@ -129,7 +136,7 @@ static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*
             }
     }
     float alpha[2];
-    dfa__softmax_tile<NT8, FAST_EXP>(s, m, l, scale_log2, alpha);
+    dfa__softmax_tile<NT8, FAST_EXP, KEEP_MAX>(s, m, l, scale_log2, alpha);
     if (alpha_out) {
         alpha_out[0] = alpha[0];
         alpha_out[1] = alpha[1];

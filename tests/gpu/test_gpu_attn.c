@@ -25,6 +25,7 @@
 #include "gpu_util.h"
 
 static int cc;
+static int rising_keys; /* keys grow along the sequence, so later key blocks raise rows' maxima */
 static const char *only_kernel; /* DFA_GPU_TEST_KERNEL=mma|wgmma: check one family of kernels */
 static const int families[2] = {DFA__FAMILY_MMA, DFA__FAMILY_WGMMA}; /* as kernels[] below */
 
@@ -309,6 +310,13 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     tl_fill_normal(t, q, nq, 1.0 + tl_rand_uniform());
     tl_fill_normal(t, k, nk, 1.0);
     tl_fill_normal(t, v, nk, 1.0);
+    if (rising_keys) { /* key j scaled by 1 + 12 j / seqlen_k: maxima rise by far more than 2^8 */
+        const int64_t row = (int64_t)d->num_kv_heads * d->head_dim;
+        double *fk0 = tl_to_f64(t, k, nk);
+        for (int64_t i = 0; i < nk; i++)
+            tl_set(t, k, i, fk0[i] * (1.0 + 12.0 * (double)((i / row) % d->seqlen_k) / d->seqlen_k));
+        free(fk0);
+    }
 
     double *fq = tl_to_f64(t, q, nq), *fk = tl_to_f64(t, k, nk), *fv = tl_to_f64(t, v, nk);
     double *oref = malloc(8 * (size_t)nq), *lref = malloc(8 * (size_t)nl);
@@ -693,7 +701,26 @@ int main(void) {
         printf("  case %2d done: %s\n", i, tl_desc_str(&d));
         fflush(stdout);
     }
-    if (!small && !only_masks) test_merge();
+    if (!small && !only_masks) {
+        /* the forward's kept maxima (dfa__softmax_tile's KEEP_MAX): rows whose maximum rises
+           block after block, through the one-tile and the persistent kernels (17 query tiles
+           x 8 heads: more tiles than SMs) */
+        static const shape rising[] = {
+            {1, 2100, 2100, 8, 2, 128, DFA_BF16, 1, 0, 0, 1},
+            {1, 1000, 1000, 4, 4, 128, DFA_F16, 0, 0, 0, 1},
+            {1, 2100, 2100, 4, 4, 64, DFA_BF16, 1, 0, 0, 1},
+        };
+        rising_keys = 1;
+        for (int i = 0; i < (int)(sizeof rising / sizeof rising[0]); i++) {
+            const shape *r = &rising[i];
+            dfa_attn_desc d = tl_desc(r->b, r->sq, r->sk, r->h, r->hkv, r->d, r->t, r->causal, r->qs, r->ks);
+            check_case(&d, &d, r->bwd);
+            printf("  rising keys %d done: %s\n", i, tl_desc_str(&d));
+            fflush(stdout);
+        }
+        rising_keys = 0;
+        test_merge();
+    }
     if (masks) test_masks();
     return tl_finish("test_gpu_attn");
 }

@@ -33,6 +33,7 @@ int cmd_rank_sim(int argc, char **argv) {
 
 #include "bench_masks.h"
 #include "cli_values.h"
+#include "comm_loop.h"
 #include "common/desc.h"
 #include "common/error.h"
 #include "cuda/launch.h"
@@ -72,30 +73,10 @@ static dfa_status loop_wait(dfa_comm *c, void *pending) {
     return DFA_OK;
 }
 
-/* One rank's view of a collective over identical ranks: the values stay as they are. */
-static dfa_status loop_allreduce_max(dfa_comm *c, int64_t *v, int n) {
-    (void)c;
-    (void)v;
-    (void)n;
-    return DFA_OK;
-}
-
-static dfa_status loop_bcast(dfa_comm *c, void *buf, size_t bytes, int root) {
-    (void)c;
-    (void)buf;
-    (void)bytes;
-    (void)root;
-    return DFA_OK;
-}
-
 /* The ids of every rank, from the whole sequence's copy (the real allgather waits too). */
 static dfa_status loop_allgather(dfa_comm *c, const void *send, void *recv, size_t bytes) {
     (void)send;
-    const loop_impl *m = (const loop_impl *)c->impl;
-    cudaError_t e = cudaMemcpyAsync(recv, m->all_ids, bytes * (size_t)c->size, cudaMemcpyDeviceToDevice,
-                                    (cudaStream_t)c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)c->stream);
-    return e == cudaSuccess ? DFA_OK : dfa__fail(DFA_ERR_BACKEND, "rank-sim", "ids: %s", cudaGetErrorString(e));
+    return comm_loop_allgather_ids(c, recv, bytes, ((const loop_impl *)c->impl)->all_ids, "rank-sim");
 }
 
 static void loop_destroy(dfa_comm *c) {
@@ -107,8 +88,8 @@ static const dfa__comm_ops loop_ops = {
     .name = "loopback",
     .start = loop_start,
     .wait = loop_wait,
-    .allreduce_max = loop_allreduce_max,
-    .bcast = loop_bcast,
+    .allreduce_max = comm_loop_allreduce_max,
+    .bcast = comm_loop_bcast,
     .allgather = loop_allgather,
     .destroy = loop_destroy,
 };

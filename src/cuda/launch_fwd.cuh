@@ -153,7 +153,11 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    float32 o keep); level to -2% at d = 64, which stays one tile per CTA. The persistent kernel
    stores o by TMA too since 2026-12-02 (run 75, 5 rounds against "fwd wgmma persist", o from
    registers: +3.7% at 2k x 16, level at 8k, 32k and with the masks at 32k and 128k); ping-pong
-   on top of it ("fwd wgmma persist pp") lost 1-6% (runs 74, 75). The other combinations run in
+   on top of it ("fwd wgmma persist pp") lost 1-6% (runs 74, 75). Kept maxima (bit 6, o rescaled
+   only when a row's maximum grows by more than 2^8) at 128: +0.3 to +1.0% at every shape of
+   2026-12-02 session 13's run 1 (causal 2k-32k, 4k window and documents at 32k and 128k; 5
+   rounds), -1.5 to -2% at 64, which keeps 11 ("fwd wgmma keep max" is the lab's row, the
+   kernel before it "fwd wgmma (library)" at 58 in an A/B build). The other combinations run in
    the kernel lab. */
 #ifndef DFA__FWD_LIBRARY_PP64 /* overridable from the compiler's command line, for A/B builds */
 #define DFA__FWD_LIBRARY_PP64 11

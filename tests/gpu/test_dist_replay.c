@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_loop.h"
 #include "distflash_cuda.h"
 #include "dist_check.h"
 #include "gpu_util.h"
@@ -121,22 +122,9 @@ static dfa_status replay_wait(dfa_comm *c, void *pending) {
     return DFA_OK; /* the copies were ordered on the call's stream */
 }
 
-/* The collectives see ranks that agree (every case is valid on every rank). */
-static dfa_status replay_allreduce_max(dfa_comm *c, int64_t *v, int n) {
-    (void)c, (void)v, (void)n;
-    return DFA_OK;
-}
-
-static dfa_status replay_bcast(dfa_comm *c, void *buf, size_t bytes, int root) {
-    (void)c, (void)buf, (void)bytes, (void)root;
-    return DFA_OK;
-}
-
 static dfa_status replay_allgather(dfa_comm *c, const void *send, void *recv, size_t bytes) {
     (void)send;
-    cudaError_t e = cudaMemcpyAsync(recv, all_ids, bytes * (size_t)c->size, cudaMemcpyDeviceToDevice, (cudaStream_t)c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)c->stream);
-    return e == cudaSuccess ? DFA_OK : dfa__fail(DFA_ERR_BACKEND, "replay", "ids: %s", cudaGetErrorString(e));
+    return comm_loop_allgather_ids(c, recv, bytes, all_ids, "replay");
 }
 
 static void replay_destroy(dfa_comm *c) { free(c); }
@@ -145,8 +133,8 @@ static const dfa__comm_ops replay_ops = {
     .name = "replay",
     .start = replay_start,
     .wait = replay_wait,
-    .allreduce_max = replay_allreduce_max,
-    .bcast = replay_bcast,
+    .allreduce_max = comm_loop_allreduce_max, /* every case is valid on every rank */
+    .bcast = comm_loop_bcast,
     .allgather = replay_allgather,
     .destroy = replay_destroy,
 };

@@ -156,8 +156,8 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    on top of it ("fwd wgmma persist pp") lost 1-6% (runs 74, 75). Kept maxima (bit 6, o rescaled
    only when a row's maximum grows by more than 2^8) at 128: +0.3 to +1.0% at every shape of
    2026-12-02 session 13's run 1 (causal 2k-32k, 4k window and documents at 32k and 128k; 5
-   rounds), -1.5 to -2% at 64, which keeps 11 ("fwd wgmma keep max" is the lab's row, the
-   kernel before it "fwd wgmma (library)" at 58 in an A/B build). The other combinations run in
+   rounds), -1.5 to -2% at 64, which keeps 11 (the lab's "fwd wgmma keep max" has it at both;
+   "fwd wgmma rescale always" is the d = 128 kernel before it). The other combinations run in
    the kernel lab. */
 #ifndef DFA__FWD_LIBRARY_PP64 /* overridable from the compiler's command line, for A/B builds */
 #define DFA__FWD_LIBRARY_PP64 11

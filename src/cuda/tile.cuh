@@ -80,8 +80,8 @@ static __device__ __forceinline__ int dfa__key_end(int m0, int rows, int seqlen_
    partial sum) are updated; the returned factors rescale the output rows.
    Masked entries must already be -inf. FAST_EXP: dfa__exp2_ftz instead of exp2f.
    KEEP_MAX: the row keeps its reference maximum while the new one exceeds it by at most
-   DFA__KEEP_MAX_LOG2 (probabilities then reach 2^8 = 256, far inside float32 and exact in
-   bf16's relative rounding); o and l share the reference, so o / l and the log-sum-exp are
+   DFA__KEEP_MAX_LOG2 (probabilities then reach 2^8 = 256: far inside float32, and 16-bit P keeps
+   the same relative rounding error); o and l share the reference, so o / l and the log-sum-exp are
    the same, and alpha is exactly 1 on most blocks (the caller may skip the rescale). */
 #define DFA__KEEP_MAX_LOG2 8.0f
 template <int NT8, int FAST_EXP = 0, int KEEP_MAX = 0>

@@ -19,7 +19,8 @@
  * bit 5 runs the grid as the persistent kernel at the end of this file (one CTA per SM); bit 6
  * (with bit 1) keeps a row's reference maximum until a block raises it by more than 2^8
  * (dfa__softmax_tile's KEEP_MAX), so that most blocks skip o's rescale (FlashAttention-4's
- * conditional rescaling).
+ * conditional rescaling); bit 7 (with bit 1) holds each consumer's Q in registers (wgmma RS with
+ * K-major B), so that S reads only K from shared memory.
  * Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
@@ -50,6 +51,18 @@ template <int N, int BF16> static __device__ __forceinline__ void dfa__wgmma_ss(
         if (N == 64) dfa__wgmma_ss_f16_n64(d, a, b, sc);
         else if (N == 128) dfa__wgmma_ss_f16_n128(d, a, b, sc);
         else dfa__wgmma_ss_f16_n192(d, a, b, sc);
+    }
+}
+template <int N, int BF16>
+static __device__ __forceinline__ void dfa__wgmma_rs_kb(float *d, const uint32_t *a, uint64_t b, int sc) {
+    if (BF16) {
+        if (N == 64) dfa__wgmma_rs_kb_bf16_n64(d, a, b, sc);
+        else if (N == 128) dfa__wgmma_rs_kb_bf16_n128(d, a, b, sc);
+        else dfa__wgmma_rs_kb_bf16_n192(d, a, b, sc);
+    } else {
+        if (N == 64) dfa__wgmma_rs_kb_f16_n64(d, a, b, sc);
+        else if (N == 128) dfa__wgmma_rs_kb_f16_n128(d, a, b, sc);
+        else dfa__wgmma_rs_kb_f16_n192(d, a, b, sc);
     }
 }
 template <int N, int BF16>
@@ -175,15 +188,33 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = D / 8;
     constexpr int PINGPONG = PP & 1, LATE_RESCALE = (PP & 4) != 0, FAST_EXP = (PP & 8) != 0, KEEP_MAX = (PP & 64) != 0;
+    constexpr int Q_RS = (PP & 128) != 0;
     const int next_bar = 1 + (c + 1) % NCW;
     float sc[NT8 * 4];
     uint32_t pf[BN / 16][4];
     float(*s4)[4] = (float(*)[4])sc;
+    /* Q_RS (PP bit 7): this warp's 16 rows of Q in registers, read once (ldmatrix, through the
+       128-byte swizzle: 16-byte chunk j of row r sits at chunk j ^ (r % 8)), so that each S reads
+       only K from shared memory; the tile's Q buffer is free from then on */
+    uint32_t qf[Q_RS ? D / 16 : 1][4];
+    if (Q_RS) {
+        const int row = c * 64 + ((threadIdx.x & 127) >> 5) * 16 + (lane & 15);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const int col = kk * 16 + (lane >> 4) * 8;
+            dfa__ldmatrix_x4(qf[kk], sQ + (col / 64) * BM * 128 + row * 128 + ((((col % 64) >> 3) ^ (row & 7)) << 4));
+        }
+        if (PERSIST) dfa__mbar_arrive(B.q_empty());
+    }
 #define DFA__FWD_ISSUE_S(s_)                                                                                      \
     _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
-        const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);         \
         const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
-        dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                              \
+        if (Q_RS) {                                                                                               \
+            dfa__wgmma_rs_kb<BN, BF16>(sc, qf[Q_RS ? kk : 0], db, kk > 0);                                        \
+        } else {                                                                                                  \
+            const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);     \
+            dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                          \
+        }                                                                                                         \
     }                                                                                                             \
     dfa__wgmma_commit()
 #define DFA__FWD_ISSUE_PV(s_)                                                                                     \
@@ -240,7 +271,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
     }
-    if (PERSIST) dfa__mbar_arrive(B.q_empty()); /* every S of this tile has completed */
+    if (PERSIST && !Q_RS) dfa__mbar_arrive(B.q_empty()); /* every S of this tile has completed */
     {
         const int sp = (g + nblocks - 1) % STAGES;
         dfa__mbar_wait(B.v_full(sp), (uint32_t)((g + nblocks - 1) / STAGES) & 1u);

@@ -157,13 +157,19 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    only when a row's maximum grows by more than 2^8) at 128: +0.3 to +1.0% at every shape of
    2026-12-02 session 13's run 1 (causal 2k-32k, 4k window and documents at 32k and 128k; 5
    rounds), -1.5 to -2% at 64, which keeps 11 (the lab's "fwd wgmma keep max" has it at both;
-   "fwd wgmma rescale always" is the d = 128 kernel before it). The other combinations run in
+   "fwd wgmma rescale always" is the d = 128 kernel before it). Q in registers (bit 7: S = Q K^T
+   as wgmma RS, each S reading only K from shared memory, and the persistent kernel's Q buffer
+   free for the next tile as soon as it is read) at 128: session 13's run 7, 5 rounds against
+   122: causal 2k / 8k / 32k +2.1 / +0.3 / +2.5%, non-causal +1.6 / -3.9 / +2.5% (8k: spreads
+   6-9%), 4k window 32k / 128k +1.9 / +1.1%, documents +1.8 / +1.3%. At 64 (three consumers at
+   160 registers) it spills. The lab's "fwd wgmma q regs" is it; "fwd wgmma keep max" the d = 128
+   kernel before it. The other combinations run in
    the kernel lab. */
 #ifndef DFA__FWD_LIBRARY_PP64 /* overridable from the compiler's command line, for A/B builds */
 #define DFA__FWD_LIBRARY_PP64 11
 #endif
 #ifndef DFA__FWD_LIBRARY_PP128
-#define DFA__FWD_LIBRARY_PP128 122
+#define DFA__FWD_LIBRARY_PP128 250
 #endif
 template <int BF16, int OUT32, int PP64 = DFA__FWD_LIBRARY_PP64, int PP128 = DFA__FWD_LIBRARY_PP128, int NCW64 = 3,
           int CLUSTER = 1>

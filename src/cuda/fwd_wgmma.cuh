@@ -176,8 +176,8 @@ static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars
    are peeled off the loop, so that every iteration commits the same two groups and ptxas can
    see which wait retires which product (with conditional commits it serialises the wgmmas).
    Stages from ring position g on, as the producer's. With PERSIST the warpgroup releases the
-   Q tile (q_empty) as soon as its last S has completed, so that the producer loads the next
-   tile's Q under this one's last P V and epilogue. o, m, l: the row state, started by the
+   Q tile (q_empty) as soon as its last S has completed (with Q_RS as soon as it has read Q into
+   registers), so that the producer loads the next tile's Q under this one's work. o, m, l: the row state, started by the
    caller; Q must have landed. */
 template <int D, int BN, int BF16, int PP, int NCW, int CLUSTER, int PERSIST>
 static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m, float *l,

@@ -680,6 +680,17 @@ static void test_merge(void) {
     }
 }
 
+/* check_case over a list of shapes, one progress line each ("<label> <i> done: <shape>"). */
+static void check_shapes(const shape *list, int n, const char *label) {
+    for (int i = 0; i < n; i++) {
+        const shape *s = &list[i];
+        dfa_attn_desc d = tl_desc(s->b, s->sq, s->sk, s->h, s->hkv, s->d, s->t, s->causal, s->qs, s->ks);
+        check_case(&d, &d, s->bwd);
+        printf("  %s %2d done: %s\n", label, i, tl_desc_str(&d));
+        fflush(stdout);
+    }
+}
+
 int main(void) {
     tl_init("test_gpu_attn");
     if (!have_gpu()) return 77; /* ctest: skipped */
@@ -694,13 +705,7 @@ int main(void) {
     const shape *list = small ? small_cases : cases;
     const int n = only_masks ? 0 : small ? (int)(sizeof small_cases / sizeof small_cases[0])
                                          : (int)(sizeof cases / sizeof cases[0]);
-    for (int i = 0; i < n; i++) {
-        const shape *s = &list[i];
-        dfa_attn_desc d = tl_desc(s->b, s->sq, s->sk, s->h, s->hkv, s->d, s->t, s->causal, s->qs, s->ks);
-        check_case(&d, &d, s->bwd);
-        printf("  case %2d done: %s\n", i, tl_desc_str(&d));
-        fflush(stdout);
-    }
+    check_shapes(list, n, "case");
     if (!small && !only_masks) {
         /* the forward's kept maxima (dfa__softmax_tile's KEEP_MAX): rows whose maximum rises
            block after block, through the one-tile and the persistent kernels (17 query tiles
@@ -711,13 +716,7 @@ int main(void) {
             {1, 2100, 2100, 4, 4, 64, DFA_BF16, 1, 0, 0, 1},
         };
         rising_keys = 1;
-        for (int i = 0; i < (int)(sizeof rising / sizeof rising[0]); i++) {
-            const shape *r = &rising[i];
-            dfa_attn_desc d = tl_desc(r->b, r->sq, r->sk, r->h, r->hkv, r->d, r->t, r->causal, r->qs, r->ks);
-            check_case(&d, &d, r->bwd);
-            printf("  rising keys %d done: %s\n", i, tl_desc_str(&d));
-            fflush(stdout);
-        }
+        check_shapes(rising, (int)(sizeof rising / sizeof rising[0]), "rising keys");
         rising_keys = 0;
         test_merge();
     }

@@ -69,6 +69,7 @@ static const variant variants[] = {
     {"fwd wgmma keep max", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_KEEP_MAX, 8192},
     {"fwd wgmma rescale always", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_RESCALE_ALWAYS, 8192},
     {"fwd wgmma q regs", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_Q_REGS, 8192},
+    {"fwd wgmma owed pv", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_OWED_PV, 8192},
     {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY, 8192},
     {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED, 0},

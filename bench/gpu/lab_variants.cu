@@ -113,6 +113,8 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 58>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 58>(p, stream, fn);
     case LAB_FWD_WGMMA_Q_REGS:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 250>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 250>(p, stream, fn);
+    case LAB_FWD_WGMMA_OWED_PV:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 506>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 506>(p, stream, fn);
     case LAB_FWD_WGMMA_CLUSTER:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2, 3, 2>(p, stream, fn);
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);

@@ -56,11 +56,6 @@ template <int D, int BM> struct dfa__bwd_ws_cfg {
     static_assert(SMEM <= 232448, "over the 227 KB of shared memory a CTA may have");
 };
 
-/* A compile-time int as a value (a tag for the generic lambdas of a kernel's loop). */
-template <int V> struct dfa__ctag {
-    static constexpr int value = V;
-};
-
 /* In-order dQ (DQ_MODE 2): the writer of key block nb adds its tile of query block m after
    the writers of the key blocks above it (which reach m first: each CTA walks its query
    blocks upwards from its diagonal), so every element of dq_acc sums in the same order on

@@ -179,19 +179,49 @@ static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars
    Q tile (q_empty) as soon as its last S has completed (with Q_RS as soon as it has read Q into
    registers), so that the producer loads the next tile's Q under this one's work. o, m, l: the row state, started by the
    caller; Q must have landed. */
-template <int D, int BN, int BF16, int PP, int NCW, int CLUSTER, int PERSIST>
-static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m, float *l,
+/* The last P V of a tile (block gb of the stage ring, P in pf; LATE_RESCALE: o first rescaled by
+   alpha); o is complete when it returns. */
+template <int D, int BN, int BF16, int PINGPONG, int LATE_RESCALE, int KEEP_MAX, int CLUSTER, int KVBYTES>
+static __device__ __forceinline__ void dfa__fwd_last_pv(float *o, uint32_t (*pf)[4], const float *alpha,
+                                                        const dfa__fwd_bars<2> &B, uint32_t sV, int gb, int shared,
+                                                        int c, int next_bar, int lane, uint32_t peer) {
+    const int sp = gb % 2;
+    dfa__mbar_wait(B.v_full(sp), (uint32_t)(gb / 2) & 1u);
+    if (PINGPONG) dfa__named_sync(1 + c, 256);
+    if (LATE_RESCALE) dfa__rescale_o<D / 8, KEEP_MAX>(o, alpha);
+    dfa__wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        dfa__wgmma_rs<D, BF16>(o, pf[kk], dfa__wgmma_desc(sV + sp * KVBYTES + kk * 16 * 128, BN * 128), 1);
+    dfa__wgmma_commit();
+    if (PINGPONG) dfa__named_arrive(next_bar, 256);
+    dfa__wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < D / 8 * 4; i++) dfa__reg_fence(o[i]);
+    dfa__fwd_release<CLUSTER>(B.v_empty(sp), shared, lane, peer);
+}
+
+/* A consumer warpgroup's pass over one query tile: key blocks [n_begin, + nblocks * BN), stage ring
+   position g. pf holds P of a block between its softmax and its P V.
+   OWED (PP bit 8, persistent kernel only): the tile's last P V is not issued here but left owed
+   (P in pf, o as it stands), and the next tile's first S goes in together with it, so that the
+   first softmax runs under that P V instead of with nothing in flight; `owed` says whether the
+   previous tile left one (block g - 1), and `finish(o)` is that tile's epilogue, called once its
+   P V has retired (then o restarts at 0). Without OWED, `owed` must be 0. */
+template <int D, int BN, int BF16, int PP, int NCW, int CLUSTER, int PERSIST, typename Finish>
+static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m, float *l, uint32_t (*pf)[4],
                                                              const dfa__fwd_bars<2> &B, uint32_t sQ, uint32_t sK,
                                                              uint32_t sV, int g, int nblocks, int n_begin, int nshared,
                                                              const int *mlo, const int *mhi, const int *lim, int m0,
-                                                             const dfa__fwd_params &p, int c, int lane, uint32_t peer) {
+                                                             const dfa__fwd_params &p, int c, int lane, uint32_t peer,
+                                                             int owed, Finish finish) {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = D / 8;
     constexpr int PINGPONG = PP & 1, LATE_RESCALE = (PP & 4) != 0, FAST_EXP = (PP & 8) != 0, KEEP_MAX = (PP & 64) != 0;
-    constexpr int Q_RS = (PP & 128) != 0;
+    constexpr int Q_RS = (PP & 128) != 0, OWED = PERSIST && (PP & 256) != 0;
+    static_assert(!OWED || (!PINGPONG && !LATE_RESCALE && CLUSTER == 1), "an owed P V: pipelined, persistent only");
     const int next_bar = 1 + (c + 1) % NCW;
     float sc[NT8 * 4];
-    uint32_t pf[BN / 16][4];
     float(*s4)[4] = (float(*)[4])sc;
     /* Q_RS (PP bit 7): this warp's 16 rows of Q in registers, read once (ldmatrix, through the
        128-byte swizzle: 16-byte chunk j of row r sits at chunk j ^ (r % 8)), so that each S reads
@@ -224,23 +254,46 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     }                                                                                                             \
     dfa__wgmma_commit()
     float alpha[2];
-    {
-        const int s = g % STAGES;
+    /* The first block. With an owed P V (block g - 1) it goes in after S, and the softmax runs under
+       it. Two copies (the tag), so that no product is in flight where the paths join: ptxas
+       serialises every wgmma of the kernel otherwise (C7518). */
+    auto first_block = [&](auto with_owed) {
+        constexpr int W = decltype(with_owed)::value;
+        const int s = g % STAGES, so = (g + STAGES - 1) % STAGES;
         dfa__mbar_wait(B.k_full(s), (uint32_t)(g / STAGES) & 1u);
+        if (W) dfa__mbar_wait(B.v_full(so), (uint32_t)((g - 1) / STAGES) & 1u);
         if (PINGPONG) dfa__named_sync(1 + c, 256);
         dfa__wgmma_fence();
         DFA__FWD_ISSUE_S(s);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
-        dfa__wgmma_wait<0>();
+        if (W) {
+            DFA__FWD_ISSUE_PV(so);
+            dfa__wgmma_wait<1>(); /* S has retired; the owed P V may still run */
+        } else {
+            dfa__wgmma_wait<0>();
+        }
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
         dfa__fwd_release<CLUSTER>(B.k_empty(s), 0 < nshared, lane, peer);
-    }
-    if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-    dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k, p.sh.causal,
-                                       p.sh.offset, p.scale_log2, lane, alpha);
+        if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
+        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k,
+                                                     p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
+        if (W) {
+            dfa__wgmma_wait<0>();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+            for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
+            dfa__fwd_release<CLUSTER>(B.v_empty(so), 0, lane, peer);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
+        if (W) {
+            finish(o);
+#pragma unroll
+            for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
+        }
+    };
+    if (OWED && owed) first_block(dfa__ctag<1>());
+    else first_block(dfa__ctag<0>());
     for (int it = 1; it < nblocks; it++) {
         const int s = (g + it) % STAGES, sp = (g + it - 1) % STAGES;
         const uint32_t ph = (uint32_t)((g + it) / STAGES) & 1u, php = (uint32_t)((g + it - 1) / STAGES) & 1u;
@@ -272,19 +325,9 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
     }
     if (PERSIST && !Q_RS) dfa__mbar_arrive(B.q_empty()); /* every S of this tile has completed */
-    {
-        const int sp = (g + nblocks - 1) % STAGES;
-        dfa__mbar_wait(B.v_full(sp), (uint32_t)((g + nblocks - 1) / STAGES) & 1u);
-        if (PINGPONG) dfa__named_sync(1 + c, 256);
-        if (LATE_RESCALE) dfa__rescale_o<OT8, KEEP_MAX>(o, alpha);
-        dfa__wgmma_fence();
-        DFA__FWD_ISSUE_PV(sp);
-        if (PINGPONG) dfa__named_arrive(next_bar, 256);
-        dfa__wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);
-        dfa__fwd_release<CLUSTER>(B.v_empty(sp), nblocks - 1 < nshared, lane, peer);
-    }
+    if (OWED) return; /* the last P V goes in with the next tile's first S, or dfa__fwd_last_pv's */
+    dfa__fwd_last_pv<D, BN, BF16, PINGPONG, LATE_RESCALE, KEEP_MAX, CLUSTER, C::KVBYTES>(
+        o, pf, alpha, B, sV, g + nblocks - 1, nblocks - 1 < nshared, c, next_bar, lane, peer);
 #undef DFA__FWD_ISSUE_S
 #undef DFA__FWD_ISSUE_PV
 }
@@ -443,10 +486,11 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     const int next_bar = 1 + (c + 1) % NCW;
     if (PINGPONG && c == NCW - 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     dfa__mbar_wait(q_full, 0);
-    if (PIPELINE)
-        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, CLUSTER, 0>(o, m, l, B, sQ, sK, sV, 0, nblocks, n_begin, nshared, mlo,
-                                                                mhi, lim, m0, p, c, lane, peer);
-    else
+    if (PIPELINE) {
+        uint32_t pf[BN / 16][4];
+        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, CLUSTER, 0>(o, m, l, pf, B, sQ, sK, sV, 0, nblocks, n_begin, nshared,
+                                                                mlo, mhi, lim, m0, p, c, lane, peer, 0, [](float *) {});
+    } else
     for (int it = 0; it < nblocks; it++) {
         const int s = it % STAGES, n0 = n_begin + it * BN;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
@@ -580,6 +624,21 @@ static __device__ __forceinline__ void dfa__fwd_tile_store(const dfa__fwd_params
                                             p.sh.seqlen_q, p.sh.head_dim, lane);
 }
 
+/* o and lse of a consumer warpgroup's rows of tile T: by TMA from the staging tile sO (the issuing
+   thread waits until the copy engine has read it, before its next tile), else from registers. */
+template <int D, int BM, int BF16, int TMA_O>
+static __device__ __forceinline__ void dfa__fwd_persist_store(const dfa__fwd_params &p, const CUtensorMap *to,
+                                                              uint32_t sO, const dfa__fwd_tile &T, float *o,
+                                                              const float *m, const float *l, int c, int warp,
+                                                              int lane) {
+    if (TMA_O)
+        dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sO, to,
+                                      p.lse ? p.lse + (long long)T.bh * p.sh.seqlen_q : (float *)0, c, warp, lane, T.h,
+                                      T.m0, T.b, p.sh.seqlen_q);
+    else
+        dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
+}
+
 template <int D, int BN, int BF16, int PP, int NCW>
 __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__fwd_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -654,27 +713,41 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
     dfa__setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1, wt = tid - 128 * wg, warp = wt >> 5, lane = wt & 31;
     if ((PP & 1) && c == NCW - 1) dfa__named_arrive(1, 256); /* ping-pong: consumer 0 goes first */
+    constexpr int OWED = (PP & 256) != 0;
     int g = 0;
     uint32_t qn = 0, k = 0;
-    dfa__fwd_tile T;
+    dfa__fwd_tile T, done = {0, 0, 0, 0, 0, 0}; /* done: the tile whose last P V is owed (OWED) */
+    float o[OT8 * 4], done_m[2] = {0.0f, 0.0f}, done_l[2] = {0.0f, 0.0f};
+    uint32_t pf[BN / 16][4];
+    int owed = 0;
+    const CUtensorMap *const tmo = &to;
     while (dfa__fwd_next_tile<D, BM, BN, STAGES>(p, B, tile_slot, &k, nm, heads, c, warp, lane, &T)) {
         int lim[2], mlo[2], mhi[2];
         dfa__fwd_row_state(p.sh, T.b, T.m0 + c * 64 + warp * 16 + (lane >> 2), lim, mlo, mhi);
-        float o[OT8 * 4];
+        if (!owed) /* with one owed, o restarts at 0 once the owed P V has retired */
 #pragma unroll
-        for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
+            for (int i = 0; i < OT8 * 4; i++) o[i] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
         dfa__mbar_wait(B.q_full(), qn & 1u);
-        dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo,
-                                                          mhi, lim, T.m0, p, c, lane, 0u);
-        if (TMA_O) /* the issuing thread waits until the copy engine has read sO, before its next tile */
-            dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sO, &to,
-                                          p.lse ? p.lse + (long long)T.bh * p.sh.seqlen_q : (float *)0, c, warp, lane,
-                                          T.h, T.m0, T.b, p.sh.seqlen_q);
-        else
-            dfa__fwd_tile_store<D, BF16>(p, T, o, m, l, c, warp, lane);
+        if constexpr (OWED) {
+            dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(
+                o, m, l, pf, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo, mhi, lim, T.m0, p, c, lane, 0u, owed,
+                [=](float *oo) { dfa__fwd_persist_store<D, BM, BF16, TMA_O>(p, tmo, sO, done, oo, done_m, done_l, c, warp, lane); });
+            done = T;
+            done_m[0] = m[0], done_m[1] = m[1], done_l[0] = l[0], done_l[1] = l[1];
+            owed = 1;
+        } else {
+            dfa__fwd_consume_tile<D, BN, BF16, PP, NCW, 1, 1>(o, m, l, pf, B, sQ, sK, sV, g, T.nblocks, T.kb0 * BN, 0, mlo,
+                                                              mhi, lim, T.m0, p, c, lane, 0u, 0, [](float *) {});
+            dfa__fwd_persist_store<D, BM, BF16, TMA_O>(p, tmo, sO, T, o, m, l, c, warp, lane);
+        }
         g += T.nblocks;
         qn++;
+    }
+    if (OWED && owed) { /* the last tile's P V */
+        const float no_alpha[2] = {1.0f, 1.0f};
+        dfa__fwd_last_pv<D, BN, BF16, 0, 0, 0, 1, C::KVBYTES>(o, pf, no_alpha, B, sV, g - 1, 0, c, 0, lane, 0u);
+        dfa__fwd_persist_store<D, BM, BF16, TMA_O>(p, tmo, sO, done, o, done_m, done_l, c, warp, lane);
     }
 #else
     (void)tq; (void)tk; (void)tv; (void)to; (void)p; (void)tile_counter;

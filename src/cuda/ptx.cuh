@@ -17,6 +17,11 @@
 #define DFA__LOG2E 1.4426950408889634f
 #define DFA__LN2 0.6931471805599453f
 
+/* A compile-time int as a value (a tag for the generic lambdas of a kernel's loop). */
+template <int V> struct dfa__ctag {
+    static constexpr int value = V;
+};
+
 static __device__ __forceinline__ uint32_t dfa__smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }

@@ -62,8 +62,8 @@ enum {
     LAB_FWD_WGMMA_KEEP_MAX,   /* PP bit 6 at both head dims: o rescaled only when a row's maximum grows by > 2^8 */
     LAB_FWD_WGMMA_RESCALE_ALWAYS, /* the library's before session 13: o rescaled after every block at d = 128 too */
     LAB_FWD_WGMMA_Q_REGS,     /* d = 128: the library's with PP bit 7 (Q in registers, S = Q K^T as wgmma RS); d = 64 spills */
-    LAB_FWD_WGMMA_OWED_PV,    /* d = 128: the library's with PP bit 8 (persistent: a tile's last P V issued with the next
-                                 tile's first S, its epilogue after the first softmax) */
+    LAB_FWD_WGMMA_OWED_PV,    /* d = 128: PP bit 8 (persistent: a tile's last P V issued with the next tile's first S,
+                                 its epilogue after the first softmax); the library's since session 14 (506) */
     LAB_BWD_WS_DIRECT_DKV,    /* the library's backward before run 44: dK, dV stored from registers, masked too; the
                                  unmasked kernel (and the masked one at d = 64) until bit 10 (2026-12-02) */
     LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element

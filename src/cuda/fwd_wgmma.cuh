@@ -20,7 +20,8 @@
  * (with bit 1) keeps a row's reference maximum until a block raises it by more than 2^8
  * (dfa__softmax_tile's KEEP_MAX), so that most blocks skip o's rescale (FlashAttention-4's
  * conditional rescaling); bit 7 (with bit 1) holds each consumer's Q in registers (wgmma RS with
- * K-major B), so that S reads only K from shared memory.
+ * K-major B), so that S reads only K from shared memory; bit 8 (with bits 1 and 5) leaves each
+ * tile's last P V owed, issued with the next tile's first S (dfa__fwd_consume_tile).
  * Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
@@ -563,9 +564,11 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
  * the consumers through two slots in shared memory (tile_full / tile_empty). With PP bit 4 o
  * leaves by TMA from a shared buffer of its own (the Q buffer is the next tile's by then:
  * 32 KB more at d = 128), each warpgroup's 64 rows as in the one-tile kernel; without it, from
- * registers. 16-bit o only, no clusters. (Overlapping tiles inside the consumers too, the next tile's first S issued
- * with this tile's last P V from a second Q buffer, lost 5-9% at every shape: bench/gpu/NOTES.md,
- * 2026-12-01 seventh session, item 4; the variant is in git history, commit 074a1e4.) */
+ * registers. 16-bit o only, no clusters. With PP bit 8 the consumers overlap tiles too: a tile's
+ * last P V is issued with the next tile's first S, and its o leaves after that S's softmax. (A first
+ * try, with a second Q buffer and one copy of the first block for both cases, lost 5-9%: ptxas
+ * serialised the products where the two cases joined; bench/gpu/NOTES.md, 2026-12-01 seventh
+ * session, item 4, and 2026-12-02 fourteenth session.) */
 template <int D, int BN, int NCW, int TMA_O = 0> struct dfa__fwd_persist_cfg {
     typedef dfa__fwd_wgmma_cfg<D, BN, NCW> C;
     static constexpr int O_OFF = C::QBYTES + 2 * C::STAGES * C::KVBYTES; /* o's staging tile (TMA_O) */

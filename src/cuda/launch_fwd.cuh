@@ -163,13 +163,17 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
    122: causal 2k / 8k / 32k +2.1 / +0.3 / +2.5%, non-causal +1.6 / -3.9 / +2.5% (8k: spreads
    6-9%), 4k window 32k / 128k +1.9 / +1.1%, documents +1.8 / +1.3%. At 64 (three consumers at
    160 registers) it spills. The lab's "fwd wgmma q regs" is it; "fwd wgmma keep max" the d = 128
-   kernel before it. The other combinations run in
-   the kernel lab. */
+   kernel before it. The owed P V (bit 8, persistent kernel only: a tile's last P V goes in with
+   the next tile's first S, so that the first softmax runs under it) at 128: session 14's run 2, 5
+   rounds against 250: non-causal 2k / 8k / 32k +1.4 / +9 / +1.5% (8k: the library's spread 9%),
+   causal +1.5 / +1.8 / -0.1%, 4k window 32k / 128k +2.2 / +5.5%, documents +1.4 / +2.6%. The
+   lab's "fwd wgmma owed pv" is it, "fwd wgmma q regs" the kernel before it. The other combinations
+   run in the kernel lab. */
 #ifndef DFA__FWD_LIBRARY_PP64 /* overridable from the compiler's command line, for A/B builds */
 #define DFA__FWD_LIBRARY_PP64 11
 #endif
 #ifndef DFA__FWD_LIBRARY_PP128
-#define DFA__FWD_LIBRARY_PP128 250
+#define DFA__FWD_LIBRARY_PP128 506
 #endif
 template <int BF16, int OUT32, int PP64 = DFA__FWD_LIBRARY_PP64, int PP128 = DFA__FWD_LIBRARY_PP128, int NCW64 = 3,
           int CLUSTER = 1>

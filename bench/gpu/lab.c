@@ -94,6 +94,7 @@ static const variant variants[] = {
     {"bwd ws runs defer", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER, 0},
     {"bwd ws runs defer pp", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_PP, 0},
     {"bwd ws runs defer early", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EARLY, 0},
+    {"bwd ws runs defer ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EX2, 0},
     {"bwd ws runs tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_TMA_DKV, 0},
 };
 

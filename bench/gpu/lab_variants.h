@@ -78,6 +78,7 @@ enum {
     LAB_BWD_WS_RUNS_DEFER_PP,
     LAB_BWD_WS_RUNS_DEFER_EARLY,
     LAB_BWD_WS_RUNS_TMA_DKV,
+    LAB_BWD_WS_RUNS_DEFER_EX2, /* the library's d = 128 kernels (1041, masked 1297) with ex2 (+8) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

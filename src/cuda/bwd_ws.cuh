@@ -105,7 +105,13 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    alternated in one call); d = 64 level (run 5), a 4k window -6% (run 5, spread 7.5%). Measured
    again with 5 rounds (session 13, run 1), DEFER on the masked d = 128 instance (1297 against
    1281): 4k window +4.6% at 32k (spreads 8-9%), +1.7% at 128k (0.9%); documents at 128k +2.1%
-   (0.5%); so the masked d = 128 instances take it too. */
+   (0.5%); so the masked d = 128 instances take it too. ex2 (bit 3) on the kernels in runs with
+   DEFER (session 14, run 5, 5 rounds; the lab's "bwd ws runs defer ex2"): masked d = 128 (1305
+   against 1297) 4k window +7% at 32k (spreads 5-8%), +2.2% at 128k (1%), documents +5% / +2.3%
+   (under 1% at 128k); unmasked d = 128 (1049 against 1041) causal 8k +10% (spreads 9%), 32k +2.4%
+   (1%). Not promoted yet: the GPU test suite has not run on 1305 (the session's device time ran
+   out; the lab's oracle check passed on both masks), and the unmasked instances wait for d = 64's
+   measurement (one macro serves both head dims). -DDFA__BWD_WS_LIBRARY_MASKED128=1305 builds it. */
 #ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
 #define DFA__BWD_WS_LIBRARY 1041
 #endif

@@ -13,6 +13,11 @@ medians after warm-up; each library in its native layout (distflash [B, S, H, D]
 
     DISTFLASH_LIB=build-gpu/src/libdistflash.so PYTHONPATH=python \
         python3 bench/gpu/masks_bench.py [--seqlen 131072] [--heads 16] [--dim 128] [--json out.json]
+        [--idle SECONDS]
+
+--idle S lets the GPU idle S seconds after each warm-up, before the timed runs, for both libraries:
+the H200 runs power-capped, so a measurement that follows idle time (Flex's compilation, say) gets
+more clock than one that follows another library's timing (BENCHMARKS.md, issue 11's tenth round).
 
 Prints one row per (mask, pass) and a table last: TFLOP/s of each and the ratio (the bar: >= 1.5).
 """
@@ -20,14 +25,20 @@ import argparse
 import json
 import math
 import sys
+import time
 
 import torch
+
+
+IDLE_S = 0.0  # --idle
 
 
 def bench(fn, warm=3, rep=10):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
+    if IDLE_S > 0:
+        time.sleep(IDLE_S)
     ts = []
     for _ in range(rep):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -77,8 +88,11 @@ def main():
     ap.add_argument("--masks", default="docs,window")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--idle", type=float, default=0.0, help="seconds the GPU idles before each timing")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global IDLE_S
+    IDLE_S = a.idle
 
     import distflash.torch as dft
     print("torch", torch.__version__, torch.cuda.get_device_name(), "distflash", dft._capi.version_string(),
@@ -132,7 +146,8 @@ def main():
             o = dft.attention(ql, kl, vl, **kw)
             o.backward(do)
         t_fb = bench(fb, rep=a.reps)
-        res = {"mask": mask, "S": S, "H": H, "D": D, "pairs": pairs, "ours_fwd_ms": t_f, "ours_fb_ms": t_fb,
+        res = {"mask": mask, "S": S, "H": H, "D": D, "pairs": pairs, "idle_s": a.idle, "ours_fwd_ms": t_f,
+               "ours_fb_ms": t_fb,
                "ours_fwd_tflops": fwd_flop / t_f * 1e-9, "ours_fb_tflops": 3.5 * fwd_flop / t_fb * 1e-9}
         # flex
         if flex is not None:

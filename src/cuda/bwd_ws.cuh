@@ -110,11 +110,15 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
    against 1297) 4k window +7% at 32k (spreads 5-8%), +2.2% at 128k (1%), documents +5% / +2.3%
    (under 1% at 128k); unmasked d = 128 (1049 against 1041) causal 8k +10% (spreads 9%), 32k +2.4%
    (1%). Not promoted yet: the GPU test suite has not run on 1305 (the session's device time ran
-   out; the lab's oracle check passed on both masks), and the unmasked instances wait for d = 64's
-   measurement (one macro serves both head dims). -DDFA__BWD_WS_LIBRARY_MASKED128=1305 builds it. */
+   out; the lab's oracle check passed on both masks). -DDFA__BWD_WS_LIBRARY_MASKED128=1305 and
+   -DDFA__BWD_WS_LIBRARY128=1049 build them (d = 64's unmasked instances keep DFA__BWD_WS_LIBRARY). */
 #ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
 #define DFA__BWD_WS_LIBRARY 1041
 #endif
+#ifndef DFA__BWD_WS_LIBRARY128 /* the unmasked instances at d = 128; DFA__BWD_WS_LIBRARY serves d = 64 */
+#define DFA__BWD_WS_LIBRARY128 DFA__BWD_WS_LIBRARY
+#endif
+#define DFA__BWD_WS_LIBRARY_UNMASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY128 : DFA__BWD_WS_LIBRARY)
 #ifndef DFA__BWD_WS_LIBRARY_MASKED128
 #define DFA__BWD_WS_LIBRARY_MASKED128 1297
 #endif
@@ -122,7 +126,7 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
 #define DFA__BWD_WS_LIBRARY_MASKED64 1025
 #endif
 #define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY_MASKED128 : DFA__BWD_WS_LIBRARY_MASKED64)
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT = DFA__BWD_WS_LIBRARY>
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT>
 __global__ void __launch_bounds__(384, 1)
     dfa__bwd_ws_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,

@@ -55,11 +55,12 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
     return n < 1 ? 1 : (int)n;
 }
 
-template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT, int VARIANT_MASKED_ARG>
+template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT_ARG, int VARIANT_MASKED_ARG>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
     typedef dfa__bwd_ws_cfg<D, BM> C;
-    /* -1: the library's masked variant for this head dim */
+    /* -1: the library's variants for this head dim */
+    constexpr int VARIANT = VARIANT_ARG < 0 ? DFA__BWD_WS_LIBRARY_UNMASKED(D) : VARIANT_ARG;
     constexpr int VARIANT_MASKED = VARIANT_MASKED_ARG < 0 ? DFA__BWD_WS_LIBRARY_MASKED(D) : VARIANT_MASKED_ARG;
     long long ctas = (long long)((p_in.sh.seqlen_k + C::BN - 1) / C::BN) * p_in.sh.batch * p_in.sh.num_kv_heads;
     dfa__bwd_params p = p_in;
@@ -114,10 +115,10 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, const dfa__cuda_dkv1
 /* The warp-specialised Hopper key-block kernel (bwd_ws.cuh), head dims 64 (128-row query
    blocks) and 128 (64-row: 128 is over the register budget). DQ_MODE: 0 no dQ (a dq pass
    follows), 1 dQ added as it comes, 2 in key-block order (deterministic). VARIANT: the kernel
-   lab's (bwd_ws.cuh); the library's by default. VARIANT_MASKED: the masked calls' (documents,
-   windows); with the library's VARIANT the library's masked one (-1: per head dim), else VARIANT. */
-template <int DQ_MODE, int BF16, int OUT32, int VARIANT = DFA__BWD_WS_LIBRARY,
-          int VARIANT_MASKED = VARIANT == DFA__BWD_WS_LIBRARY ? -1 : VARIANT>
+   lab's (bwd_ws.cuh); -1 (the default): the library's for the head dim. VARIANT_MASKED: the
+   masked calls' (documents, windows); with the library's VARIANT the library's masked one (-1:
+   per head dim), else VARIANT. */
+template <int DQ_MODE, int BF16, int OUT32, int VARIANT = -1, int VARIANT_MASKED = VARIANT < 0 ? -1 : VARIANT>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                  const char *fn) {
     if (p.sh.head_dim == 64)

@@ -30,15 +30,12 @@ import time
 import torch
 
 
-IDLE_S = 0.0  # --idle
-
-
-def bench(fn, warm=3, rep=10):
+def bench(fn, warm=3, rep=10, idle=0.0):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    if IDLE_S > 0:
-        time.sleep(IDLE_S)
+    if idle > 0:
+        time.sleep(idle)
     ts = []
     for _ in range(rep):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -91,8 +88,6 @@ def main():
     ap.add_argument("--idle", type=float, default=0.0, help="seconds the GPU idles before each timing")
     ap.add_argument("--json")
     a = ap.parse_args()
-    global IDLE_S
-    IDLE_S = a.idle
 
     import distflash.torch as dft
     print("torch", torch.__version__, torch.cuda.get_device_name(), "distflash", dft._capi.version_string(),
@@ -140,12 +135,12 @@ def main():
         # ours
         ql, kl, vl = (t.detach().requires_grad_(True) for t in (q, k, v))
         with torch.no_grad():
-            t_f = bench(lambda: dft.attention(q, k, v, **kw), rep=a.reps)
+            t_f = bench(lambda: dft.attention(q, k, v, **kw), rep=a.reps, idle=a.idle)
 
         def fb():
             o = dft.attention(ql, kl, vl, **kw)
             o.backward(do)
-        t_fb = bench(fb, rep=a.reps)
+        t_fb = bench(fb, rep=a.reps, idle=a.idle)
         res = {"mask": mask, "S": S, "H": H, "D": D, "pairs": pairs, "idle_s": a.idle, "ours_fwd_ms": t_f,
                "ours_fb_ms": t_fb,
                "ours_fwd_tflops": fwd_flop / t_f * 1e-9, "ours_fb_tflops": 3.5 * fwd_flop / t_fb * 1e-9}
@@ -154,12 +149,12 @@ def main():
             bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=S, KV_LEN=S, device=dev, _compile=True)
             qg, kg, vg = (t.detach().requires_grad_(True) for t in (qf, kf, vf))
             with torch.no_grad():
-                t_ff = bench(lambda: flex(qf, kf, vf, block_mask=bm), rep=a.reps)
+                t_ff = bench(lambda: flex(qf, kf, vf, block_mask=bm), rep=a.reps, idle=a.idle)
 
             def ffb():
                 o = flex(qg, kg, vg, block_mask=bm)
                 o.backward(dof)
-            t_ffb = bench(ffb, rep=a.reps)
+            t_ffb = bench(ffb, rep=a.reps, idle=a.idle)
             res.update({"flex_fwd_ms": t_ff, "flex_fb_ms": t_ffb, "flex_fwd_tflops": fwd_flop / t_ff * 1e-9,
                         "flex_fb_tflops": 3.5 * fwd_flop / t_ffb * 1e-9})
             # the same answer (forward, a slice of rows): a wrong mask would show here

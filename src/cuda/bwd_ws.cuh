@@ -365,8 +365,7 @@ __global__ void __launch_bounds__(384, 1)
         _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                               \
             const uint64_t da = dfa__wgmma_desc(ds_j + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);          \
             const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);            \
-            if (BF16) dfa__wgmma_ss_tt_bf16_n64(dq, da, db, kk > 0);                                            \
-            else dfa__wgmma_ss_tt_f16_n64(dq, da, db, kk > 0);                                                  \
+            dfa__wgmma_ss_tt<64, BF16>(dq, da, db, kk > 0);                                                     \
         }                                                                                                       \
         dfa__wgmma_commit();                                                                                    \
     } while (0)

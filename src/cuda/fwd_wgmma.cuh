@@ -43,42 +43,6 @@ template <int D, int BN, int NCW = 2> struct dfa__fwd_wgmma_cfg {
     static constexpr int SMEM = BAR_OFF + 128 + 1024; /* barriers + room to align to 1024 */
 };
 
-template <int N, int BF16> static __device__ __forceinline__ void dfa__wgmma_ss(float *d, uint64_t a, uint64_t b, int sc) {
-    if (BF16) {
-        if (N == 64) dfa__wgmma_ss_bf16_n64(d, a, b, sc);
-        else if (N == 128) dfa__wgmma_ss_bf16_n128(d, a, b, sc);
-        else dfa__wgmma_ss_bf16_n192(d, a, b, sc);
-    } else {
-        if (N == 64) dfa__wgmma_ss_f16_n64(d, a, b, sc);
-        else if (N == 128) dfa__wgmma_ss_f16_n128(d, a, b, sc);
-        else dfa__wgmma_ss_f16_n192(d, a, b, sc);
-    }
-}
-template <int N, int BF16>
-static __device__ __forceinline__ void dfa__wgmma_rs_kb(float *d, const uint32_t *a, uint64_t b, int sc) {
-    if (BF16) {
-        if (N == 64) dfa__wgmma_rs_kb_bf16_n64(d, a, b, sc);
-        else if (N == 128) dfa__wgmma_rs_kb_bf16_n128(d, a, b, sc);
-        else dfa__wgmma_rs_kb_bf16_n192(d, a, b, sc);
-    } else {
-        if (N == 64) dfa__wgmma_rs_kb_f16_n64(d, a, b, sc);
-        else if (N == 128) dfa__wgmma_rs_kb_f16_n128(d, a, b, sc);
-        else dfa__wgmma_rs_kb_f16_n192(d, a, b, sc);
-    }
-}
-template <int N, int BF16>
-static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a, uint64_t b, int sc) {
-    if (BF16) {
-        if (N == 64) dfa__wgmma_rs_bf16_n64(d, a, b, sc);
-        else if (N == 128) dfa__wgmma_rs_bf16_n128(d, a, b, sc);
-        else dfa__wgmma_rs_bf16_n256(d, a, b, sc);
-    } else {
-        if (N == 64) dfa__wgmma_rs_f16_n64(d, a, b, sc);
-        else if (N == 128) dfa__wgmma_rs_f16_n128(d, a, b, sc);
-        else dfa__wgmma_rs_f16_n256(d, a, b, sc);
-    }
-}
-
 /* The output rows' rescale to a new running maximum (rows g and g + 8 of the warp's 16).
    SKIP_ONES: the warp skips it when every one of its rows kept its maximum (PP bit 6). */
 template <int OT8, int SKIP_ONES = 0> static __device__ __forceinline__ void dfa__rescale_o(float *o, const float *alpha) {
@@ -180,6 +144,16 @@ static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars
    Q tile (q_empty) as soon as its last S has completed (with Q_RS as soon as it has read Q into
    registers), so that the producer loads the next tile's Q under this one's work. o, m, l: the row state, started by the
    caller; Q must have landed. */
+/* O += P V over a key block: P (16-bit, BN / 16 register fragments) from registers, V from the
+   stage at sVs; committed as one wgmma group. */
+template <int D, int BN, int BF16>
+static __device__ __forceinline__ void dfa__fwd_issue_pv(float *o, uint32_t (*pf)[4], uint32_t sVs) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        dfa__wgmma_rs<D, BF16>(o, pf[kk], dfa__wgmma_desc(sVs + kk * 16 * 128, BN * 128), 1);
+    dfa__wgmma_commit();
+}
+
 /* The last P V of a tile (block gb of the stage ring, P in pf; LATE_RESCALE: o first rescaled by
    alpha); o is complete when it returns. */
 template <int D, int BN, int BF16, int PINGPONG, int LATE_RESCALE, int KEEP_MAX, int CLUSTER, int KVBYTES>
@@ -191,10 +165,7 @@ static __device__ __forceinline__ void dfa__fwd_last_pv(float *o, uint32_t (*pf)
     if (PINGPONG) dfa__named_sync(1 + c, 256);
     if (LATE_RESCALE) dfa__rescale_o<D / 8, KEEP_MAX>(o, alpha);
     dfa__wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        dfa__wgmma_rs<D, BF16>(o, pf[kk], dfa__wgmma_desc(sV + sp * KVBYTES + kk * 16 * 128, BN * 128), 1);
-    dfa__wgmma_commit();
+    dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + sp * KVBYTES);
     if (PINGPONG) dfa__named_arrive(next_bar, 256);
     dfa__wgmma_wait<0>();
 #pragma unroll
@@ -248,12 +219,6 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         }                                                                                                         \
     }                                                                                                             \
     dfa__wgmma_commit()
-#define DFA__FWD_ISSUE_PV(s_)                                                                                     \
-    _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                                     \
-        const uint64_t dv = dfa__wgmma_desc(sV + (s_) * C::KVBYTES + kk * 16 * 128, BN * 128);                   \
-        dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);                                                                 \
-    }                                                                                                             \
-    dfa__wgmma_commit()
     float alpha[2];
     /* The first block. With an owed P V (block g - 1) it goes in after S, and the softmax runs under
        it. Two copies (the tag), so that no product is in flight where the paths join: ptxas
@@ -268,7 +233,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         DFA__FWD_ISSUE_S(s);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
         if (W) {
-            DFA__FWD_ISSUE_PV(so);
+            dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + so * C::KVBYTES);
             dfa__wgmma_wait<1>(); /* S has retired; the owed P V may still run */
         } else {
             dfa__wgmma_wait<0>();
@@ -307,7 +272,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
             dfa__rescale_o<OT8, KEEP_MAX>(o, alpha);
             dfa__wgmma_fence();
         }
-        DFA__FWD_ISSUE_PV(sp);
+        dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + sp * C::KVBYTES);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
         dfa__wgmma_wait<1>();
 #pragma unroll
@@ -330,7 +295,6 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     dfa__fwd_last_pv<D, BN, BF16, PINGPONG, LATE_RESCALE, KEEP_MAX, CLUSTER, C::KVBYTES>(
         o, pf, alpha, B, sV, g + nblocks - 1, nblocks - 1 < nshared, c, next_bar, lane, peer);
 #undef DFA__FWD_ISSUE_S
-#undef DFA__FWD_ISSUE_PV
 }
 
 /* A consumer thread's two rows (row and row + 8): the last key each may see (lim) and, under a
@@ -523,12 +487,7 @@ __global__ void __launch_bounds__(128 * (NCW + 1), 1)
         for (int kk = 0; kk < BN / 16; kk++) dfa__pack_a<BF16>(pf[kk], s4[2 * kk], s4[2 * kk + 1]);
         dfa__mbar_wait(B.v_full(s), ph);
         dfa__wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            const uint64_t dv = dfa__wgmma_desc(sV + s * C::KVBYTES + kk * 16 * 128, BN * 128);
-            dfa__wgmma_rs<D, BF16>(o, pf[kk], dv, 1);
-        }
-        dfa__wgmma_commit();
+        dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + s * C::KVBYTES);
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);

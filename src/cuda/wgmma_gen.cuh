@@ -404,4 +404,65 @@ static __device__ __forceinline__ void dfa__wgmma_rs_kb_f16_n256(float *d, const
 #endif
 }
 
+template <int N, int BF16>
+static __device__ __forceinline__ void dfa__wgmma_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "no wgmma wrapper of this N");
+    if (BF16) {
+        if (N == 64) dfa__wgmma_ss_bf16_n64(d, da, db, scale_d);
+        else if (N == 128) dfa__wgmma_ss_bf16_n128(d, da, db, scale_d);
+        else if (N == 192) dfa__wgmma_ss_bf16_n192(d, da, db, scale_d);
+        else dfa__wgmma_ss_bf16_n256(d, da, db, scale_d);
+    } else {
+        if (N == 64) dfa__wgmma_ss_f16_n64(d, da, db, scale_d);
+        else if (N == 128) dfa__wgmma_ss_f16_n128(d, da, db, scale_d);
+        else if (N == 192) dfa__wgmma_ss_f16_n192(d, da, db, scale_d);
+        else dfa__wgmma_ss_f16_n256(d, da, db, scale_d);
+    }
+}
+template <int N, int BF16>
+static __device__ __forceinline__ void dfa__wgmma_ss_tt(float *d, uint64_t da, uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "no wgmma wrapper of this N");
+    if (BF16) {
+        if (N == 64) dfa__wgmma_ss_tt_bf16_n64(d, da, db, scale_d);
+        else if (N == 128) dfa__wgmma_ss_tt_bf16_n128(d, da, db, scale_d);
+        else if (N == 192) dfa__wgmma_ss_tt_bf16_n192(d, da, db, scale_d);
+        else dfa__wgmma_ss_tt_bf16_n256(d, da, db, scale_d);
+    } else {
+        if (N == 64) dfa__wgmma_ss_tt_f16_n64(d, da, db, scale_d);
+        else if (N == 128) dfa__wgmma_ss_tt_f16_n128(d, da, db, scale_d);
+        else if (N == 192) dfa__wgmma_ss_tt_f16_n192(d, da, db, scale_d);
+        else dfa__wgmma_ss_tt_f16_n256(d, da, db, scale_d);
+    }
+}
+template <int N, int BF16>
+static __device__ __forceinline__ void dfa__wgmma_rs(float *d, const uint32_t *a, uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "no wgmma wrapper of this N");
+    if (BF16) {
+        if (N == 64) dfa__wgmma_rs_bf16_n64(d, a, db, scale_d);
+        else if (N == 128) dfa__wgmma_rs_bf16_n128(d, a, db, scale_d);
+        else if (N == 192) dfa__wgmma_rs_bf16_n192(d, a, db, scale_d);
+        else dfa__wgmma_rs_bf16_n256(d, a, db, scale_d);
+    } else {
+        if (N == 64) dfa__wgmma_rs_f16_n64(d, a, db, scale_d);
+        else if (N == 128) dfa__wgmma_rs_f16_n128(d, a, db, scale_d);
+        else if (N == 192) dfa__wgmma_rs_f16_n192(d, a, db, scale_d);
+        else dfa__wgmma_rs_f16_n256(d, a, db, scale_d);
+    }
+}
+template <int N, int BF16>
+static __device__ __forceinline__ void dfa__wgmma_rs_kb(float *d, const uint32_t *a, uint64_t db, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "no wgmma wrapper of this N");
+    if (BF16) {
+        if (N == 64) dfa__wgmma_rs_kb_bf16_n64(d, a, db, scale_d);
+        else if (N == 128) dfa__wgmma_rs_kb_bf16_n128(d, a, db, scale_d);
+        else if (N == 192) dfa__wgmma_rs_kb_bf16_n192(d, a, db, scale_d);
+        else dfa__wgmma_rs_kb_bf16_n256(d, a, db, scale_d);
+    } else {
+        if (N == 64) dfa__wgmma_rs_kb_f16_n64(d, a, db, scale_d);
+        else if (N == 128) dfa__wgmma_rs_kb_f16_n128(d, a, db, scale_d);
+        else if (N == 192) dfa__wgmma_rs_kb_f16_n192(d, a, db, scale_d);
+        else dfa__wgmma_rs_kb_f16_n256(d, a, db, scale_d);
+    }
+}
+
 #endif

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes src/cuda/wgmma_gen.cuh: one inline-PTX wrapper per wgmma shape the kernels use.
+"""Writes src/cuda/wgmma_gen.cuh: one inline-PTX wrapper per wgmma shape the kernels use, and per
+form a template over N and the type that picks the wrapper (dfa__wgmma_ss<N, BF16>, ...).
 A wgmma names every accumulator register in its operand list, so each N needs its own
 asm statement; generating them keeps the 64..256-operand lists free of typos.
 Run from the repository root: python3 src/cuda/tools/gen_wgmma.py"""
@@ -54,13 +55,35 @@ def emit_rs(name, n, suffix, trans_b):
     out.append("#endif")
     out.append("}")
 
+# (kind, suffix, A operand, transpose flag of the emitter): the forms the kernels use
+FORMS = (("ss", "", "uint64_t da", 0),             # S = Q K^T, the backward's S^T and dP^T: both K-major
+         ("ss", "_tt", "uint64_t da", 1),          # the backward's dQ = dS K from dS^T: both MN-major
+         ("rs", "", "const uint32_t *a", 1),       # P V: V stored [key][d] is MN-major
+         ("rs", "_kb", "const uint32_t *a", 0))    # S = Q K^T with Q from registers (the forward's PP bit 7)
+
+def emit_dispatch(kind, suffix, a_decl):
+    """dfa__wgmma_<kind><suffix><N, BF16>: the wrapper of that N and type, chosen at compile time."""
+    a_name = a_decl.split()[-1].lstrip("*")
+    fn = "dfa__wgmma_%s%s" % (kind, suffix)
+    out.append("template <int N, int BF16>")
+    out.append("static __device__ __forceinline__ void %s(float *d, %s, uint64_t db, int scale_d) {" % (fn, a_decl))
+    out.append('    static_assert(%s, "no wgmma wrapper of this N");' % " || ".join("N == %d" % n for n in NS))
+    for t, (name, _) in enumerate(TYPES):  # bf16 first: "if (BF16)", then "else" for f16
+        out.append("    if (BF16) {" if t == 0 else "    } else {")
+        for i, n in enumerate(NS):
+            cond = "if (N == %d) " % n if i < len(NS) - 1 else ""
+            out.append("        %s%s%s_%s_n%d(d, %s, db, scale_d);" % ("else " if i else "", cond, fn, name, n, a_name))
+    out.append("    }")
+    out.append("}")
+
 for name, isbf in TYPES:
     for n in NS:
-        emit_ss(name, n, "", 0)
-        emit_ss(name, n, "_tt", 1)  # the backward's dQ = dS K from dS^T in shared memory
-        emit_rs(name, n, "", 1)     # P V: V stored [key][d] is MN-major
-        emit_rs(name, n, "_kb", 0)  # S = Q K^T with Q from registers (the forward's PP bit 7)
+        for kind, suffix, _, trans in FORMS:
+            (emit_ss if kind == "ss" else emit_rs)(name, n, suffix, trans)
         out.append("")
+for kind, suffix, a_decl, _ in FORMS:
+    emit_dispatch(kind, suffix, a_decl)
+out.append("")
 out.append("#endif")
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "wgmma_gen.cuh")
 with open(path, "w") as f:

@@ -170,7 +170,7 @@ static const dfa__bwd_launcher lab_kv[22][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<1073, 0>, lab_bwd_runs<1073, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<1105, 0>, lab_bwd_runs<1105, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<1281, 0>, lab_bwd_runs<1281, 1>}},
-    /* 1049: the library's unmasked d = 128 kernel (1041) with ex2; masked 1305 (the library's 1297 + ex2) */
+    /* 1049: 1041 with ex2, masked 1305 (1297 + ex2): the library's d = 128 kernels since session 15 */
     {{NULL, NULL}, {lab_bwd_runs<1049, 0>, lab_bwd_runs<1049, 1>}},
 };
 

@@ -1,4 +1,5 @@
-/* The backward as the library ships it: D and base-2 lse, the key-block kernel
+/* The backward as the library ships it: D and base-2 lse (the dq accumulator zeroed on the
+ * way), the key-block kernel
  * (dK, dV and dQ added into a float32 accumulator: on sm_90 at head dims 64 and 128 the
  * warp-specialised Hopper kernel of bwd_ws.cuh, with TMA reduce-adds, in key-block order
  * under DFA_FLAG_DETERMINISTIC; elsewhere mma.sync with float32 atomics, or under
@@ -41,13 +42,28 @@ extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
     return dfa__bwd_scratch_for(s, dfa__bwd_dq_mode(s, wgmma), &a, &b);
 }
 
+/* D and lse2; with zero_dq the D kernel zeroes the dq accumulator too (bwd_mma.cuh). */
+template <int BF16>
+static dfa_status dfa__bwd_dsum(const dfa__bwd_params &p, int zero_dq, cudaStream_t st, const char *fn) {
+    const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
+    const char *what = "backward D kernel launch";
+    /* head_dim / 8 lanes per row where that divides a warp's 32, else one warp per row */
+    const int lanes = p.sh.head_dim == 64 ? 8 : p.sh.head_dim == 128 ? 16 : p.sh.head_dim == 256 ? 32 : 0;
+    const long long ctas = lanes ? (rows * lanes + 255) / 256 : (rows + 7) / 8;
+    switch (lanes) {
+    case 8: return dfa__launch(dfa__bwd_dsum_kernel<BF16, 8>, ctas, 256, 0, st, fn, "rows", what, p, zero_dq);
+    case 16: return dfa__launch(dfa__bwd_dsum_kernel<BF16, 16>, ctas, 256, 0, st, fn, "rows", what, p, zero_dq);
+    case 32: return dfa__launch(dfa__bwd_dsum_kernel<BF16, 32>, ctas, 256, 0, st, fn, "rows", what, p, zero_dq);
+    default: return dfa__launch(dfa__bwd_dsum_kernel<BF16, 0>, ctas, 256, 0, st, fn, "rows", what, p, zero_dq);
+    }
+}
+
 /* Everything but the key-block kernel, per element type and output type. */
 template <int BF16, int OUT32>
 static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, dfa__bwd_launcher kv,
-                                  int kv_dq, cudaStream_t st, const char *fn) {
+                                  int kv_dq, int zero_dq, cudaStream_t st, const char *fn) {
     const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
-    dfa_status s = dfa__launch(dfa__bwd_dsum_kernel<BF16>, (rows + 7) / 8, 256, 0, st, fn, "rows",
-                               "backward D kernel launch", p);
+    dfa_status s = dfa__bwd_dsum<BF16>(p, zero_dq, st, fn);
     if (s || (s = kv(p, dkv16, st, fn))) return s;
     if (!kv_dq) return dfa__bwd_dq_mma<BF16, OUT32>(p, st, fn);
     if (OUT32) return DFA_OK; /* the key-block kernel added scale * dq into the caller's float32 dq */
@@ -56,7 +72,7 @@ static dfa_status dfa__bwd_passes(const dfa__bwd_params &p, const dfa__cuda_dkv1
                        "dq conversion kernel launch", p, n8);
 }
 
-typedef dfa_status (*dfa__bwd_passes_fn)(const dfa__bwd_params &, const dfa__cuda_dkv16 &, dfa__bwd_launcher, int,
+typedef dfa_status (*dfa__bwd_passes_fn)(const dfa__bwd_params &, const dfa__cuda_dkv16 &, dfa__bwd_launcher, int, int,
                                          cudaStream_t, const char *);
 static const dfa__bwd_passes_fn dfa__bwd_passes_of[2][2] = {/* [bf16][out_f32] */
                                                             {dfa__bwd_passes<0, 0>, dfa__bwd_passes<0, 1>},
@@ -101,11 +117,14 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.qsplit = 1; /* the key-block launcher may split (launch_bwd.cuh) */
 
     dfa_status st = DFA_OK;
-    if (kv_dq && (e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream)) != cudaSuccess)
+    /* the D kernel zeroes the accumulator where it can store 16 bytes at a time (bwd_mma.cuh) */
+    const int zero_dq = kv_dq && (uintptr_t)p.dq_acc % 16 == 0;
+    if (kv_dq && !zero_dq &&
+        (e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream)) != cudaSuccess)
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq accumulator");
     if (!st && kv_dq == 2 && (e = cudaMemsetAsync(p.dq_sem, 0, bytes - sem_off, stream)) != cudaSuccess)
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq tile counters");
-    if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, direct, kv, kv_dq, stream, fn);
+    if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, direct, kv, kv_dq, zero_dq, stream, fn);
     if (!scratch) {
         e = cudaFreeAsync(buf, stream);
         if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the backward scratch");

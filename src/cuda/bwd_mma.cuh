@@ -40,11 +40,49 @@ typedef struct {
     int qsplit; /* CTAs per key tile of the Hopper kernel's float32 instances (bwd_ws.cuh QSPLIT); 1 elsewhere */
 } dfa__bwd_params;
 
-/* One warp per (batch, row, head) in the memory order of o. */
-template <int BF16> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p) {
+/* D and lse2 of one row (lane 0 of the row's lanes writes them). */
+static __device__ __forceinline__ void dfa__bwd_dsum_store(const dfa__bwd_params &p, long long r, float sum) {
+    const long long h = r % p.sh.num_heads, bi = r / p.sh.num_heads, b = bi / p.sh.seqlen_q, i = bi % p.sh.seqlen_q;
+    const long long li = (b * p.sh.num_heads + h) * p.sh.seqlen_q + i;
+    const float L = p.lse[li];
+    p.dsum[li] = sum;
+    p.lse2[li] = L == -INFINITY ? INFINITY : L * DFA__LOG2E;
+}
+
+/* D_i and lse2 per (batch, row, head), in the memory order of o; with zero_dq it also zeroes
+   the row of the float32 dq accumulator (the same [batch, seqlen_q, heads, head_dim] order), so
+   that no separate memset pass writes it (2026-12-02, session 15, 2k x 16 x 32 at d = 128: the
+   memset took 119 µs, 1.7-2.6% of a forward+backward; the D kernel takes 15 µs more for it;
+   cuDNN's D kernel zeroes its accumulator the same way).
+   LPR = head_dim / 8 lanes per row (8 elements each: every lane loads, rows of a warp reduce
+   apart); LPR = 0: any head dim, one warp per row. */
+template <int BF16, int LPR> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p, int zero_dq) {
     const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
-    const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
+    if constexpr (LPR > 0) {
+        const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, r = t / LPR;
+        const int c = (int)(t % LPR) * 8;
+        float sum = 0.0f;
+        if (r < rows) { /* rows past the end still take part in the shuffles below */
+            const long long at = r * p.sh.head_dim + c;
+            const uint4 a = *(const uint4 *)(p.o + at), b = *(const uint4 *)(p.dout + at);
+            const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float2 x = dfa__unpack2<BF16>(av[i]), y = dfa__unpack2<BF16>(bv[i]);
+                sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+            }
+            if (zero_dq) {
+                float4 *acc = (float4 *)(p.dq_acc + at);
+                acc[0] = acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+#pragma unroll
+        for (int s = LPR / 2; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+        if (r < rows && c == 0) dfa__bwd_dsum_store(p, r, sum);
+        return;
+    }
+    const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= rows) return;
     const uint16_t *o = p.o + r * p.sh.head_dim, *dO = p.dout + r * p.sh.head_dim;
     float sum = 0.0f;
@@ -57,15 +95,11 @@ template <int BF16> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd_params p
             sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
         }
     }
+    if (zero_dq)
+        for (int c = lane; c < p.sh.head_dim; c += 32) p.dq_acc[r * p.sh.head_dim + c] = 0.0f;
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-    if (lane == 0) {
-        const long long h = r % p.sh.num_heads, bi = r / p.sh.num_heads, b = bi / p.sh.seqlen_q, i = bi % p.sh.seqlen_q;
-        const long long li = (b * p.sh.num_heads + h) * p.sh.seqlen_q + i;
-        const float L = p.lse[li];
-        p.dsum[li] = sum;
-        p.lse2[li] = L == -INFINITY ? INFINITY : L * DFA__LOG2E;
-    }
+    if (lane == 0) dfa__bwd_dsum_store(p, r, sum);
 }
 
 template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_cfg {

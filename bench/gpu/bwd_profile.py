@@ -1,0 +1,94 @@
+"""Where a forward+backward's time goes, kernel by kernel: distflash against SDPA's cuDNN backend
+on the same shapes (torch.profiler's CUDA activity; every kernel the process launches shows,
+the library's through the C ABI too).
+
+    DISTFLASH_LIB=build-gpu/src/libdistflash.so PYTHONPATH=python:bench/gpu \\
+        python3 bench/gpu/bwd_profile.py [--shapes 128:2048:16:32:0,...] [--windows 4096] [--iters 5]
+
+A shape is d:S:b:h:causal (b x h heads of S tokens, bf16); --windows W,... adds the masks
+bench's causal sliding windows (S = 131072, 16 heads of 128; cuDNN has no window here, so
+ours alone). Prints per case and library the kernels' mean time per forward+backward (µs) and
+their sum: the attention kernels against the passes around them (D, dq conversion, memsets).
+"""
+import argparse
+import re
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import distflash.torch as dft
+
+
+def short(name, width=72):
+    name = re.sub(r"\(.*", "", name)  # drop the argument list
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def kernel_times(fn, iters):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per = defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[short(e.name)] += e.device_time / iters  # µs per forward+backward
+    return per
+
+
+def report(title, per):
+    total = sum(per.values())
+    print(f"== {title}: {total:9.1f} µs of kernels per forward+backward")
+    for name, us in sorted(per.items(), key=lambda x: -x[1]):
+        print(f"   {us:9.1f} µs {100 * us / total:5.1f}%  {name}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="128:2048:16:32:0,128:2048:16:32:1,128:32768:1:32:1")
+    ap.add_argument("--windows", default="4096")
+    ap.add_argument("--iters", type=int, default=5)
+    a = ap.parse_args()
+    dev = torch.device("cuda")
+    for spec in filter(None, a.shapes.split(",")):
+        d, s, b, h, causal = (int(x) for x in spec.split(":"))
+        q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
+        ql, kl, vl = (t.requires_grad_(True) for t in (q, k, v))
+
+        def ours():
+            o = dft.attention(ql, kl, vl, causal=bool(causal))
+            torch.autograd.grad(o, (ql, kl, vl), do)
+
+        report(f"distflash d={d} S={s} b={b} h={h} causal={causal}", kernel_times(ours, a.iters))
+        qt, kt, vt, dot = (t.detach().transpose(1, 2).contiguous().requires_grad_(t is not do) for t in (q, k, v, do))
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+                torch.autograd.grad(o, (qt, kt, vt), dot)
+
+        report(f"cuDNN     d={d} S={s} b={b} h={h} causal={causal}", kernel_times(cudnn, a.iters))
+        del q, k, v, do, qt, kt, vt, dot
+        torch.cuda.empty_cache()
+    S, H, D = 131072, 16, 128
+    for w in (int(x) for x in a.windows.split(",") if x):
+        q, k, v, do = (torch.randn(1, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(4))
+        ql, kl, vl = (t.requires_grad_(True) for t in (q, k, v))
+
+        def win():
+            o = dft.attention(ql, kl, vl, causal=True, window=(w, None))
+            torch.autograd.grad(o, (ql, kl, vl), do)
+
+        report(f"distflash window {w} S={S} h={H} d={D}", kernel_times(win, a.iters))
+        del q, k, v, do
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -96,6 +96,7 @@ static const variant variants[] = {
     {"bwd ws runs defer early", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EARLY, 0},
     {"bwd ws runs defer ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EX2, 0},
     {"bwd ws runs tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_TMA_DKV, 0},
+    {"bwd ws q first", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_Q_FIRST, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

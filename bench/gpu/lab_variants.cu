@@ -139,7 +139,7 @@ static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[22][2][2] = {
+static const dfa__bwd_launcher lab_kv[23][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -172,6 +172,8 @@ static const dfa__bwd_launcher lab_kv[22][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<1281, 0>, lab_bwd_runs<1281, 1>}},
     /* 1049: 1041 with ex2, masked 1305 (1297 + ex2): the library's d = 128 kernels since session 15 */
     {{NULL, NULL}, {lab_bwd_runs<1049, 0>, lab_bwd_runs<1049, 1>}},
+    /* 5145: 1049 with Q and dO copied before the lse and D reads (bit 12), masked 5401 */
+    {{NULL, NULL}, {lab_bwd_runs<5145, 0>, lab_bwd_runs<5145, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -206,6 +208,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_RUNS_DEFER_EARLY: row = 19; break;
     case LAB_BWD_WS_RUNS_TMA_DKV: row = 20; break;
     case LAB_BWD_WS_RUNS_DEFER_EX2: row = 21; break;
+    case LAB_BWD_WS_Q_FIRST: row = 22; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

@@ -78,7 +78,8 @@ enum {
     LAB_BWD_WS_RUNS_DEFER_PP,
     LAB_BWD_WS_RUNS_DEFER_EARLY,
     LAB_BWD_WS_RUNS_TMA_DKV,
-    LAB_BWD_WS_RUNS_DEFER_EX2, /* the library's d = 128 kernels (1041, masked 1297) with ex2 (+8) */
+    LAB_BWD_WS_RUNS_DEFER_EX2, /* 1041, masked 1297, with ex2 (+8): the library's d = 128 kernels since session 15 */
+    LAB_BWD_WS_Q_FIRST,        /* those with Q and dO copied before the lse and D reads (+4096) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -111,6 +111,10 @@ static __device__ __forceinline__ void dfa__mbar_init(uint32_t bar, uint32_t cou
 static __device__ __forceinline__ void dfa__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+/* Adds bytes to the transactions the barrier's current phase waits for, without arriving. */
+static __device__ __forceinline__ void dfa__mbar_expect_tx_only(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 static __device__ __forceinline__ void dfa__mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }

@@ -247,12 +247,15 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < total; it++) {
                 const int s = it % STAGES, h = kvh * group + (it0 + it) / nmb, m0 = (mb_begin + (it0 + it) % nmb) * BM;
                 dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
-                if (Q_FIRST && lane == 0) { /* the copies first; every lane arrives below */
-                    dfa__mbar_expect_tx_only(FULL(s), 2 * C::QBYTES);
+                auto copy_q_do = [&] {
                     for (int cb = 0; cb < NCB; cb++) {
                         dfa__tma_load_4d(sQ + s * C::QBYTES + cb * BM * 128, &tq, FULL(s), cb * 64, h, m0, b);
                         dfa__tma_load_4d(sO + s * C::QBYTES + cb * BM * 128, &tdo, FULL(s), cb * 64, h, m0, b);
                     }
+                };
+                if (Q_FIRST && lane == 0) { /* the copies first; every lane arrives below */
+                    dfa__mbar_expect_tx_only(FULL(s), 2 * C::QBYTES);
+                    copy_q_do();
                 }
                 float *ld = sLD + s * 2 * BM;
                 const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
@@ -265,10 +268,7 @@ __global__ void __launch_bounds__(384, 1)
                     dfa__mbar_arrive(FULL(s));
                 } else if (lane == 0) {
                     dfa__mbar_expect_tx(FULL(s), 2 * C::QBYTES);
-                    for (int cb = 0; cb < NCB; cb++) {
-                        dfa__tma_load_4d(sQ + s * C::QBYTES + cb * BM * 128, &tq, FULL(s), cb * 64, h, m0, b);
-                        dfa__tma_load_4d(sO + s * C::QBYTES + cb * BM * 128, &tdo, FULL(s), cb * 64, h, m0, b);
-                    }
+                    copy_q_do();
                 } else {
                     dfa__mbar_arrive(FULL(s));
                 }

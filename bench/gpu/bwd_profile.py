@@ -9,6 +9,13 @@ A shape is d:S:b:h:causal (b x h heads of S tokens, bf16); --windows W,... adds 
 bench's causal sliding windows (S = 131072, 16 heads of 128; cuDNN has no window here, so
 ours alone). Prints per case and library the kernels' mean time per forward+backward (µs) and
 their sum: the attention kernels against the passes around them (D, dq conversion, memsets).
+
+--plain: no torch.profiler, each case just runs (3 warm-up calls, then --iters), for an outside
+profiler whose CUPTI use would clash with torch's, e.g. Nsight Compute on the 2k causal backward,
+ours (K=bwd_ws_kernel) and cuDNN's (K=bprop), each kernel's fourth launch (after the warm-up):
+
+    ncu --set full -k regex:$K --launch-skip 3 --launch-count 1 -o bwd2k_$K \\
+        python3 bench/gpu/bwd_profile.py --plain --iters 1 --shapes 128:2048:16:32:1 --windows ''
 """
 import argparse
 import re
@@ -27,10 +34,18 @@ def short(name, width=72):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+PLAIN = False  # --plain: run, do not profile
+
+
 def kernel_times(fn, iters):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    if PLAIN:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        return {}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             fn()
@@ -43,6 +58,9 @@ def kernel_times(fn, iters):
 
 
 def report(title, per):
+    if PLAIN:
+        print(f"== {title}: ran", flush=True)
+        return
     total = sum(per.values())
     print(f"== {title}: {total:9.1f} µs of kernels per forward+backward")
     for name, us in sorted(per.items(), key=lambda x: -x[1]):
@@ -54,7 +72,10 @@ def main():
     ap.add_argument("--shapes", default="128:2048:16:32:0,128:2048:16:32:1,128:32768:1:32:1")
     ap.add_argument("--windows", default="4096")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--plain", action="store_true", help="no torch.profiler (for ncu or nsys)")
     a = ap.parse_args()
+    global PLAIN
+    PLAIN = a.plain
     dev = torch.device("cuda")
     for spec in filter(None, a.shapes.split(",")):
         d, s, b, h, causal = (int(x) for x in spec.split(":"))

@@ -34,18 +34,16 @@ def short(name, width=72):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-PLAIN = False  # --plain: run, do not profile
-
-
-def kernel_times(fn, iters):
+def kernel_times(fn, iters, plain):
+    """Each kernel's µs per call of fn, after 3 warm-up calls; plain: just the calls, no profiler."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    if PLAIN:
+    if plain:
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-        return {}
+        return None
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             fn()
@@ -58,13 +56,27 @@ def kernel_times(fn, iters):
 
 
 def report(title, per):
-    if PLAIN:
+    if per is None:
         print(f"== {title}: ran", flush=True)
         return
     total = sum(per.values())
     print(f"== {title}: {total:9.1f} µs of kernels per forward+backward")
     for name, us in sorted(per.items(), key=lambda x: -x[1]):
         print(f"   {us:9.1f} µs {100 * us / total:5.1f}%  {name}")
+
+
+def distflash_case(title, shape, a, **kw):
+    """Our forward+backward on fresh [b, s, h, d] inputs with the attention keywords kw; returns
+    q, k, v, dout for a peer to run on the same values."""
+    q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    ql, kl, vl = (t.requires_grad_(True) for t in (q, k, v))
+
+    def fb():
+        o = dft.attention(ql, kl, vl, **kw)
+        torch.autograd.grad(o, (ql, kl, vl), do)
+
+    report(title, kernel_times(fb, a.iters, a.plain))
+    return q, k, v, do
 
 
 def main():
@@ -74,19 +86,10 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--plain", action="store_true", help="no torch.profiler (for ncu or nsys)")
     a = ap.parse_args()
-    global PLAIN
-    PLAIN = a.plain
-    dev = torch.device("cuda")
     for spec in filter(None, a.shapes.split(",")):
         d, s, b, h, causal = (int(x) for x in spec.split(":"))
-        q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
-        ql, kl, vl = (t.requires_grad_(True) for t in (q, k, v))
-
-        def ours():
-            o = dft.attention(ql, kl, vl, causal=bool(causal))
-            torch.autograd.grad(o, (ql, kl, vl), do)
-
-        report(f"distflash d={d} S={s} b={b} h={h} causal={causal}", kernel_times(ours, a.iters))
+        q, k, v, do = distflash_case(f"distflash d={d} S={s} b={b} h={h} causal={causal}", (b, s, h, d), a,
+                                     causal=bool(causal))
         qt, kt, vt, dot = (t.detach().transpose(1, 2).contiguous().requires_grad_(t is not do) for t in (q, k, v, do))
 
         def cudnn():
@@ -94,20 +97,12 @@ def main():
                 o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
                 torch.autograd.grad(o, (qt, kt, vt), dot)
 
-        report(f"cuDNN     d={d} S={s} b={b} h={h} causal={causal}", kernel_times(cudnn, a.iters))
+        report(f"cuDNN     d={d} S={s} b={b} h={h} causal={causal}", kernel_times(cudnn, a.iters, a.plain))
         del q, k, v, do, qt, kt, vt, dot
         torch.cuda.empty_cache()
     S, H, D = 131072, 16, 128
     for w in (int(x) for x in a.windows.split(",") if x):
-        q, k, v, do = (torch.randn(1, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(4))
-        ql, kl, vl = (t.requires_grad_(True) for t in (q, k, v))
-
-        def win():
-            o = dft.attention(ql, kl, vl, causal=True, window=(w, None))
-            torch.autograd.grad(o, (ql, kl, vl), do)
-
-        report(f"distflash window {w} S={S} h={H} d={D}", kernel_times(win, a.iters))
-        del q, k, v, do
+        distflash_case(f"distflash window {w} S={S} h={H} d={D}", (1, S, H, D), a, causal=True, window=(w, None))
         torch.cuda.empty_cache()
 
 

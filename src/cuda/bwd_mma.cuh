@@ -40,6 +40,17 @@ typedef struct {
     int qsplit; /* CTAs per key tile of the Hopper kernel's float32 instances (bwd_ws.cuh QSPLIT); 1 elsewhere */
 } dfa__bwd_params;
 
+/* sum + the dot product of 8 packed 16-bit values of o and of dO. */
+template <int BF16> static __device__ __forceinline__ float dfa__bwd_dot8(uint4 a, uint4 b, float sum) {
+    const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 x = dfa__unpack2<BF16>(av[i]), y = dfa__unpack2<BF16>(bv[i]);
+        sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+    }
+    return sum;
+}
+
 /* D and lse2 of one row (lane 0 of the row's lanes writes them). */
 static __device__ __forceinline__ void dfa__bwd_dsum_store(const dfa__bwd_params &p, long long r, float sum) {
     const long long h = r % p.sh.num_heads, bi = r / p.sh.num_heads, b = bi / p.sh.seqlen_q, i = bi % p.sh.seqlen_q;
@@ -65,13 +76,7 @@ template <int BF16, int LPR> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd
         float sum = 0.0f;
         if (r < rows) { /* rows past the end still take part in the shuffles below */
             const long long at = r * p.sh.head_dim + c;
-            const uint4 a = *(const uint4 *)(p.o + at), b = *(const uint4 *)(p.dout + at);
-            const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float2 x = dfa__unpack2<BF16>(av[i]), y = dfa__unpack2<BF16>(bv[i]);
-                sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
-            }
+            sum = dfa__bwd_dot8<BF16>(*(const uint4 *)(p.o + at), *(const uint4 *)(p.dout + at), sum);
             if (zero_dq) {
                 float4 *acc = (float4 *)(p.dq_acc + at);
                 acc[0] = acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -86,15 +91,8 @@ template <int BF16, int LPR> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd
     if (r >= rows) return;
     const uint16_t *o = p.o + r * p.sh.head_dim, *dO = p.dout + r * p.sh.head_dim;
     float sum = 0.0f;
-    for (int c = lane * 8; c < p.sh.head_dim; c += 256) {
-        const uint4 a = *(const uint4 *)(o + c), b = *(const uint4 *)(dO + c);
-        const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 x = dfa__unpack2<BF16>(av[i]), y = dfa__unpack2<BF16>(bv[i]);
-            sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
-        }
-    }
+    for (int c = lane * 8; c < p.sh.head_dim; c += 256)
+        sum = dfa__bwd_dot8<BF16>(*(const uint4 *)(o + c), *(const uint4 *)(dO + c), sum);
     if (zero_dq)
         for (int c = lane; c < p.sh.head_dim; c += 32) p.dq_acc[r * p.sh.head_dim + c] = 0.0f;
 #pragma unroll

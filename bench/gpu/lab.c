@@ -5,11 +5,14 @@
  *
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
  *                [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M]
+ *                [--stamps DIR]
  *
  * --only keeps the variants whose name contains one of the comma-separated strings.
  * --rounds R > 1 times every selected variant once per round, round after round, on each
  * shape, and prints the median round and the spread: run-to-run drift of the GPU moved
  * single measurements by up to 10% (bench/gpu/NOTES.md), so promotions compare rounds.
+ * --stamps DIR (single rounds): "bwd ws stamps" leaves each shape's per-CTA stamps (its last
+ * timed run's) in DIR/stamps_d*_s*_c*_w*_docs*.bin for bench/gpu/bwd_stamps.py.
  *
  * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
  * and the backward kernels (mma.sync; wgmma and its lab variants) with either dq
@@ -97,6 +100,7 @@ static const variant variants[] = {
     {"bwd ws runs defer ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EX2, 0},
     {"bwd ws runs tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_TMA_DKV, 0},
     {"bwd ws q first", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_Q_FIRST, 0},
+    {"bwd ws stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_STAMPS, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */
@@ -364,7 +368,7 @@ static int cmpd(const void *a, const void *b) {
 int main(int argc, char **argv) {
     int dims[4] = {128}, nd = 1, seqs[8] = {8192, 32768}, ns = 2, causals[2] = {1}, nc = 1, check_s = 1000, reps = 5;
     int rounds = 1;
-    const char *only = NULL;
+    const char *only = NULL, *stamps = NULL; /* --stamps DIR: where "bwd ws stamps" leaves its stamps */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--dims")) nd = parse_list(argv[i + 1], dims, 4);
         else if (!strcmp(argv[i], "--seqlens")) ns = parse_list(argv[i + 1], seqs, 8);
@@ -375,9 +379,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
         else if (!strcmp(argv[i], "--window")) g_window = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--docs")) g_docs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stamps")) stamps = argv[i + 1];
         else {
             fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] "
-                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M]\n");
+                            "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M] "
+                            "[--stamps DIR]\n");
             return 2;
         }
     }
@@ -400,7 +406,15 @@ int main(int argc, char **argv) {
                     const double diff = check(v, dims[di], check_s, causals[ci]);
                     for (int si = 0; si < ns; si++) {
                         const int D = dims[di], S = seqs[si], causal = causals[ci];
+                        const int stamping = stamps && v->lab == LAB_BWD_WS_STAMPS;
+                        if (stamping && lab_bwd_stamps_clear()) fprintf(stderr, "lab: stamps not cleared\n");
                         const float ms = timeit(v, D, S, causal, reps);
+                        if (stamping) { /* the last timed run's */
+                            char path[512];
+                            snprintf(path, sizeof path, "%s/stamps_d%d_s%d_c%d_w%d_docs%d.bin", stamps, D, S, causal,
+                                     g_window, g_docs);
+                            if (lab_bwd_stamps_dump(path)) fprintf(stderr, "lab: stamps not written to %s\n", path);
+                        }
                         const double fl = bench_flops(v, D, S, causal);
                         printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f\n", v->name, D, S, causal, diff, ms,
                                fl / (ms * 1e-3) / 1e12);

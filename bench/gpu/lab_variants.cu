@@ -1,5 +1,9 @@
 /* The kernel lab's variants (lab_variants.h): the launcher templates of the library
  * instantiated for the kernels it does not ship. */
+/* per-CTA stamps of the backward's lab row "bwd ws stamps" (src/cuda/bwd_ws.cuh, VARIANT bit 13) */
+#define DFA_LAB_BWD_STAMPS 65536
+#include <stdio.h>
+#include <stdlib.h>
 #include "cuda/launch_bwd.cuh"
 #include "cuda/launch_fwd.cuh"
 #include "lab_bwd_wgmma.cuh"
@@ -139,7 +143,7 @@ static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[23][2][2] = {
+static const dfa__bwd_launcher lab_kv[24][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -174,6 +178,8 @@ static const dfa__bwd_launcher lab_kv[23][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<1049, 0>, lab_bwd_runs<1049, 1>}},
     /* 5145: 1049 with Q and dO copied before the lse and D reads (bit 12), masked 5401 */
     {{NULL, NULL}, {lab_bwd_runs<5145, 0>, lab_bwd_runs<5145, 1>}},
+    /* 9241: the library's d = 128 kernels (1049, masked 9497 = 1305 + stamps) with the per-CTA stamps */
+    {{NULL, NULL}, {lab_bwd_runs<9241, 0>, lab_bwd_runs<9241, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -209,6 +215,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_RUNS_TMA_DKV: row = 20; break;
     case LAB_BWD_WS_RUNS_DEFER_EX2: row = 21; break;
     case LAB_BWD_WS_Q_FIRST: row = 22; break;
+    case LAB_BWD_WS_STAMPS: row = 23; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);
@@ -218,4 +225,21 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     if (s.masked && (st = dfa__cuda_mask_begin(d, &s, &buf, stream, fn))) return st;
     st = dfa__cuda_bwd_with(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, NULL, kv, atomic, stream, fn);
     return dfa__cuda_mask_end(buf, st, stream, fn);
+}
+
+extern "C" int lab_bwd_stamps_clear(void) {
+    static unsigned long long zero[8192];
+    for (int i = 0; i < DFA_LAB_BWD_STAMPS * 8; i += 8192)
+        if (cudaMemcpyToSymbol(dfa__lab_bwd_stamps, zero, sizeof zero, (size_t)i * 8u) != cudaSuccess) return -1;
+    return 0;
+}
+
+extern "C" int lab_bwd_stamps_dump(const char *path) {
+    const size_t n = (size_t)DFA_LAB_BWD_STAMPS * 8;
+    unsigned long long *h = (unsigned long long *)malloc(n * 8);
+    FILE *f = h ? fopen(path, "wb") : NULL;
+    int ok = f && cudaMemcpyFromSymbol(h, dfa__lab_bwd_stamps, n * 8) == cudaSuccess && fwrite(h, 8, n, f) == n;
+    if (f && fclose(f)) ok = 0;
+    free(h);
+    return ok ? 0 : -1;
 }

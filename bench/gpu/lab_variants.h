@@ -80,6 +80,8 @@ enum {
     LAB_BWD_WS_RUNS_TMA_DKV,
     LAB_BWD_WS_RUNS_DEFER_EX2, /* 1041, masked 1297, with ex2 (+8): the library's d = 128 kernels since session 15 */
     LAB_BWD_WS_Q_FIRST,        /* those with Q and dO copied before the lse and D reads (+4096) */
+    LAB_BWD_WS_STAMPS,         /* the library's d = 128 kernels (1049, masked 1305) stamping each CTA's phases
+                                  (+8192; lab_bwd_stamps_dump) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes
@@ -89,6 +91,12 @@ dfa_status lab_fwd(int variant, const dfa_attn_desc *d, const void *q, const voi
                    float *lse, cudaStream_t stream);
 dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
                    const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream);
+
+/* The backward's per-CTA stamps (LAB_BWD_WS_STAMPS): cleared before a run; dumped after it as
+   65536 records of 8 little-endian uint64 (src/cuda/bwd_ws.cuh says what each holds; a CTA that
+   did not run leaves zeros), for bench/gpu/bwd_stamps.py. Both return 0, or -1 on a failure. */
+int lab_bwd_stamps_clear(void);
+int lab_bwd_stamps_dump(const char *path);
 
 #ifdef __cplusplus
 }

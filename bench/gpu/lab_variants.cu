@@ -143,7 +143,7 @@ static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[24][2][2] = {
+static const dfa__bwd_launcher lab_kv[26][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -180,6 +180,10 @@ static const dfa__bwd_launcher lab_kv[24][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<5145, 0>, lab_bwd_runs<5145, 1>}},
     /* 9241: the library's d = 128 kernels (1049, masked 9497 = 1305 + stamps) with the per-CTA stamps */
     {{NULL, NULL}, {lab_bwd_runs<9241, 0>, lab_bwd_runs<9241, 1>}},
+    /* 17433: 1049 with K and V issued at the entry, the tensor maps prefetched (bit 14; masked 17689);
+       25625: the same with the stamps */
+    {{NULL, NULL}, {lab_bwd_runs<17433, 0>, lab_bwd_runs<17433, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<25625, 0>, lab_bwd_runs<25625, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -216,6 +220,8 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_RUNS_DEFER_EX2: row = 21; break;
     case LAB_BWD_WS_Q_FIRST: row = 22; break;
     case LAB_BWD_WS_STAMPS: row = 23; break;
+    case LAB_BWD_WS_EARLY_KV: row = 24; break;
+    case LAB_BWD_WS_EARLY_KV_STAMPS: row = 25; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

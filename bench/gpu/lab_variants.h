@@ -82,6 +82,8 @@ enum {
     LAB_BWD_WS_Q_FIRST,        /* those with Q and dO copied before the lse and D reads (+4096) */
     LAB_BWD_WS_STAMPS,         /* the library's d = 128 kernels (1049, masked 1305) stamping each CTA's phases
                                   (+8192; lab_bwd_stamps_dump) */
+    LAB_BWD_WS_EARLY_KV,       /* the library's d = 128 kernels with K, V copied at the entry (+16384) */
+    LAB_BWD_WS_EARLY_KV_STAMPS, /* ... and the stamps (+8192) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

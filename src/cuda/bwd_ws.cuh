@@ -200,6 +200,11 @@ __global__ void __launch_bounds__(384, 1)
        at 128k): the two-stage ring already hides that read, so the library does not take it. */
     constexpr int Q_FIRST = (VARIANT & 4096) != 0;
     constexpr int STAMPS = (VARIANT & 8192) != 0; /* the kernel lab's timing (above) */
+    /* EARLY: the first thread prefetches the tensor maps, initialises the barriers and issues the
+       K and V copies at the kernel's entry, before every thread reads the mask intervals or causal
+       bounds of its walk (a dependent global read, then a CTA-wide barrier, that used to come
+       first). Not with QSPLIT, whose CTAs may leave before any barrier. */
+    constexpr int EARLY = (VARIANT & 16384) != 0 && !(OUT32 && DQ_MODE == 1);
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -231,6 +236,36 @@ __global__ void __launch_bounds__(384, 1)
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
+    auto init_barriers = [&] {
+        dfa__mbar_init(KV_FULL, 1);
+        for (int s = 0; s < STAGES; s++) {
+            dfa__mbar_init(FULL(s), 32);   /* the loading warp's lanes (lane 0's arrival carries the bytes) */
+            dfa__mbar_init(EMPTY(s), 256); /* every consumer thread */
+        }
+        for (int i = 0; i < 2; i++) {
+            dfa__mbar_init(DQ_FULL(i), 256);
+            dfa__mbar_init(DQ_EMPTY(i), 1);
+        }
+        for (int i = 0; i < 4; i++) dfa__mbar_init(DS_READY(i >> 1, i & 1), 128);
+        dfa__fence_barrier_init();
+    };
+    auto load_kv = [&] {
+        dfa__mbar_expect_tx(KV_FULL, 2 * C::KVBYTES);
+#pragma unroll
+        for (int cb = 0; cb < NCB; cb++) {
+            dfa__tma_load_4d(sK + cb * BN * 128, &tk, KV_FULL, cb * 64, kvh, n0, b);
+            dfa__tma_load_4d(sV + cb * BN * 128, &tv, KV_FULL, cb * 64, kvh, n0, b);
+        }
+    };
+    if (EARLY && tid == 0) { /* K and V on their way before the walk's bounds are read */
+        dfa__prefetch_tmap(&tk);
+        dfa__prefetch_tmap(&tv);
+        dfa__prefetch_tmap(&tq);
+        dfa__prefetch_tmap(&tdo);
+        if (DQ_ATOMIC) dfa__prefetch_tmap(&tdq);
+        init_barriers();
+        load_kv();
+    }
     int mb_begin = 0, mb_end = (p.sh.seqlen_q + BM - 1) / BM; /* the query blocks that see this key block */
     if (MASKED) {
         dfa__mask_query_blocks<BM>(p.sh, b, n0, BN, &mb_begin, &mb_end);
@@ -247,33 +282,14 @@ __global__ void __launch_bounds__(384, 1)
         if (total == 0) return; /* nothing to add (the whole CTA leaves before any barrier) */
     }
 
-    if (tid == 0) {
-        dfa__mbar_init(KV_FULL, 1);
-        for (int s = 0; s < STAGES; s++) {
-            dfa__mbar_init(FULL(s), 32);   /* the loading warp's lanes (lane 0's arrival carries the bytes) */
-            dfa__mbar_init(EMPTY(s), 256); /* every consumer thread */
-        }
-        for (int i = 0; i < 2; i++) {
-            dfa__mbar_init(DQ_FULL(i), 256);
-            dfa__mbar_init(DQ_EMPTY(i), 1);
-        }
-        for (int i = 0; i < 4; i++) dfa__mbar_init(DS_READY(i >> 1, i & 1), 128);
-        dfa__fence_barrier_init();
-    }
+    if (tid == 0 && !EARLY) init_barriers();
     __syncthreads();
 
     if (tid < 128) {
         dfa__setmaxnreg_dec<24>();
         const int warp = tid >> 5, lane = tid & 31;
         if (warp == 0) {
-            if (lane == 0) {
-                dfa__mbar_expect_tx(KV_FULL, 2 * C::KVBYTES);
-#pragma unroll
-                for (int cb = 0; cb < NCB; cb++) {
-                    dfa__tma_load_4d(sK + cb * BN * 128, &tk, KV_FULL, cb * 64, kvh, n0, b);
-                    dfa__tma_load_4d(sV + cb * BN * 128, &tv, KV_FULL, cb * 64, kvh, n0, b);
-                }
-            }
+            if (lane == 0 && !EARLY) load_kv();
             for (int it = 0; it < total; it++) {
                 const int s = it % STAGES, h = kvh * group + (it0 + it) / nmb, m0 = (mb_begin + (it0 + it) % nmb) * BM;
                 dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);

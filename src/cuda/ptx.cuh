@@ -142,6 +142,15 @@ static __device__ __forceinline__ void dfa__fence_barrier_init(void) {
 #endif
 }
 
+/* Fetch a tensor map (a __grid_constant__ kernel parameter) ahead of its first copy. */
+static __device__ __forceinline__ void dfa__prefetch_tmap(const void *map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#else
+    (void)map;
+#endif
+}
+
 /* A 4-d box of a tensor map into shared memory; completion is counted on bar. */
 static __device__ __forceinline__ void dfa__tma_load_4d(uint32_t dst, const void *tmap, uint32_t bar, int c0, int c1,
                                                         int c2, int c3) {

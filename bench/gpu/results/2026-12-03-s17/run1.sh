@@ -4,22 +4,31 @@
 # causal 2k and 32k; bwd_profile.py (its refactor unrun); Nsight Compute on the masked backward
 # (4k window) and on the 2k causal backward, ours and cuDNN's
 set -uo pipefail
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s, $(date +%T)] $*"; }
 tar xJf .ab/bin/b.tar.xz
 B=build-dev
 export DISTFLASH_LIB=$B/src/libdistflash.so PYTHONPATH=python:bench/gpu PYTHONUNBUFFERED=1
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 250 > $OUT/smi.csv 2>&1 &
+SMI=$!
 stamp checks
 OUT=$OUT bash bench/gpu/gpu_checks.sh $B
 stamp stamps
 L=$B/bench/gpu/dfa_lab_cuda
-timeout 60 $L --only 'bwd ws stamps' --seqlens 128k --window 4096 --check 600 --reps 3 --stamps $OUT > $OUT/lab_win.log 2>&1
-timeout 60 $L --only 'bwd ws stamps' --seqlens 128k --docs 4096 --check 600 --reps 3 --stamps $OUT > $OUT/lab_docs.log 2>&1
-timeout 60 $L --only 'bwd ws stamps' --seqlens 2k,32k --check 600 --reps 3 --stamps $OUT > $OUT/lab_causal.log 2>&1
-timeout 60 $L --only 'bwd ws stamps,bwd wgmma atomic dq' --seqlens 128k --window 4096 --check 600 --reps 5 --rounds 3 > $OUT/lab_ab.log 2>&1
-cat $OUT/lab_win.log $OUT/lab_docs.log $OUT/lab_causal.log $OUT/lab_ab.log | grep -v "^variant"
+ST='bwd ws stamps,bwd ws early kv stamps'
+timeout 60 $L --only "$ST" --seqlens 128k --window 4096 --check 600 --reps 3 --stamps $OUT > $OUT/lab_win.log 2>&1
+timeout 90 $L --only "$ST" --seqlens 128k --docs 4096 --check 600 --reps 3 --stamps $OUT > $OUT/lab_docs.log 2>&1
+timeout 60 $L --only "$ST" --seqlens 2k,32k --check 600 --reps 3 --stamps $OUT > $OUT/lab_causal.log 2>&1
+AB='bwd wgmma atomic dq,bwd ws early kv'
+timeout 60 $L --only "$AB" --seqlens 128k --window 4096 --check 600 --reps 5 --rounds 3 > $OUT/ab_win.log 2>&1
+timeout 120 $L --only "$AB" --seqlens 128k --docs 4096 --check 600 --reps 5 --rounds 3 > $OUT/ab_docs.log 2>&1
+timeout 90 $L --only "$AB" --seqlens 2k,32k --check 600 --reps 5 --rounds 3 > $OUT/ab_causal.log 2>&1
+cat $OUT/lab_win.log $OUT/lab_docs.log $OUT/lab_causal.log $OUT/ab_*.log | grep -v "^variant"
 python3 bench/gpu/bwd_stamps.py $OUT/stamps_*.bin 2>&1 | tee $OUT/stamps.txt
+stamp masks
+timeout 120 python3 bench/gpu/masks_bench.py --no-flex --json $OUT/masks.json > $OUT/masks.log 2>&1; echo "masks rc=$?"
+grep -E "^(docs|window) " $OUT/masks.log
 stamp profile
 timeout 120 python3 bench/gpu/bwd_profile.py --shapes 128:2048:16:32:1 --windows 4096 > $OUT/profile.log 2>&1; echo "profile rc=$?"
 grep -E "^==" $OUT/profile.log
@@ -38,4 +47,5 @@ if [ -n "$NCU" ]; then
   grep -E "Duration|Compute \(SM\) Throughput|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" $OUT/ncu_*.details.txt | head -40
 fi
 stamp done
-cd $OUT && tar czf all.tgz *.log *.txt *.csv *.bin 2>/dev/null; ls -la all.tgz
+kill $SMI
+cd $OUT && tar czf all.tgz *.log *.txt *.csv *.bin *.json 2>/dev/null; ls -la all.tgz

@@ -104,6 +104,7 @@ static const variant variants[] = {
     {"bwd ws stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_STAMPS, 0},
     {"bwd ws early kv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EARLY_KV, 0},
     {"bwd ws early kv stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EARLY_KV_STAMPS, 0},
+    {"bwd ws tma dkv all", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV_ALL, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

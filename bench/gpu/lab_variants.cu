@@ -143,7 +143,7 @@ static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[26][2][2] = {
+static const dfa__bwd_launcher lab_kv[27][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -184,6 +184,9 @@ static const dfa__bwd_launcher lab_kv[26][2][2] = {
        25625: the same with the stamps */
     {{NULL, NULL}, {lab_bwd_runs<17433, 0>, lab_bwd_runs<17433, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<25625, 0>, lab_bwd_runs<25625, 1>}},
+    /* 1305 unmasked too: the library's d = 128 kernel with dK, dV stored by TMA (bit 8), as its
+       masked one has them (the stamps put the direct stores' epilogue at 10% of causal 2k) */
+    {{NULL, NULL}, {lab_bwd_runs<1305, 0>, lab_bwd_runs<1305, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -222,6 +225,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_STAMPS: row = 23; break;
     case LAB_BWD_WS_EARLY_KV: row = 24; break;
     case LAB_BWD_WS_EARLY_KV_STAMPS: row = 25; break;
+    case LAB_BWD_WS_TMA_DKV_ALL: row = 26; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

@@ -84,6 +84,7 @@ enum {
                                   (+8192; lab_bwd_stamps_dump) */
     LAB_BWD_WS_EARLY_KV,       /* the library's d = 128 kernels with K, V copied at the entry (+16384) */
     LAB_BWD_WS_EARLY_KV_STAMPS, /* ... and the stamps (+8192) */
+    LAB_BWD_WS_TMA_DKV_ALL,    /* the library's d = 128 kernels with dK, dV by TMA unmasked too (1305) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -81,23 +81,13 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
 #ifdef DFA_LAB_BWD_STAMPS
 __device__ unsigned long long dfa__lab_bwd_stamps[DFA_LAB_BWD_STAMPS * 8];
 #endif
-template <int ON> static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long long v) {
+static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long long v) {
 #ifdef DFA_LAB_BWD_STAMPS
-    if (ON && blockIdx.x < DFA_LAB_BWD_STAMPS) dfa__lab_bwd_stamps[blockIdx.x * 8u + slot] = v;
+    if (blockIdx.x < DFA_LAB_BWD_STAMPS) dfa__lab_bwd_stamps[blockIdx.x * 8u + slot] = v;
 #else
     (void)slot;
     (void)v;
 #endif
-}
-static __device__ __forceinline__ unsigned long long dfa__globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-static __device__ __forceinline__ unsigned dfa__smid() {
-    unsigned x;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(x));
-    return x;
 }
 
 /* DQ_MODE: 0 no dQ here (the deterministic dq pass follows), 1 dQ tiles added as they come,
@@ -200,11 +190,15 @@ __global__ void __launch_bounds__(384, 1)
        at 128k): the two-stage ring already hides that read, so the library does not take it. */
     constexpr int Q_FIRST = (VARIANT & 4096) != 0;
     constexpr int STAMPS = (VARIANT & 8192) != 0; /* the kernel lab's timing (above) */
+    /* QSPLIT (float32 dK, dV, dQ added as it comes): with p.qsplit > 1 the grid holds qsplit CTAs
+       per key tile, each walking its share of the tile's query blocks and adding its partial dK, dV
+       into outputs the launcher zeroed (launch_bwd.cuh, dfa__bwd_qsplit_for) */
+    constexpr int QSPLIT = OUT32 && DQ_MODE == 1;
     /* EARLY: the first thread prefetches the tensor maps, initialises the barriers and issues the
        K and V copies at the kernel's entry, before every thread reads the mask intervals or causal
        bounds of its walk (a dependent global read, then a CTA-wide barrier, that used to come
        first). Not with QSPLIT, whose CTAs may leave before any barrier. */
-    constexpr int EARLY = (VARIANT & 16384) != 0 && !(OUT32 && DQ_MODE == 1);
+    constexpr int EARLY = (VARIANT & 16384) != 0 && !QSPLIT;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -221,12 +215,8 @@ __global__ void __launch_bounds__(384, 1)
 #define DS_READY(c, buf) (bar + 8u * (5 + 2 * STAGES + 2 * (c) + (buf)))
 
     const int tid = threadIdx.x;
-    if (STAMPS && tid == 0) dfa__bwd_stamp<STAMPS>(0, dfa__globaltimer());
+    if (STAMPS && tid == 0) dfa__bwd_stamp(0, dfa__globaltimer());
     const int nn = (p.sh.seqlen_k + BN - 1) / BN;
-    /* QSPLIT (float32 dK, dV, dQ added as it comes): with p.qsplit > 1 the grid holds qsplit CTAs
-       per key tile, each walking its share of the tile's query blocks and adding its partial dK, dV
-       into outputs the launcher zeroed (launch_bwd.cuh, dfa__bwd_qsplit_for) */
-    constexpr int QSPLIT = OUT32 && DQ_MODE == 1;
     const uint32_t tiles = (uint32_t)nn * (uint32_t)(p.sh.batch * p.sh.num_kv_heads);
     const uint32_t unit = QSPLIT ? blockIdx.x % tiles : blockIdx.x;
     const int split = QSPLIT ? (int)(blockIdx.x / tiles) : 0;
@@ -464,11 +454,11 @@ __global__ void __launch_bounds__(384, 1)
 
     dfa__mbar_wait(KV_FULL, 0);
     if (STAMPS && tid == 128) {
-        dfa__bwd_stamp<STAMPS>(1, dfa__globaltimer());
-        dfa__bwd_stamp<STAMPS>(5, dfa__smid());
-        dfa__bwd_stamp<STAMPS>(6, (unsigned long long)total);
+        dfa__bwd_stamp(1, dfa__globaltimer());
+        dfa__bwd_stamp(5, dfa__smid());
+        dfa__bwd_stamp(6, (unsigned long long)total);
         const int inner = MASK_SPLIT && !(QSPLIT && p.qsplit > 1) ? group * (in_hi - in_lo) : 0;
-        dfa__bwd_stamp<STAMPS>(7, (unsigned long long)(total - inner));
+        dfa__bwd_stamp(7, (unsigned long long)(total - inner));
     }
     if (PP && c == 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
     float dq[32];
@@ -600,7 +590,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<0>();
             DFA__BWD_STAGE_DQ(it);
         }
-        if (STAMPS && it == 0 && tid == 128) dfa__bwd_stamp<STAMPS>(2, dfa__globaltimer());
+        if (STAMPS && it == 0 && tid == 128) dfa__bwd_stamp(2, dfa__globaltimer());
     };
     if constexpr (MASK_SPLIT) {
         /* The walk in runs of blocks alike: before in_lo and from in_hi on, blocks that may need the
@@ -623,7 +613,7 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_wait<0>();
         if (total > 0) DFA__BWD_STAGE_DQ(total - 1);
     }
-    if (STAMPS && tid == 128) dfa__bwd_stamp<STAMPS>(3, dfa__globaltimer());
+    if (STAMPS && tid == 128) dfa__bwd_stamp(3, dfa__globaltimer());
 
     if (TMA_DKV || (TMA_DKV16 && n0 >= dkv16.from && n0 + BN <= dkv16.to)) {
         /* Every product of both consumers has retired (barrier 3: the other's last dQ reads all
@@ -648,7 +638,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__tma_store_rows64<D>(&tdv, sV, BN, c * 64, kvh, n0 + c * 64, b);
             dfa__bulk_commit();
             dfa__bulk_wait_read();
-            if (STAMPS && tid == 128) dfa__bwd_stamp<STAMPS>(4, dfa__globaltimer());
+            if (STAMPS && tid == 128) dfa__bwd_stamp(4, dfa__globaltimer());
         }
         return;
     }
@@ -688,7 +678,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__store2<BF16>(dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
         }
     }
-    if (STAMPS && tid == 128) dfa__bwd_stamp<STAMPS>(4, dfa__globaltimer());
+    if (STAMPS && tid == 128) dfa__bwd_stamp(4, dfa__globaltimer());
 #undef DFA__BWD_ISSUE_DQ
 #undef DFA__BWD_STAGE_DQ
 #undef KV_FULL

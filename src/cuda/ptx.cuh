@@ -142,6 +142,22 @@ static __device__ __forceinline__ void dfa__fence_barrier_init(void) {
 #endif
 }
 
+/* The global timer (ns) and the SM this thread runs on: the kernel lab's per-CTA stamps. */
+static __device__ __forceinline__ unsigned long long dfa__globaltimer(void) {
+    unsigned long long t = 0;
+#if defined(__CUDA_ARCH__)
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+#endif
+    return t;
+}
+static __device__ __forceinline__ unsigned dfa__smid(void) {
+    unsigned x = 0;
+#if defined(__CUDA_ARCH__)
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(x));
+#endif
+    return x;
+}
+
 /* Fetch a tensor map (a __grid_constant__ kernel parameter) ahead of its first copy. */
 static __device__ __forceinline__ void dfa__prefetch_tmap(const void *map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

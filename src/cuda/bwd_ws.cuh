@@ -109,7 +109,9 @@ static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long lo
    main loop scheduled differently, 849 SASS instructions against 815); at d = 64 level on the
    window at 128k, -4% at 32k (run 45). The masked instances at d = 128 take it
    (DFA__BWD_WS_LIBRARY_MASKED), the others not (2026-12-01, runs 44 and 45); their float32
-   instances (the executor's blocks) too, for key tiles handed whole to 16-bit outputs. Bit 10
+   instances (the executor's blocks) too, for key tiles handed whole to 16-bit outputs. Since
+   session 18 the unmasked d = 128 instance with 16-bit outputs and dQ added as it comes takes it
+   too when its CTAs walk few query blocks (launch_bwd.cuh DFA__BWD_TMA_DKV_MAX_ROWS). Bit 10
    walks a CTA's query blocks in runs (MASK_SPLIT below): the blocks every row of which sees
    every key of the CTA run a copy of the step with no element test at all. Masked instances,
    2026-12-02 run 1 (session 12), 3 interleaved rounds against 257: d = 128 4k window +6.3% at

@@ -62,6 +62,12 @@ extern "C" void dfa__cuda_force_bwd_qsplit(int n) { dfa__forced_bwd_qsplit.store
 
 extern "C" int dfa__cuda_forced_bwd_qsplit(void) { return dfa__forced_bwd_qsplit.load(std::memory_order_relaxed); }
 
+static std::atomic<int> dfa__forced_bwd_dkv_tma(0);
+
+extern "C" void dfa__cuda_force_bwd_dkv_tma(int mode) { dfa__forced_bwd_dkv_tma.store(mode, std::memory_order_relaxed); }
+
+extern "C" int dfa__cuda_forced_bwd_dkv_tma(void) { return dfa__forced_bwd_dkv_tma.load(std::memory_order_relaxed); }
+
 extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma,
                                             const char *fn) {
     dfa_status st = DFA_OK;

@@ -132,6 +132,14 @@ int dfa__cuda_forced_l2_heads(void);
 void dfa__cuda_force_bwd_qsplit(int n);
 int dfa__cuda_forced_bwd_qsplit(void);
 
+/* FOR TESTS ONLY: how every later backward with the unmasked d = 128 Hopper kernel, 16-bit
+   outputs and dQ added as it comes stores dK and dV (launch_bwd.cuh dfa__bwd_tma_dkv_for):
+   1 from registers, 2 by TMA through shared memory, 0 chosen by the query rows a CTA walks
+   again. Either way the bits are the same (only the epilogue differs). Same rules as
+   dfa__cuda_force_family. */
+void dfa__cuda_force_bwd_dkv_tma(int mode);
+int dfa__cuda_forced_bwd_dkv_tma(void);
+
 /* The family a pass uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
    device into *wgmma (1: Hopper kernels: sm_90 and head dims 64 and 128, and 256 in the
    forward). Fails (status recorded) when the device is older than sm_80, or when WGMMA is

@@ -55,6 +55,20 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
     return n < 1 ? 1 : (int)n;
 }
 
+/* Query rows (seqlen_q times the group's heads: what a key tile's CTA walks at most) up to which
+   the unmasked d = 128 kernel stores dK and dV by TMA (VARIANT bit 8). The epilogue is a CTA's
+   share in inverse proportion to the blocks it walks: with direct stores from registers (16 of
+   each sector's 32 bytes used, ncu) it took 10% of the SMs' time at causal 2k. By TMA: causal 2k
+   +4.3/+4.8%, non-causal 2k +3.0%; 8k and 32k level within the spread, where the direct
+   stores' main loop (scheduled apart by ptxas) was once 1.9% faster at 32k (session 17, run 2,
+   bench/gpu/NOTES.md). */
+#define DFA__BWD_TMA_DKV_MAX_ROWS 4096
+
+static inline bool dfa__bwd_tma_dkv_for(long long rows) {
+    const int forced = dfa__cuda_forced_bwd_dkv_tma();
+    return forced ? forced == 2 : rows <= DFA__BWD_TMA_DKV_MAX_ROWS;
+}
+
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int VARIANT_ARG, int VARIANT_MASKED_ARG>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
@@ -88,16 +102,25 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
         (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
     const bool masked = DQ_MODE != 2 && p.sh.masked; /* the in-order dq is never masked (attn_bwd.cu) */
+    /* the library's unmasked d = 128 instance with 16-bit outputs and dQ as it comes: dK, dV by TMA
+       for short walks (DFA__BWD_TMA_DKV_MAX_ROWS); the other instances have one variant each */
+    constexpr int VARIANT_SHORT = VARIANT_ARG < 0 && D == 128 && DQ_MODE == 1 && !OUT32 ? (VARIANT | 256) : VARIANT;
+    const bool short_walk = VARIANT_SHORT != VARIANT && !masked &&
+                            dfa__bwd_tma_dkv_for((long long)p.sh.seqlen_q * (p.sh.num_heads / p.sh.num_kv_heads));
+    const int variant = masked ? VARIANT_MASKED : short_walk ? VARIANT_SHORT : VARIANT;
     /* dK and dV by TMA (VARIANT bit 8, 16-bit outputs): boxes of one consumer's 64 keys; otherwise unused */
     CUtensorMap tdk = tk, tdv = tv;
     /* (float32 dk, dv: over the 16-bit outputs that whole key tiles go to, if any; bwd_ws.cuh TMA_DKV16) */
     const void *dk16 = OUT32 ? dkv16.dk : p.dk, *dv16 = OUT32 ? dkv16.dv : p.dv;
-    if (((masked ? VARIANT_MASKED : VARIANT) & 256) && (!OUT32 || dkv16.to > dkv16.from) &&
+    if ((variant & 256) && (!OUT32 || dkv16.to > dkv16.from) &&
         (!dfa__tmap(&tdk, dk16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
          !dfa__tmap(&tdv, dv16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");
     if (masked)
         return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, DQ_MODE != 2, VARIANT_MASKED>, ctas, C::NT, C::SMEM, st, fn,
+                           "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p, dkv16);
+    if (short_walk)
+        return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, 0, VARIANT_SHORT>, ctas, C::NT, C::SMEM, st, fn,
                            "key tiles", "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p, dkv16);
     return dfa__launch(dfa__bwd_ws_kernel<D, BM, DQ_MODE, BF16, OUT32, 0, VARIANT>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
                        "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p, dkv16);

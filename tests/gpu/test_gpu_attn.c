@@ -257,24 +257,32 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
         }
     }
 
-    /* 16-bit outputs with the caller's scratch (which then holds the dq accumulator) */
-    snprintf(kname, sizeof kname, "%s, caller's scratch", kernel);
-    dev_poison(scratch, sbytes + canary);
-    run_bwd_internal(&s, kname, ins, lse, outs, bytes16, scratch);
+    /* 16-bit outputs with the caller's scratch (which then holds the dq accumulator), with dK, dV
+       stored from registers and by TMA (where the kernel has both: launch_bwd.cuh
+       dfa__bwd_tma_dkv_for): the public call's bits either way */
     void *h = tl_alloc(t, n[0] > n[1] ? n[0] : n[1]);
-    for (int i = 0; i < 3; i++) {
-        to_host(h, outs[i], bytes16[i]);
-        if (i > 0 || det)
-            CHECK(!memcmp(h, grads16[i], bytes16[i]), "%s [%s]: not the public call's %s for %s", names[i], kname,
-                  names[i], tl_desc_str(d));
-        else
-            CHECK(tl_max_err(t, h, refs[i], n[i]) <= tol[i], "%s [%s]: max error %.3g > tol %.3g for %s", names[i],
-                  kname, tl_max_err(t, h, refs[i], n[i]), tol[i], tl_desc_str(d));
+    static const char *stores[2] = {"direct dk, dv stores", "dk, dv by TMA"};
+    for (int mode = 1; mode <= 2; mode++) {
+        snprintf(kname, sizeof kname, "%s, caller's scratch, %s", kernel, stores[mode - 1]);
+        dev_poison(scratch, sbytes + canary);
+        dfa__cuda_force_bwd_dkv_tma(mode);
+        run_bwd_internal(&s, kname, ins, lse, outs, bytes16, scratch);
+        dfa__cuda_force_bwd_dkv_tma(0);
+        for (int i = 0; i < 3; i++) {
+            to_host(h, outs[i], bytes16[i]);
+            if (i > 0 || det)
+                CHECK(!memcmp(h, grads16[i], bytes16[i]), "%s [%s]: not the public call's %s for %s", names[i], kname,
+                      names[i], tl_desc_str(d));
+            else
+                CHECK(tl_max_err(t, h, refs[i], n[i]) <= tol[i], "%s [%s]: max error %.3g > tol %.3g for %s", names[i],
+                      kname, tl_max_err(t, h, refs[i], n[i]), tol[i], tl_desc_str(d));
+        }
+        to_host(canary_h, scratch + sbytes, canary);
+        int touched = 0;
+        for (size_t i = 0; i < canary; i++) touched += canary_h[i] != 0xff;
+        CHECK(touched == 0, "bwd [%s] wrote %d bytes past the scratch it asked for, for %s", kname, touched,
+              tl_desc_str(d));
     }
-    to_host(canary_h, scratch + sbytes, canary);
-    int touched = 0;
-    for (size_t i = 0; i < canary; i++) touched += canary_h[i] != 0xff;
-    CHECK(touched == 0, "bwd [%s] wrote %d bytes past the scratch it asked for, for %s", kname, touched, tl_desc_str(d));
 
     /* a misaligned caller's scratch is refused before anything is enqueued */
     for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);

@@ -74,6 +74,7 @@ static const variant variants[] = {
     {"fwd wgmma rescale always", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_RESCALE_ALWAYS, 8192},
     {"fwd wgmma q regs", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_Q_REGS, 8192},
     {"fwd wgmma owed pv", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_OWED_PV, 8192},
+    {"fwd wgmma desc add", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_DESC_ADD, 8192},
     {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY, 8192},
     {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY, 0},
     {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED, 0},
@@ -105,6 +106,9 @@ static const variant variants[] = {
     {"bwd ws early kv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EARLY_KV, 0},
     {"bwd ws early kv stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EARLY_KV_STAMPS, 0},
     {"bwd ws tma dkv all", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV_ALL, 0},
+    {"bwd ws desc add", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_ADD, 0},
+    {"bwd ws desc scale stsm", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_SCALE_STSM, 0},
+    {"bwd ws desc scale stsm tma", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_SCALE_STSM_TMA, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -119,6 +119,8 @@ static dfa_status lab_fwd_shape(int variant, const dfa__cuda_shape &s, const voi
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 250>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 250>(p, stream, fn);
     case LAB_FWD_WGMMA_OWED_PV:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 11, 506>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 11, 506>(p, stream, fn);
+    case LAB_FWD_WGMMA_DESC_ADD:
+        return s.bf16 ? dfa__fwd_wgmma<1, 0, 523, 1018>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 523, 1018>(p, stream, fn);
     case LAB_FWD_WGMMA_CLUSTER:
         return s.bf16 ? dfa__fwd_wgmma<1, 0, 3, 2, 3, 2>(p, stream, fn) : dfa__fwd_wgmma<0, 0, 3, 2, 3, 2>(p, stream, fn);
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no forward variant %d", variant);
@@ -143,7 +145,7 @@ static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[27][2][2] = {
+static const dfa__bwd_launcher lab_kv[30][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -187,6 +189,12 @@ static const dfa__bwd_launcher lab_kv[27][2][2] = {
     /* 1305 unmasked too: the library's d = 128 kernel with dK, dV stored by TMA (bit 8), as its
        masked one has them (the stamps put the direct stores' epilogue at 10% of causal 2k) */
     {{NULL, NULL}, {lab_bwd_runs<1305, 0>, lab_bwd_runs<1305, 1>}},
+    /* 33817: 1049 (masked 1305) with the wgmma descriptors as a base plus a constant (bit 15; the
+       k-steps' masks and shifts were a third of the main loop's instructions, ncu session 18);
+       230425: and dS^T scaled (bit 16) and stored by stmatrix (bit 17); 230681: and dK, dV by TMA */
+    {{NULL, NULL}, {lab_bwd_runs<33817, 0>, lab_bwd_runs<33817, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<230425, 0>, lab_bwd_runs<230425, 1>}},
+    {{NULL, NULL}, {lab_bwd_runs<230681, 0>, lab_bwd_runs<230681, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -226,6 +234,9 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_EARLY_KV: row = 24; break;
     case LAB_BWD_WS_EARLY_KV_STAMPS: row = 25; break;
     case LAB_BWD_WS_TMA_DKV_ALL: row = 26; break;
+    case LAB_BWD_WS_DESC_ADD: row = 27; break;
+    case LAB_BWD_WS_DESC_SCALE_STSM: row = 28; break;
+    case LAB_BWD_WS_DESC_SCALE_STSM_TMA: row = 29; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

@@ -69,6 +69,7 @@ enum {
     LAB_BWD_WS_MASK_UNI,      /* the library's masked backward (VARIANT 257 at d = 128, 1 at 64) deciding the element
                                  test per warp by two scalar compares, the test one unsigned compare (+512) */
     LAB_FWD_WGMMA_PERSIST_PP, /* the library's persistent forward at d = 128 with ping-pong consumers (PP 59) */
+    LAB_FWD_WGMMA_DESC_ADD,   /* the library's forward with the wgmma descriptors as base + constant (PP bit 9) */
     /* the library's backward (VARIANT 1025; masked 1281 at d = 128) with the older bits again, the
        step now being split in runs: 2^x by ex2 alone (+8), dQ deferred (+16), and the consumers
        taking turns (+32), dP^T with dQ (+64); dK, dV by TMA unmasked too (+256). Since run 6 of
@@ -85,6 +86,9 @@ enum {
     LAB_BWD_WS_EARLY_KV,       /* the library's d = 128 kernels with K, V copied at the entry (+16384) */
     LAB_BWD_WS_EARLY_KV_STAMPS, /* ... and the stamps (+8192) */
     LAB_BWD_WS_TMA_DKV_ALL,    /* the library's d = 128 kernels with dK, dV by TMA unmasked too (1305) */
+    LAB_BWD_WS_DESC_ADD,       /* the library's d = 128 kernels with descriptors as base + constant (+32768) */
+    LAB_BWD_WS_DESC_SCALE_STSM, /* ... and dS^T scaled (+65536, bf16) and stored by stmatrix (+131072) */
+    LAB_BWD_WS_DESC_SCALE_STSM_TMA, /* ... and dK, dV by TMA unmasked too (+256) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -201,6 +201,18 @@ __global__ void __launch_bounds__(384, 1)
        bounds of its walk (a dependent global read, then a CTA-wide barrier, that used to come
        first). Not with QSPLIT, whose CTAs may leave before any barrier. */
     constexpr int EARLY = (VARIANT & 16384) != 0 && !QSPLIT;
+    /* DESC_ADD: the wgmma descriptors as a base per tile plus a constant per k-step
+       (dfa__wgmma_desc_at), the consumer warpgroup's index broadcast from lane 0 so that ptxas
+       keeps it (and the bases) in uniform registers */
+    constexpr int DESC_ADD = (VARIANT & 32768) != 0;
+    /* SCALE_DS (bf16): dS^T carries the softmax scale (dP^T times it, less D times it, which the
+       loading warp scales), so that neither the dQ tiles nor dK are multiplied by it again: 32
+       multiplies a block per consumer thread fewer. bf16 keeps float32's exponent range, so the
+       scaled dS^T rounds as precisely; with fp16 smaller values would reach its subnormals. */
+    constexpr int SCALE_DS = (VARIANT & 65536) != 0 && BF16;
+    /* STSM: dS^T into shared memory by stmatrix (four 8 x 8 blocks an instruction) instead of a
+       32-bit store per pair */
+    constexpr int STSM = (VARIANT & 131072) != 0;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -300,7 +312,7 @@ __global__ void __launch_bounds__(384, 1)
                 for (int i = lane; i < BM; i += 32) {
                     const int q = m0 + i;
                     ld[i] = q < p.sh.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY; /* rows past the end see nothing */
-                    ld[BM + i] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
+                    ld[BM + i] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) * (SCALE_DS ? p.sh.scale : 1.0f) : 0.0f;
                 }
                 if (Q_FIRST) {
                     dfa__mbar_arrive(FULL(s));
@@ -353,7 +365,10 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     dfa__setmaxnreg_inc<240>();
-    const int c = tid / 128 - 1, wt = tid & 127, warp = wt >> 5, lane = wt & 31, g = lane >> 2, t = lane & 3;
+    const int c = (DESC_ADD ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128) - 1;
+    const int wt = tid & 127, warp = wt >> 5, lane = wt & 31, g = lane >> 2, t = lane & 3;
+    /* DESC_ADD: this warpgroup's K and V rows (S^T, dP^T) and dQ's K columns and dS^T rows */
+    const uint32_t k_lo = dfa__wgmma_desc_lo(sK + c * 64 * 128, 16), v_lo = dfa__wgmma_desc_lo(sV + c * 64 * 128, 16);
     const int key0 = c * 64 + warp * 16 + g; /* this lane's keys: key0 and key0 + 8 (within the block) */
     int qmin[2], qmax[2]; /* the query rows [qmin, qmax) that see this lane's two keys (qmax: MASKED only) */
 #pragma unroll
@@ -415,9 +430,13 @@ __global__ void __launch_bounds__(384, 1)
         if (WAIT) dfa__mbar_wait(DS_READY(1 - c, (J) & 1), (uint32_t)((J) >> 1) & 1u);                          \
         dfa__wgmma_fence();                                                                                     \
         const uint32_t ds_j = sS + ((J) & 1) * C::DSBYTES;                                                      \
+        const uint32_t ds_lo = dfa__wgmma_desc_lo(ds_j + (dq_row0 / 64) * BN * 128, 16);                        \
+        const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + (dq_col0 / 64) * BN * 128, 16);                          \
         _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                               \
-            const uint64_t da = dfa__wgmma_desc(ds_j + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16);          \
-            const uint64_t db = dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16);            \
+            const uint64_t da = DESC_ADD ? dfa__wgmma_desc_at(ds_lo, kk * 16 * 128)                             \
+                                         : dfa__wgmma_desc(ds_j + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16); \
+            const uint64_t db = DESC_ADD ? dfa__wgmma_desc_at(kq_lo, kk * 16 * 128)                             \
+                                         : dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16); \
             dfa__wgmma_ss_tt<64, BF16>(dq, da, db, kk > 0);                                                     \
         }                                                                                                       \
         dfa__wgmma_commit();                                                                                    \
@@ -445,8 +464,8 @@ __global__ void __launch_bounds__(384, 1)
                 const int col = dq_col0 + 8 * j + 2 * t, box = col >> 5, cc = col & 31;                         \
                 const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +                         \
                                    ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;                             \
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(x * p.sh.scale),                 \
-                             "f"(y * p.sh.scale)                                                                \
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(SCALE_DS ? x : x * p.sh.scale),  \
+                             "f"(SCALE_DS ? y : y * p.sh.scale)                                                 \
                              : "memory");                                                                       \
             }                                                                                                   \
         }                                                                                                       \
@@ -476,6 +495,7 @@ __global__ void __launch_bounds__(384, 1)
         float st[Q8 * 4], dp[Q8 * 4];
         dfa__mbar_wait(FULL(s), ph);
         const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::QBYTES;
+        const uint32_t q_lo = dfa__wgmma_desc_lo(q_s, 16), o_lo = dfa__wgmma_desc_lo(o_s, 16);
         const float *ld = sLD + s * 2 * BM;
         /* DEFER: the previous block's dQ first (at it = 0 a product on an unwritten buffer whose
            result is dropped: a wgmma under a data-dependent branch makes ptxas serialise them),
@@ -485,9 +505,13 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t koff = (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+            const uint32_t kc = (kk / 4) * BN * 128 + (kk % 4) * 32, koff = kc + c * 64 * 128;
             const uint32_t qoff = (kk / 4) * BM * 128 + (kk % 4) * 32;
-            dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc(sK + koff, 16), dfa__wgmma_desc(q_s + qoff, 16), kk > 0);
+            if (DESC_ADD)
+                dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc_at(k_lo, kc), dfa__wgmma_desc_at(q_lo, qoff),
+                                        kk > 0);
+            else
+                dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc(sK + koff, 16), dfa__wgmma_desc(q_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
         if (DEFER && !DP_EARLY) {
@@ -499,9 +523,13 @@ __global__ void __launch_bounds__(384, 1)
         }
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t koff = (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+            const uint32_t kc = (kk / 4) * BN * 128 + (kk % 4) * 32, koff = kc + c * 64 * 128;
             const uint32_t qoff = (kk / 4) * BM * 128 + (kk % 4) * 32;
-            dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc(sV + koff, 16), dfa__wgmma_desc(o_s + qoff, 16), kk > 0);
+            if (DESC_ADD)
+                dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc_at(v_lo, kc), dfa__wgmma_desc_at(o_lo, qoff),
+                                        kk > 0);
+            else
+                dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc(sV + koff, 16), dfa__wgmma_desc(o_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
         if (PP) dfa__named_arrive(2 - c, 256);
@@ -540,7 +568,9 @@ __global__ void __launch_bounds__(384, 1)
         for (int j = 0; j < Q8; j++) {
             const float2 Dq = *(const float2 *)(ld + BM + 8 * j + 2 * t);
 #pragma unroll
-            for (int e = 0; e < 4; e++) dp[4 * j + e] = st[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
+            for (int e = 0; e < 4; e++)
+                dp[4 * j + e] = st[4 * j + e] * (SCALE_DS ? fmaf(dp[4 * j + e], p.sh.scale, -((e & 1) ? Dq.y : Dq.x))
+                                                          : dp[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
         }
         uint32_t pf[BM / 16][4], sf[BM / 16][4];
 #pragma unroll
@@ -554,6 +584,15 @@ __global__ void __launch_bounds__(384, 1)
             /* dS^T [key][query] into shared memory (64-query column blocks, 128-byte swizzle); the
                other warpgroup finished reading this buffer before it published its dS^T of the
                previous iteration, which this warpgroup waited for */
+            if (STSM) {
+                /* matrix i = 2 half + r: keys key0 - g + 8 r + (lane % 8), queries kk 16 + 8 half */
+                const int key = key0 - g + 8 * ((lane >> 3) & 1) + (lane & 7), hq = 8 * (lane >> 4);
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    const int qc = kk * 16 + hq, blk = qc / 64, col = qc % 64;
+                    dfa__stmatrix_x4(ds_s + blk * BN * 128 + key * 128 + (((col >> 3) ^ (key & 7)) << 4), sf[kk]);
+                }
+            } else
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++)
 #pragma unroll
@@ -573,8 +612,14 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            dfa__wgmma_rs<D, BF16>(dv, pf[kk], dfa__wgmma_desc(o_s + kk * 16 * 128, BM * 128), 1);
-            dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc(q_s + kk * 16 * 128, BM * 128), 1);
+            if (DESC_ADD) { /* the same bases with LBO BM * 128 (MN-major, D > 64 columns) */
+                constexpr uint32_t LBO = ((BM * 128 >> 4) - 1) << 16;
+                dfa__wgmma_rs<D, BF16>(dv, pf[kk], dfa__wgmma_desc_at(o_lo + LBO, kk * 16 * 128), 1);
+                dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc_at(q_lo + LBO, kk * 16 * 128), 1);
+            } else {
+                dfa__wgmma_rs<D, BF16>(dv, pf[kk], dfa__wgmma_desc(o_s + kk * 16 * 128, BM * 128), 1);
+                dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc(q_s + kk * 16 * 128, BM * 128), 1);
+            }
         }
         dfa__wgmma_commit();
         if (PP) dfa__named_arrive(2 - c, 256);
@@ -617,6 +662,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     if (STAMPS && tid == 128) dfa__bwd_stamp(3, dfa__globaltimer());
 
+    const float dk_scale = SCALE_DS ? 1.0f : p.sh.scale; /* SCALE_DS: dS^T carried it */
     if (TMA_DKV || (TMA_DKV16 && n0 >= dkv16.from && n0 + BN <= dkv16.to)) {
         /* Every product of both consumers has retired (barrier 3: the other's last dQ reads all
            of K), so each warpgroup writes its 64 keys' dK and dV, rounded, over its own rows of
@@ -628,8 +674,8 @@ __global__ void __launch_bounds__(384, 1)
             const int key = key0 + 8 * r;
 #pragma unroll
             for (int j = 0; j < D8; j++) {
-                dfa__st_swz128_pair<BF16>(sK, BN, key, j, t, dk[4 * j + 2 * r] * p.sh.scale,
-                                          dk[4 * j + 2 * r + 1] * p.sh.scale);
+                dfa__st_swz128_pair<BF16>(sK, BN, key, j, t, dk[4 * j + 2 * r] * dk_scale,
+                                          dk[4 * j + 2 * r + 1] * dk_scale);
                 dfa__st_swz128_pair<BF16>(sV, BN, key, j, t, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
             }
         }
@@ -656,8 +702,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int j = 0; j < D8; j++) {
                     const int col = 8 * j + 2 * t;
-                    dfa__store2<BF16>((uint16_t *)dkv16.dk + at + col, dk[4 * j + 2 * r] * p.sh.scale,
-                                      dk[4 * j + 2 * r + 1] * p.sh.scale);
+                    dfa__store2<BF16>((uint16_t *)dkv16.dk + at + col, dk[4 * j + 2 * r] * dk_scale,
+                                      dk[4 * j + 2 * r + 1] * dk_scale);
                     dfa__store2<BF16>((uint16_t *)dkv16.dv + at + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
                 }
                 continue;
@@ -666,8 +712,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int j = 0; j < D8; j++) {
                 const int col = 8 * j + 2 * t;
-                dfa__red_add2((float *)dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * p.sh.scale,
-                              dk[4 * j + 2 * r + 1] * p.sh.scale);
+                dfa__red_add2((float *)dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * dk_scale,
+                              dk[4 * j + 2 * r + 1] * dk_scale);
                 dfa__red_add2((float *)dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
             }
             continue;
@@ -675,8 +721,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int j = 0; j < D8; j++) {
             const int col = 8 * j + 2 * t;
-            dfa__store2<BF16>(dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * p.sh.scale,
-                              dk[4 * j + 2 * r + 1] * p.sh.scale);
+            dfa__store2<BF16>(dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * dk_scale,
+                              dk[4 * j + 2 * r + 1] * dk_scale);
             dfa__store2<BF16>(dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
         }
     }

@@ -21,7 +21,8 @@
  * (dfa__softmax_tile's KEEP_MAX), so that most blocks skip o's rescale (FlashAttention-4's
  * conditional rescaling); bit 7 (with bit 1) holds each consumer's Q in registers (wgmma RS with
  * K-major B), so that S reads only K from shared memory; bit 8 (with bits 1 and 5) leaves each
- * tile's last P V owed, issued with the next tile's first S (dfa__fwd_consume_tile).
+ * tile's last P V owed, issued with the next tile's first S (dfa__fwd_consume_tile); bit 9 (with
+ * bit 1) builds the wgmma descriptors as a base plus a constant (dfa__wgmma_desc_at).
  * Which combinations the library ships is in launch_fwd.cuh; the
  * others run in the kernel lab. OUT32 writes o as float32.
  *
@@ -146,11 +147,15 @@ static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars
    caller; Q must have landed. */
 /* O += P V over a key block: P (16-bit, BN / 16 register fragments) from registers, V from the
    stage at sVs; committed as one wgmma group. */
-template <int D, int BN, int BF16>
+template <int D, int BN, int BF16, int DESC_ADD = 0>
 static __device__ __forceinline__ void dfa__fwd_issue_pv(float *o, uint32_t (*pf)[4], uint32_t sVs) {
+    const uint32_t v_lo = dfa__wgmma_desc_lo(sVs, BN * 128);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++)
-        dfa__wgmma_rs<D, BF16>(o, pf[kk], dfa__wgmma_desc(sVs + kk * 16 * 128, BN * 128), 1);
+        dfa__wgmma_rs<D, BF16>(o, pf[kk],
+                               DESC_ADD ? dfa__wgmma_desc_at(v_lo, kk * 16 * 128)
+                                        : dfa__wgmma_desc(sVs + kk * 16 * 128, BN * 128),
+                               1);
     dfa__wgmma_commit();
 }
 
@@ -191,6 +196,9 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = D / 8;
     constexpr int PINGPONG = PP & 1, LATE_RESCALE = (PP & 4) != 0, FAST_EXP = (PP & 8) != 0, KEEP_MAX = (PP & 64) != 0;
     constexpr int Q_RS = (PP & 128) != 0, OWED = PERSIST && (PP & 256) != 0;
+    /* DESC_ADD (PP bit 9): the wgmma descriptors as a base per stage plus a constant per k-step
+       (dfa__wgmma_desc_at), not masked and shifted again for every k-step */
+    constexpr int DESC_ADD = (PP & 512) != 0;
     static_assert(!OWED || (!PINGPONG && !LATE_RESCALE && CLUSTER == 1), "an owed P V: pipelined, persistent only");
     const int next_bar = 1 + (c + 1) % NCW;
     float sc[NT8 * 4];
@@ -209,16 +217,22 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         if (PERSIST) dfa__mbar_arrive(B.q_empty());
     }
 #define DFA__FWD_ISSUE_S(s_)                                                                                      \
-    _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                      \
-        const uint64_t db = dfa__wgmma_desc(sK + (s_) * C::KVBYTES + (kk / 4) * BN * 128 + (kk % 4) * 32, 16);    \
-        if (Q_RS) {                                                                                               \
-            dfa__wgmma_rs_kb<BN, BF16>(sc, qf[Q_RS ? kk : 0], db, kk > 0);                                        \
-        } else {                                                                                                  \
-            const uint64_t da = dfa__wgmma_desc(sQ + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 16);     \
-            dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                          \
+    do {                                                                                                          \
+        const uint32_t k_lo = dfa__wgmma_desc_lo(sK + (s_) * C::KVBYTES, 16);                                   \
+        const uint32_t q_lo = dfa__wgmma_desc_lo(sQ + c * 64 * 128, 16);                                         \
+        _Pragma("unroll") for (int kk = 0; kk < D / 16; kk++) {                                                  \
+            const uint32_t kc = (kk / 4) * BN * 128 + (kk % 4) * 32, qc = (kk / 4) * BM * 128 + (kk % 4) * 32;    \
+            const uint64_t db = DESC_ADD ? dfa__wgmma_desc_at(k_lo, kc) : dfa__wgmma_desc(sK + (s_) * C::KVBYTES + kc, 16); \
+            if (Q_RS) {                                                                                           \
+                dfa__wgmma_rs_kb<BN, BF16>(sc, qf[Q_RS ? kk : 0], db, kk > 0);                                    \
+            } else {                                                                                              \
+                const uint64_t da = DESC_ADD ? dfa__wgmma_desc_at(q_lo, qc)                                       \
+                                             : dfa__wgmma_desc(sQ + c * 64 * 128 + qc, 16);                       \
+                dfa__wgmma_ss<BN, BF16>(sc, da, db, kk > 0);                                                      \
+            }                                                                                                     \
         }                                                                                                         \
-    }                                                                                                             \
-    dfa__wgmma_commit()
+        dfa__wgmma_commit();                                                                                      \
+    } while (0)
     float alpha[2];
     /* The first block. With an owed P V (block g - 1) it goes in after S, and the softmax runs under
        it. Two copies (the tag), so that no product is in flight where the paths join: ptxas
@@ -233,7 +247,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         DFA__FWD_ISSUE_S(s);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
         if (W) {
-            dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + so * C::KVBYTES);
+            dfa__fwd_issue_pv<D, BN, BF16, DESC_ADD>(o, pf, sV + so * C::KVBYTES);
             dfa__wgmma_wait<1>(); /* S has retired; the owed P V may still run */
         } else {
             dfa__wgmma_wait<0>();
@@ -272,7 +286,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
             dfa__rescale_o<OT8, KEEP_MAX>(o, alpha);
             dfa__wgmma_fence();
         }
-        dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + sp * C::KVBYTES);
+        dfa__fwd_issue_pv<D, BN, BF16, DESC_ADD>(o, pf, sV + sp * C::KVBYTES);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
         dfa__wgmma_wait<1>();
 #pragma unroll

@@ -85,6 +85,15 @@ static __device__ __forceinline__ void dfa__ldmatrix_x4(uint32_t *r, uint32_t ad
                  : "r"(addr));
 }
 
+/* Four 8 x 8 16-bit matrices to shared memory: register i of every lane holds two elements of
+   matrix i (row lane / 4, columns 2 (lane % 4), + 1: an mma accumulator fragment's pair), lanes
+   8 i .. 8 i + 7 give the addresses of matrix i's rows (16 bytes each). */
+static __device__ __forceinline__ void dfa__stmatrix_x4(uint32_t addr, const uint32_t *r) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 static __device__ __forceinline__ void dfa__ldmatrix_x4_trans(uint32_t *r, uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -310,6 +319,18 @@ static __device__ __forceinline__ uint64_t dfa__wgmma_desc(uint32_t addr, uint32
     d |= (uint64_t)(1024u >> 4) << 32;
     d |= (uint64_t)1 << 62;
     return d;
+}
+/* The same descriptor in halves: the low word (start address / 16 in 14 bits, LBO / 16 in the
+   next 14) and the constant high word (SBO 1024, 128-byte swizzle). Every shared address of an
+   sm_90 CTA is under 256 KB, so the descriptor of addr + off (off a multiple of 16) is
+   dfa__wgmma_desc_at(dfa__wgmma_desc_lo(addr, lbo), off): one add on a base computed once,
+   where ptxas masks, shifts and ors every address again (10-13 instructions per wgmma in the
+   backward's main loop, ncu session 18). */
+static __device__ __forceinline__ uint32_t dfa__wgmma_desc_lo(uint32_t addr, uint32_t lbo_bytes) {
+    return ((addr & 0x3ffffu) >> 4) | (((lbo_bytes >> 4) & 0x3fffu) << 16);
+}
+static __device__ __forceinline__ uint64_t dfa__wgmma_desc_at(uint32_t lo, uint32_t off_bytes) {
+    return ((uint64_t)((1024u >> 4) | (1u << 30)) << 32) | (uint64_t)(lo + (off_bytes >> 4));
 }
 
 template <int N> static __device__ __forceinline__ void dfa__setmaxnreg_inc(void) {

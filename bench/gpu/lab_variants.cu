@@ -176,11 +176,11 @@ static const dfa__bwd_launcher lab_kv[30][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<1073, 0>, lab_bwd_runs<1073, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<1105, 0>, lab_bwd_runs<1105, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<1281, 0>, lab_bwd_runs<1281, 1>}},
-    /* 1049: 1041 with ex2, masked 1305 (1297 + ex2): the library's d = 128 kernels since session 15 */
+    /* 1049: 1041 with ex2, masked 1305 (1297 + ex2): the library's d = 128 kernels in sessions 15-17 */
     {{NULL, NULL}, {lab_bwd_runs<1049, 0>, lab_bwd_runs<1049, 1>}},
     /* 5145: 1049 with Q and dO copied before the lse and D reads (bit 12), masked 5401 */
     {{NULL, NULL}, {lab_bwd_runs<5145, 0>, lab_bwd_runs<5145, 1>}},
-    /* 9241: the library's d = 128 kernels (1049, masked 9497 = 1305 + stamps) with the per-CTA stamps */
+    /* 9241: the d = 128 kernels of sessions 15-17 (1049, masked 9497 = 1305 + stamps) with the per-CTA stamps */
     {{NULL, NULL}, {lab_bwd_runs<9241, 0>, lab_bwd_runs<9241, 1>}},
     /* 17433: 1049 with K and V issued at the entry, the tensor maps prefetched (bit 14; masked 17689);
        25625: the same with the stamps */

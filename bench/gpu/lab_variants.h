@@ -79,14 +79,14 @@ enum {
     LAB_BWD_WS_RUNS_DEFER_PP,
     LAB_BWD_WS_RUNS_DEFER_EARLY,
     LAB_BWD_WS_RUNS_TMA_DKV,
-    LAB_BWD_WS_RUNS_DEFER_EX2, /* 1041, masked 1297, with ex2 (+8): the library's d = 128 kernels since session 15 */
+    LAB_BWD_WS_RUNS_DEFER_EX2, /* 1041, masked 1297, with ex2 (+8): the library's d = 128 kernels in sessions 15-17 */
     LAB_BWD_WS_Q_FIRST,        /* those with Q and dO copied before the lse and D reads (+4096) */
-    LAB_BWD_WS_STAMPS,         /* the library's d = 128 kernels (1049, masked 1305) stamping each CTA's phases
+    LAB_BWD_WS_STAMPS,         /* the d = 128 kernels of sessions 15-17 (1049, masked 1305) stamping each CTA's phases
                                   (+8192; lab_bwd_stamps_dump) */
-    LAB_BWD_WS_EARLY_KV,       /* the library's d = 128 kernels with K, V copied at the entry (+16384) */
+    LAB_BWD_WS_EARLY_KV,       /* the sessions 15-17 d = 128 kernels with K, V copied at the entry (+16384) */
     LAB_BWD_WS_EARLY_KV_STAMPS, /* ... and the stamps (+8192) */
-    LAB_BWD_WS_TMA_DKV_ALL,    /* the library's d = 128 kernels with dK, dV by TMA unmasked too (1305) */
-    LAB_BWD_WS_DESC_ADD,       /* the library's d = 128 kernels with descriptors as base + constant (+32768) */
+    LAB_BWD_WS_TMA_DKV_ALL,    /* the sessions 15-17 d = 128 kernels with dK, dV by TMA unmasked too (1305) */
+    LAB_BWD_WS_DESC_ADD,       /* the sessions 15-17 d = 128 kernels with descriptors as base + constant (+32768) */
     LAB_BWD_WS_DESC_SCALE_STSM, /* ... and dS^T scaled (+65536, bf16) and stored by stmatrix (+131072) */
     LAB_BWD_WS_DESC_SCALE_STSM_TMA, /* ... and dK, dV by TMA unmasked too (+256) */
 };

@@ -132,19 +132,31 @@ static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long lo
    (1%). Promoted at d = 128 (session 15, run 1: the GPU suite and memcheck pass on it; the masks
    bench, alternated with the build before, forward+backward +1.5-2% with documents, +0.5-1.8% with
    the window). At d = 64 ex2 lost 1-2% (run 1, causal 8k and 32k), so d = 64's unmasked instances
-   keep DFA__BWD_WS_LIBRARY (1041) and its masked ones 1025. */
+   keep DFA__BWD_WS_LIBRARY (1041) and its masked ones 1025.
+   Bits 15-17 (session 18) cut the instructions ncu counted in the main loop (808 per consumer
+   warp and block at causal 2k, against cuDNN's kernel issuing 27% fewer in all; bench/gpu/NOTES.md):
+   bit 15 (DESC_ADD) builds the wgmma descriptors as a base plus a constant, where ptxas masked,
+   shifted and moved every k-step's address into uniform registers again (a third of the loop);
+   bit 16 (SCALE_DS, bf16) puts the softmax scale into dS^T once instead of into every dQ tile
+   and dK; bit 17 (STSM) stores dS^T by stmatrix. With all three the kernel issues 31% fewer
+   instructions (1.02 G -> 0.71 G at causal 2k, ncu). Run 2, 3 interleaved rounds: bit 15 on
+   1049 +2.4% causal 2k, +2.2% causal 32k, +2.5-2.9% non-causal 2k-32k (spreads under 2%; 8k
+   causal noisy), on the masked 1305 +2.1% (4k window and documents at 128k); bits 16 and 17 on
+   top of it +1.5% more masked (505.5 / 506.5 TFLOP/s against 488.1 / 488.7 for 1305), but 0 to
+   -1.4% unmasked, so the unmasked instances take bit 15 alone. At d = 64 bit 15 on 1049 +2.1%
+   (causal 2k, 32k). */
 #ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
-#define DFA__BWD_WS_LIBRARY 1041
+#define DFA__BWD_WS_LIBRARY 33809 /* 1041 + 32768 */
 #endif
 #ifndef DFA__BWD_WS_LIBRARY128 /* the unmasked instances at d = 128 (ex2); DFA__BWD_WS_LIBRARY serves d = 64 */
-#define DFA__BWD_WS_LIBRARY128 1049
+#define DFA__BWD_WS_LIBRARY128 33817 /* 1049 + 32768 */
 #endif
 #define DFA__BWD_WS_LIBRARY_UNMASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY128 : DFA__BWD_WS_LIBRARY)
 #ifndef DFA__BWD_WS_LIBRARY_MASKED128
-#define DFA__BWD_WS_LIBRARY_MASKED128 1305
+#define DFA__BWD_WS_LIBRARY_MASKED128 230681 /* 1305 + 32768 + 65536 + 131072 */
 #endif
 #ifndef DFA__BWD_WS_LIBRARY_MASKED64
-#define DFA__BWD_WS_LIBRARY_MASKED64 1025
+#define DFA__BWD_WS_LIBRARY_MASKED64 33793 /* 1025 + 32768 */
 #endif
 #define DFA__BWD_WS_LIBRARY_MASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY_MASKED128 : DFA__BWD_WS_LIBRARY_MASKED64)
 template <int D, int BM, int DQ_MODE, int BF16, int OUT32, int MASKED, int VARIANT>

@@ -56,7 +56,8 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
 }
 
 /* Query rows (seqlen_q times the group's heads: what a key tile's CTA walks at most) up to which
-   the unmasked d = 128 kernel stores dK and dV by TMA (VARIANT bit 8). The epilogue is a CTA's
+   the unmasked d = 128 kernel stores dK and dV by TMA (VARIANT bit 8; measured on 1049 against
+   1305, before bit 15 joined both). The epilogue is a CTA's
    share in inverse proportion to the blocks it walks: with direct stores from registers (16 of
    each sector's 32 bytes used, ncu) it took 10% of the SMs' time at causal 2k. By TMA: causal 2k
    +4.3/+4.8%, non-causal 2k +3.0%; 8k and 32k level within the spread, where the direct

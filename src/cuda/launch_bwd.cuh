@@ -56,13 +56,12 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
 }
 
 /* Query rows (seqlen_q times the group's heads: what a key tile's CTA walks at most) up to which
-   the unmasked d = 128 kernel stores dK and dV by TMA (VARIANT bit 8; measured on 1049 against
-   1305, before bit 15 joined both). The epilogue is a CTA's
+   the unmasked d = 128 kernel stores dK and dV by TMA (VARIANT bit 8). The epilogue is a CTA's
    share in inverse proportion to the blocks it walks: with direct stores from registers (16 of
-   each sector's 32 bytes used, ncu) it took 10% of the SMs' time at causal 2k. By TMA: causal 2k
-   +4.3/+4.8%, non-causal 2k +3.0%; 8k and 32k level within the spread, where the direct
-   stores' main loop (scheduled apart by ptxas) was once 1.9% faster at 32k (session 17, run 2,
-   bench/gpu/NOTES.md). */
+   each sector's 32 bytes used, ncu) it took 10% of the SMs' time at causal 2k. By TMA (1305
+   against 1049, before bit 15 joined both): causal 2k +4.3 to +5.8%, 4k +3.0%, non-causal 2k
+   +2.9 to +3.0%, 4k +5.5%; 8k and 32k level within the spread, where the direct stores' main loop
+   (scheduled apart by ptxas) was once 1.9% faster at 32k (sessions 17 and 18, bench/gpu/NOTES.md). */
 #define DFA__BWD_TMA_DKV_MAX_ROWS 4096
 
 static inline bool dfa__bwd_tma_dkv_for(long long rows) {

@@ -258,12 +258,14 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     }
 
     /* 16-bit outputs with the caller's scratch (which then holds the dq accumulator), with dK, dV
-       stored from registers and by TMA (where the kernel has both: launch_bwd.cuh
-       dfa__bwd_tma_dkv_for): the public call's bits either way */
+       stored from registers and by TMA where the kernel has both (launch_bwd.cuh
+       dfa__bwd_tma_dkv_for: the Hopper kernel at d = 128, unmasked, dq added as it comes), once
+       with the launcher's choice elsewhere: the public call's bits either way */
     void *h = tl_alloc(t, n[0] > n[1] ? n[0] : n[1]);
-    static const char *stores[2] = {"direct dk, dv stores", "dk, dv by TMA"};
-    for (int mode = 1; mode <= 2; mode++) {
-        snprintf(kname, sizeof kname, "%s, caller's scratch, %s", kernel, stores[mode - 1]);
+    static const char *stores[3] = {"launcher's dk, dv stores", "direct dk, dv stores", "dk, dv by TMA"};
+    const int both = !strncmp(kernel, "wgmma", 5) && d->head_dim == 128 && !masked && !det;
+    for (int mode = both ? 1 : 0; mode <= (both ? 2 : 0); mode++) {
+        snprintf(kname, sizeof kname, "%s, caller's scratch, %s", kernel, stores[mode]);
         dev_poison(scratch, sbytes + canary);
         dfa__cuda_force_bwd_dkv_tma(mode);
         run_bwd_internal(&s, kname, ins, lse, outs, bytes16, scratch);

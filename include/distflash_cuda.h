@@ -30,16 +30,21 @@
  *  - Scratch: the backward takes dfa_attn_bwd_cuda_scratch_bytes() of device
  *    memory with cudaMallocAsync on `stream` from the device's current memory
  *    pool and gives it back with cudaFreeAsync on the same stream, so the
- *    memory is reused in stream order. Applications that call often should
- *    raise the pool's release threshold (cudaMemPoolAttrReleaseThreshold) so
- *    the pool keeps it between calls; the library leaves pool settings alone.
- *    The merge takes no scratch. The forward takes none either, except (a) on
- *    sm_90 at head dim 128 with more query tiles (batch x num_heads x
- *    ceil(seqlen_q / 128)) than the device has SMs: 256 bytes, the counter of
- *    its persistent kernel's tile scheduler; (b) under a mask (documents or a
- *    window, see "Masks" in distflash.h), where both the forward and the
- *    backward also take 8 bytes per query row and per key row (the visible
- *    interval of each, computed by a small kernel first). Both in the same way.
+ *    memory is reused in stream order. The merge takes no scratch. The forward
+ *    takes none either, except (a) on sm_90 at head dim 128 with more query
+ *    tiles (batch x num_heads x ceil(seqlen_q / 128)) than the device has SMs:
+ *    256 bytes, the counter of its persistent kernel's tile scheduler; (b) under
+ *    a mask (documents or a window, see "Masks" in distflash.h), where both the
+ *    forward and the backward also take 8 bytes per query row and per key row
+ *    (the visible interval of each, computed by a small kernel first). Both in
+ *    the same way. With the pool's default release threshold (0) the driver
+ *    may unmap that memory at every synchronisation and map it again at the
+ *    next call, host time that shows as idle GPU time when the GPU waits for
+ *    the call (about 0.2 ms a forward+backward at 2k x 16 x 32 heads on an
+ *    H200). The library leaves pool settings alone; callers that call often
+ *    either raise the threshold (cudaMemPoolAttrReleaseThreshold) or pass
+ *    scratch of their own to the _with_scratch calls below (the Python
+ *    binding passes PyTorch's cached memory).
  *  - Masks: d->q_doc and d->k_doc are device pointers (4-byte aligned) on the
  *    current device, read in stream order. That they are non-decreasing along
  *    each batch row is the caller's promise here (the CPU calls check it; the
@@ -85,10 +90,33 @@ DFA_API dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, cons
 DFA_API dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
                                        const float *lse_part, cudaStream_t stream);
 
-/* Device scratch bytes one dfa_attn_bwd_cuda call with this descriptor takes (0 if d is
-   invalid): 8 bytes per (batch, head, query row), plus a float32 copy of dq unless
-   DFA_FLAG_DETERMINISTIC is set. The forward and the merge take none. */
+/* Device scratch bytes one backward with this descriptor takes (0 if d is invalid): 8 bytes
+   per (batch, head, query row), plus a float32 copy of dq unless DFA_FLAG_DETERMINISTIC is
+   set, plus under a mask 8 bytes per (batch, query row) and per (batch, key row), each part
+   rounded up to 256 bytes. What dfa_attn_bwd_cuda_with_scratch needs. */
 DFA_API size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
+
+/* Device scratch bytes dfa_attn_fwd_cuda_with_scratch needs with this descriptor (0 if d is
+   invalid): 256 bytes, plus under a mask 8 bytes per (batch, query row) and per (batch, key
+   row), each part rounded up to 256 bytes. */
+DFA_API size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *d);
+
+/* The same calls as dfa_attn_fwd_cuda and dfa_attn_bwd_cuda, with the caller's scratch in
+   place of the library's stream-ordered allocations (for callers with a caching allocator of
+   their own: no allocation, no pool, no host work beyond the launches). scratch: device memory
+   on the current device, 256-byte aligned, at least dfa_attn_{fwd,bwd}_cuda_scratch_bytes(d)
+   bytes (scratch_bytes says how many there are); its contents on entry do not matter, and it
+   must not overlap any input or output. The call writes it in stream order on `stream`; the
+   caller keeps it, and does not touch it, until that work has finished (reusing it for the
+   next call on the same stream is fine). Errors as the plain calls', plus
+   DFA_ERR_INVALID_ARGUMENT naming scratch (NULL, misaligned, not device memory) or
+   scratch_bytes (too few). Thread safety: as the plain calls, with scratch an output. */
+DFA_API dfa_status dfa_attn_fwd_cuda_with_scratch(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                                                  void *o, float *lse, void *scratch, size_t scratch_bytes,
+                                                  cudaStream_t stream);
+DFA_API dfa_status dfa_attn_bwd_cuda_with_scratch(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                                                  const void *o, const float *lse, const void *dout, void *dq, void *dk,
+                                                  void *dv, void *scratch, size_t scratch_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

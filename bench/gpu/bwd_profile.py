@@ -6,9 +6,11 @@ the library's through the C ABI too).
         python3 bench/gpu/bwd_profile.py [--shapes 128:2048:16:32:0,...] [--windows 4096] [--iters 5]
 
 A shape is d:S:b:h:causal (b x h heads of S tokens, bf16); --windows W,... adds the masks
-bench's causal sliding windows (S = 131072, 16 heads of 128; cuDNN has no window here, so
-ours alone). Prints per case and library the kernels' mean time per forward+backward (µs) and
-their sum: the attention kernels against the passes around them (D, dq conversion, memsets).
+bench's causal sliding windows and --docs MEAN,... its packed documents (log-normal lengths of
+that mean), both at S = 131072 with 16 heads of 128 (cuDNN has no such masks here: ours alone). Prints per case and library the kernels' mean time per forward+backward (µs) and
+their sum: the attention kernels against the passes around them (D, dq conversion, memsets), and
+the calls' median CUDA-event time (what lies outside the kernels: launch gaps, allocations).
+--pool-keep keeps the default memory pool's memory between calls (cuda_pool.py).
 
 --plain: no torch.profiler, each case just runs (3 warm-up calls, then --iters), for an outside
 profiler whose CUPTI use would clash with torch's, e.g. Nsight Compute on the 2k causal backward,
@@ -34,11 +36,26 @@ def short(name, width=72):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def wall_us(fn, iters):
+    """The median of iters CUDA-event timings of fn (µs), each call alone on the stream."""
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(1e3 * a.elapsed_time(b))
+    return sorted(ts)[len(ts) // 2]
+
+
 def kernel_times(fn, iters, plain):
-    """Each kernel's µs per call of fn, after 3 warm-up calls; plain: just the calls, no profiler."""
+    """Each kernel's µs per call of fn, after 3 warm-up calls; plain: just the calls, no profiler.
+    The key "wall" holds the calls' median event time (before the profiled calls)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    wall = None if plain else wall_us(fn, iters)
     if plain:
         for _ in range(iters):
             fn()
@@ -52,15 +69,17 @@ def kernel_times(fn, iters, plain):
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             per[short(e.name)] += e.device_time / iters  # µs per forward+backward
-    return per
+    return per, wall
 
 
-def report(title, per):
-    if per is None:
+def report(title, res):
+    if res is None:
         print(f"== {title}: ran", flush=True)
         return
+    per, wall = res
     total = sum(per.values())
-    print(f"== {title}: {total:9.1f} µs of kernels per forward+backward")
+    print(f"== {title}: {total:9.1f} µs of kernels per forward+backward; {wall:9.1f} µs between events "
+          f"({wall - total:+.1f} outside kernels)")
     for name, us in sorted(per.items(), key=lambda x: -x[1]):
         print(f"   {us:9.1f} µs {100 * us / total:5.1f}%  {name}")
 
@@ -83,9 +102,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="128:2048:16:32:0,128:2048:16:32:1,128:32768:1:32:1")
     ap.add_argument("--windows", default="4096")
+    ap.add_argument("--docs", default="", help="mean lengths of the masks bench's packed documents, e.g. 4096")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--pool-keep", action="store_true",
+                    help="raise the default memory pool's release threshold (cuda_pool.py)")
     ap.add_argument("--plain", action="store_true", help="no torch.profiler (for ncu or nsys)")
+    ap.add_argument("--library-scratch", action="store_true",
+                    help="the binding calls the plain entry points (scratch from the CUDA pool), not _with_scratch")
     a = ap.parse_args()
+    if a.library_scratch:
+        import distflash._ops
+        distflash._ops._CALLER_SCRATCH = False
+    if a.pool_keep:
+        from cuda_pool import keep_pool
+        keep_pool(torch.cuda.current_device())
     for spec in filter(None, a.shapes.split(",")):
         d, s, b, h, causal = (int(x) for x in spec.split(":"))
         q, k, v, do = distflash_case(f"distflash d={d} S={s} b={b} h={h} causal={causal}", (b, s, h, d), a,
@@ -103,6 +133,12 @@ def main():
     S, H, D = 131072, 16, 128
     for w in (int(x) for x in a.windows.split(",") if x):
         distflash_case(f"distflash window {w} S={S} h={H} d={D}", (1, S, H, D), a, causal=True, window=(w, None))
+        torch.cuda.empty_cache()
+    for mean in (float(x) for x in a.docs.split(",") if x):
+        from masks_bench import lognormal_docs
+        ids, lens = lognormal_docs(S, mean, 1.0, seed=1)
+        distflash_case(f"distflash docs mean {mean:.0f} ({len(lens)}) S={S} h={H} d={D}", (1, S, H, D), a,
+                       causal=True, doc_ids=ids.to("cuda").view(1, S))
         torch.cuda.empty_cache()
 
 

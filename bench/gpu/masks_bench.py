@@ -13,11 +13,14 @@ medians after warm-up; each library in its native layout (distflash [B, S, H, D]
 
     DISTFLASH_LIB=build-gpu/src/libdistflash.so PYTHONPATH=python \
         python3 bench/gpu/masks_bench.py [--seqlen 131072] [--heads 16] [--dim 128] [--json out.json]
-        [--idle SECONDS]
+        [--idle SECONDS] [--pool-keep]
 
 --idle S lets the GPU idle S seconds after each warm-up, before the timed runs, for both libraries:
 the H200 runs power-capped, so a measurement that follows idle time (Flex's compilation, say) gets
 more clock than one that follows another library's timing (BENCHMARKS.md, issue 11's tenth round).
+
+--pool-keep keeps the device's default memory pool's memory between calls (the backward's scratch
+comes from it; cuda_pool.py), as an application that calls often would.
 
 Prints one row per (mask, pass) and a table last: TFLOP/s of each and the ratio (the bar: >= 1.5).
 """
@@ -86,8 +89,18 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--idle", type=float, default=0.0, help="seconds the GPU idles before each timing")
+    ap.add_argument("--pool-keep", action="store_true",
+                    help="raise the default memory pool's release threshold (cuda_pool.py)")
+    ap.add_argument("--library-scratch", action="store_true",
+                    help="the binding calls the plain entry points (scratch from the CUDA pool), not _with_scratch")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.library_scratch:
+        import distflash._ops
+        distflash._ops._CALLER_SCRATCH = False
+    if a.pool_keep:
+        from cuda_pool import keep_pool
+        keep_pool(torch.cuda.current_device())
 
     import distflash.torch as dft
     print("torch", torch.__version__, torch.cuda.get_device_name(), "distflash", dft._capi.version_string(),
@@ -141,7 +154,7 @@ def main():
             o = dft.attention(ql, kl, vl, **kw)
             torch.autograd.grad(o, (ql, kl, vl), do)
         t_fb = bench(fb, rep=a.reps, idle=a.idle)
-        res = {"mask": mask, "S": S, "H": H, "D": D, "pairs": pairs, "idle_s": a.idle, "ours_fwd_ms": t_f,
+        res = {"mask": mask, "S": S, "H": H, "D": D, "pairs": pairs, "idle_s": a.idle, "pool_keep": a.pool_keep, "ours_fwd_ms": t_f,
                "ours_fb_ms": t_fb,
                "ours_fwd_tflops": fwd_flop / t_f * 1e-9, "ours_fb_tflops": 3.5 * fwd_flop / t_fb * 1e-9}
         # flex

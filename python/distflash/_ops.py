@@ -226,10 +226,29 @@ def _p(t):
     return None if t is None else t.data_ptr()
 
 
+# False: the plain calls, whose scratch the library takes from the CUDA memory pool (for the
+# benches' A/B, bench/gpu/bwd_profile.py --library-scratch)
+_CALLER_SCRATCH = True
+
+
+def _scratch(kind, d, t):
+    """The device scratch of one dfa_attn_{kind}_cuda_with_scratch call with descriptor d, from
+    PyTorch's caching allocator on t's device (512-byte aligned; freed in the current stream's
+    order, the stream the call runs on). The library's own scratch comes from the CUDA memory
+    pool, which gives its memory back at every synchronisation unless told otherwise and then
+    maps it again: host time in front of the kernels (distflash_cuda.h, "Scratch")."""
+    n = _capi.fn(f"dfa_attn_{kind}_cuda_scratch_bytes")(d)
+    return t.new_empty((n,), dtype=torch.uint8), n
+
+
 def fwd_into(d, q, k, v, o, lse):
     """d: a dfa_attn_desc or a reference to one (desc_ref)."""
-    if q.is_cuda:
+    if q.is_cuda and not _CALLER_SCRATCH:
         _cuda_call("dfa_attn_fwd_cuda", q, d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), _p(lse))
+    elif q.is_cuda:
+        scratch, n = _scratch("fwd", d, q)
+        _cuda_call("dfa_attn_fwd_cuda_with_scratch", q, d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                   _p(lse), scratch.data_ptr(), n)
     else:
         s = _capi.fn("dfa_attn_fwd")(d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), _p(lse))
         if s:
@@ -240,8 +259,11 @@ def bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv):
     """d: a dfa_attn_desc or a reference to one (desc_ref)."""
     args = (d, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), dout.data_ptr(),
             dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
-    if q.is_cuda:
+    if q.is_cuda and not _CALLER_SCRATCH:
         _cuda_call("dfa_attn_bwd_cuda", q, *args)
+    elif q.is_cuda:
+        scratch, n = _scratch("bwd", d, q)
+        _cuda_call("dfa_attn_bwd_cuda_with_scratch", q, *args, scratch.data_ptr(), n)
     else:
         s = _capi.fn("dfa_attn_bwd")(*args)
         if s:

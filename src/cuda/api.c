@@ -31,6 +31,7 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     s.out_f32 = 0;
     s.masked = d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0;
     s.mask_rows = s.mask_keys = NULL;
+    s.fwd_counter = NULL;
     if (d->causal) {
         const long long off = (long long)(d->q_start - d->k_start); /* both < 2^62 in magnitude */
         if (off >= (long long)d->seqlen_k - 1) s.causal = 0;     /* row 0 already sees every key */
@@ -46,9 +47,47 @@ static dfa_status check_docs(const dfa_attn_desc *d, const char *fn) {
     return d->q_doc ? dfa__cuda_check_device_ptrs(ps, 2, fn) : DFA_OK;
 }
 
-dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
-                             float *lse, cudaStream_t stream) {
-    static const char fn[] = "dfa_attn_fwd_cuda";
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Bytes of a validated descriptor's mask intervals (0 without a mask; a multiple of 256). */
+static size_t mask_bytes_of(const dfa_attn_desc *d) {
+    if (!d->q_doc && !(d->flags & DFA_FLAG_WINDOW)) return 0;
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    return dfa__cuda_mask_bytes(&m);
+}
+
+/* A caller's scratch: the forward's holds the mask intervals, then the persistent kernel's tile
+   counter; the backward's the dq accumulator, D and lse2 (dfa__cuda_bwd_scratch), then the mask
+   intervals. */
+static size_t fwd_scratch_of(const dfa_attn_desc *d) { return mask_bytes_of(d) + 256; }
+static size_t bwd_scratch_of(const dfa_attn_desc *d) {
+    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
+    return align256(dfa__cuda_bwd_scratch(&s)) + mask_bytes_of(d);
+}
+
+static dfa_status check_scratch(const void *scratch, size_t bytes, size_t need, const char *fn) {
+    if (!scratch) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch is NULL");
+    if (bytes < need)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch_bytes = %zu is less than the %zu bytes the call needs",
+                         bytes, need);
+    const dfa__dev_ptr ps[] = {{scratch, "scratch", 256}};
+    return dfa__cuda_check_device_ptrs(ps, 1, fn);
+}
+
+/* The mask intervals of a masked call: in the caller's scratch at mbytes (with_scratch), else
+   in stream-ordered scratch of their own (*owned, given back by dfa__cuda_mask_end). */
+static dfa_status mask_begin(const dfa_attn_desc *d, dfa__cuda_shape *s, void *in, void **owned, cudaStream_t stream,
+                             const char *fn) {
+    *owned = NULL;
+    if (!s->masked) return DFA_OK;
+    if (!in) return dfa__cuda_mask_begin(d, s, owned, stream, fn);
+    const dfa__cuda_mask m = dfa__cuda_mask_of(d);
+    return dfa__cuda_mask_prepare(&m, in, s, stream, fn);
+}
+
+static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, void *o,
+                           float *lse, int with_scratch, void *scratch, size_t scratch_bytes, cudaStream_t stream,
+                           const char *fn) {
     dfa__clear_error();
     dfa_attn_desc d;
     dfa_status st = dfa__check_fwd_args(user_d, dfa__cuda_check_dtype, &d, q, k, v, o, lse, fn);
@@ -56,16 +95,19 @@ dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
     if ((st = check_docs(&d, fn))) return st;
+    if (with_scratch && (st = check_scratch(scratch, scratch_bytes, fwd_scratch_of(&d), fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    void *mbuf = NULL;
-    if (s.masked && (st = dfa__cuda_mask_begin(&d, &s, &mbuf, stream, fn))) return st;
+    const size_t mbytes = mask_bytes_of(&d);
+    if (with_scratch) s.fwd_counter = (unsigned int *)((char *)scratch + mbytes);
+    void *owned = NULL;
+    if ((st = mask_begin(&d, &s, with_scratch ? scratch : NULL, &owned, stream, fn))) return st;
     st = dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
-    return dfa__cuda_mask_end(mbuf, st, stream, fn);
+    return dfa__cuda_mask_end(owned, st, stream, fn);
 }
 
-dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
-                             const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream) {
-    static const char fn[] = "dfa_attn_bwd_cuda";
+static dfa_status bwd_call(const dfa_attn_desc *user_d, const void *q, const void *k, const void *v, const void *o,
+                           const float *lse, const void *dout, void *dq, void *dk, void *dv, int with_scratch,
+                           void *scratch, size_t scratch_bytes, cudaStream_t stream, const char *fn) {
     dfa__clear_error();
     dfa_attn_desc d;
     dfa_status st = dfa__check_bwd_args(user_d, dfa__cuda_check_dtype, &d, q, k, v, o, lse, dout, dq, dk, dv, fn);
@@ -74,11 +116,35 @@ dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *user_d, const void *q, const v
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
     if ((st = check_docs(&d, fn))) return st;
+    if (with_scratch && (st = check_scratch(scratch, scratch_bytes, bwd_scratch_of(&d), fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    void *mbuf = NULL;
-    if (s.masked && (st = dfa__cuda_mask_begin(&d, &s, &mbuf, stream, fn))) return st;
-    st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, NULL, NULL, stream, fn);
-    return dfa__cuda_mask_end(mbuf, st, stream, fn);
+    const size_t own = align256(dfa__cuda_bwd_scratch(&s)); /* before the mask's part */
+    void *owned = NULL;
+    if ((st = mask_begin(&d, &s, with_scratch ? (char *)scratch + own : NULL, &owned, stream, fn))) return st;
+    st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, with_scratch ? scratch : NULL, NULL, stream, fn);
+    return dfa__cuda_mask_end(owned, st, stream, fn);
+}
+
+dfa_status dfa_attn_fwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o, float *lse,
+                             cudaStream_t stream) {
+    return fwd_call(d, q, k, v, o, lse, 0, NULL, 0, stream, "dfa_attn_fwd_cuda");
+}
+
+dfa_status dfa_attn_fwd_cuda_with_scratch(const dfa_attn_desc *d, const void *q, const void *k, const void *v, void *o,
+                                          float *lse, void *scratch, size_t scratch_bytes, cudaStream_t stream) {
+    return fwd_call(d, q, k, v, o, lse, 1, scratch, scratch_bytes, stream, "dfa_attn_fwd_cuda_with_scratch");
+}
+
+dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, const void *k, const void *v, const void *o,
+                             const float *lse, const void *dout, void *dq, void *dk, void *dv, cudaStream_t stream) {
+    return bwd_call(d, q, k, v, o, lse, dout, dq, dk, dv, 0, NULL, 0, stream, "dfa_attn_bwd_cuda");
+}
+
+dfa_status dfa_attn_bwd_cuda_with_scratch(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
+                                          const void *o, const float *lse, const void *dout, void *dq, void *dk,
+                                          void *dv, void *scratch, size_t scratch_bytes, cudaStream_t stream) {
+    return bwd_call(d, q, k, v, o, lse, dout, dq, dk, dv, 1, scratch, scratch_bytes, stream,
+                    "dfa_attn_bwd_cuda_with_scratch");
 }
 
 dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *lse_acc, const void *o_part,
@@ -95,11 +161,17 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *
                            lse_part, stream, fn);
 }
 
-size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {
-    static const char fn[] = "dfa_attn_bwd_cuda_scratch_bytes";
+/* The scratch queries answer 0 for an invalid descriptor (dfa_last_error says why). */
+static int import_desc(const dfa_attn_desc *user_d, dfa_attn_desc *d, const char *fn) {
+    return dfa__attn_desc_import(user_d, d, fn) == DFA_OK && dfa__check_desc(d, DFA__DESC_FULL, fn) == DFA_OK;
+}
+
+size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {
     dfa_attn_desc d;
-    if (dfa__attn_desc_import(user_d, &d, fn) != DFA_OK || dfa__check_desc(&d, DFA__DESC_FULL, fn) != DFA_OK)
-        return 0;
-    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    return dfa__cuda_bwd_scratch(&s);
+    return import_desc(user_d, &d, "dfa_attn_fwd_cuda_scratch_bytes") ? fwd_scratch_of(&d) : 0;
+}
+
+size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {
+    dfa_attn_desc d;
+    return import_desc(user_d, &d, "dfa_attn_bwd_cuda_scratch_bytes") ? bwd_scratch_of(&d) : 0;
 }

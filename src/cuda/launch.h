@@ -35,6 +35,10 @@ typedef struct {
     int masked;
     const int *mask_rows; /* [batch][seqlen_q][2] */
     const int *mask_keys; /* [batch][seqlen_k][2] */
+    /* The persistent forward's tile counter (4 bytes of device memory, zeroed by its launcher):
+       a caller's scratch (dfa_attn_fwd_cuda_with_scratch); NULL: the launcher takes 256 bytes of
+       stream-ordered scratch itself */
+    unsigned int *fwd_counter;
 } dfa__cuda_shape;
 
 /* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). A descriptor with

@@ -101,9 +101,10 @@ static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t s
                            "query tiles", "forward kernel launch", tq, tk, tv, to, p);
 }
 
-/* The persistent forward (fwd_wgmma.cuh, PP bit 5) on `sms` CTAs. Its tile counter lives in
-   256 bytes of stream-ordered scratch (cudaMallocAsync on st, zeroed there, given back with
-   cudaFreeAsync after the launch), so that calls on several streams at once never share one. */
+/* The persistent forward (fwd_wgmma.cuh, PP bit 5) on `sms` CTAs. Its tile counter lives in the
+   caller's scratch (p.sh.fwd_counter) or else in 256 bytes of stream-ordered scratch
+   (cudaMallocAsync on st, given back with cudaFreeAsync after the launch), zeroed on st, so that
+   calls on several streams at once never share one. */
 template <int D, int BN, int BF16, int PP, int NCW>
 static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, long long tiles, int sms, cudaStream_t st,
                                                    const char *fn) {
@@ -117,16 +118,19 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
     if (!(PP & 16)) to = tq;
     else if (!dfa__tmap(&to, p.o, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, 64))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for o");
-    void *counter = NULL;
-    cudaError_t e = cudaMallocAsync(&counter, 256, st);
-    if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMallocAsync of the forward's tile counter");
+    void *counter = p.sh.fwd_counter;
+    cudaError_t e = cudaSuccess;
+    if (!counter && (e = cudaMallocAsync(&counter, 256, st)) != cudaSuccess)
+        return dfa__cuda_fail(e, fn, "cudaMallocAsync of the forward's tile counter");
     e = cudaMemsetAsync(counter, 0, sizeof(unsigned int), st);
     s = e != cudaSuccess ? dfa__cuda_fail(e, fn, "zeroing the forward's tile counter")
                          : dfa__launch(dfa__fwd_wgmma_persistent_kernel<D, BN, BF16, PP, NCW>, (long long)sms, C::NT,
                                        PC::SMEM, st, fn, "query tiles", "persistent forward kernel launch", tq, tk, tv, to, p,
                                        (unsigned int *)counter);
-    e = cudaFreeAsync(counter, st);
-    if (!s && e != cudaSuccess) s = dfa__cuda_fail(e, fn, "cudaFreeAsync of the forward's tile counter");
+    if (counter != (void *)p.sh.fwd_counter) {
+        e = cudaFreeAsync(counter, st);
+        if (!s && e != cudaSuccess) s = dfa__cuda_fail(e, fn, "cudaFreeAsync of the forward's tile counter");
+    }
     return s;
 }
 

@@ -138,9 +138,15 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     const size_t sems = inorder ? 4 * (size_t)d->batch * d->num_heads * (size_t)((d->seqlen_q + 63) / 64) : 0;
     const size_t acc_end = base + (det && !inorder ? 0 : 4 * (size_t)n[0]);
     const size_t want16 = inorder ? (acc_end + 255) / 256 * 256 + sems : acc_end, want32 = base + sems;
-    CHECK(dfa__cuda_bwd_scratch(&s) == want16 && dfa_attn_bwd_cuda_scratch_bytes(d) == want16,
-          "scratch bytes %zu (public %zu), want %zu for %s", dfa__cuda_bwd_scratch(&s),
-          dfa_attn_bwd_cuda_scratch_bytes(d), want16, tl_desc_str(d));
+    /* the public count: the kernel's part rounded up to 256 bytes, then the mask's intervals */
+#define UP256(x) (((x) + 255) / 256 * 256)
+    const size_t want_public = UP256(want16) + (masked ? UP256(8 * (size_t)d->batch * d->seqlen_q) +
+                                                             UP256(8 * (size_t)d->batch * d->seqlen_k)
+                                                       : 0);
+#undef UP256
+    CHECK(dfa__cuda_bwd_scratch(&s) == want16 && dfa_attn_bwd_cuda_scratch_bytes(d) == want_public,
+          "scratch bytes %zu (public %zu), want %zu (public %zu) for %s", dfa__cuda_bwd_scratch(&s),
+          dfa_attn_bwd_cuda_scratch_bytes(d), want16, want_public, tl_desc_str(d));
     CHECK(dfa__cuda_bwd_scratch(&s32) == want32,
           "scratch bytes with out_f32 %zu, want %zu (no dq accumulator) for %s", dfa__cuda_bwd_scratch(&s32), want32,
           tl_desc_str(d));
@@ -345,17 +351,26 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     for (int kern = 0; kern < 1 + wgmma_fwd_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;
         dfa__cuda_force_family(families[kern]);
-        for (int rep = 0; rep < 2; rep++) {
+        for (int rep = 0; rep < 2; rep++) { /* the repeat with the caller's scratch (poisoned) */
             dev_poison(od, (size_t)nq * es);
             dev_poison(ld, 4 * (size_t)nl);
-            dfa_status st = dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
+            const size_t sb = rep ? dfa_attn_fwd_cuda_scratch_bytes(dd) : 0;
+            void *scr = rep ? dev_alloc(sb) : NULL;
+            if (rep) dev_poison(scr, sb);
+            dfa_status st = rep ? dfa_attn_fwd_cuda_with_scratch(dd, qd, kd, vd, od, ld, scr, sb, 0)
+                                : dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
+            if (scr) {
+                CUDA_OK(cudaDeviceSynchronize());
+                CUDA_OK(cudaFree(scr));
+            }
             CHECK(st == DFA_OK, "fwd [%s] failed: %s (%s) for %s", kernels[kern], dfa_status_string(st), dfa_last_error(),
                   tl_desc_str(d));
             CUDA_OK(cudaGetLastError());
             to_host(rep ? o2 : o, od, (size_t)nq * es);
             if (rep == 0) to_host(lse, ld, 4 * (size_t)nl);
         }
-        CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] not reproducible bit for bit for %s", kernels[kern], tl_desc_str(d));
+        CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] not reproducible bit for bit (with the caller's scratch) for %s",
+              kernels[kern], tl_desc_str(d));
         /* the grid's order of query tiles (sections of heads that share the L2) changes no bit */
         for (int sec = 1; sec <= 3; sec += 2) {
             dfa__cuda_force_l2_heads(sec);
@@ -425,11 +440,20 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
             d2.flags = (dd->flags & ~DFA_FLAG_DETERMINISTIC) | (det ? DFA_FLAG_DETERMINISTIC : 0u);
             char kname[64];
             snprintf(kname, sizeof kname, "%s, %s dq", kernels[bk], det ? "deterministic" : "atomic");
+            /* the deterministic repeat runs with the caller's scratch (poisoned): the same bits */
             for (int rep = 0; rep < 1 + det; rep++) {
                 dev_poison(dqd, (size_t)nq * es);
                 dev_poison(dkd, (size_t)nk * es);
                 dev_poison(dvd, (size_t)nk * es);
-                st = dfa_attn_bwd_cuda(&d2, qd, kd, vd, od, ld, dod, dqd, dkd, dvd, 0);
+                const size_t sb = rep ? dfa_attn_bwd_cuda_scratch_bytes(&d2) : 0;
+                void *scr = rep ? dev_alloc(sb) : NULL;
+                if (rep) dev_poison(scr, sb);
+                st = rep ? dfa_attn_bwd_cuda_with_scratch(&d2, qd, kd, vd, od, ld, dod, dqd, dkd, dvd, scr, sb, 0)
+                         : dfa_attn_bwd_cuda(&d2, qd, kd, vd, od, ld, dod, dqd, dkd, dvd, 0);
+                if (scr) {
+                    CUDA_OK(cudaDeviceSynchronize());
+                    CUDA_OK(cudaFree(scr));
+                }
                 CHECK(st == DFA_OK, "bwd [%s] failed: %s (%s) for %s", kname, dfa_status_string(st), dfa_last_error(),
                       tl_desc_str(d));
                 CUDA_OK(cudaGetLastError());
@@ -440,7 +464,8 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
             if (det)
                 CHECK(!memcmp(dq, dq2, (size_t)nq * es) && !memcmp(dk, dk2, (size_t)nk * es) &&
                           !memcmp(dv, dv2, (size_t)nk * es),
-                      "deterministic bwd gave different bits on a second run for %s", tl_desc_str(d));
+                      "deterministic bwd gave different bits on a second run (with the caller's scratch) for %s",
+                      tl_desc_str(d));
             CHECK(tl_count_nan(t, dq, nq) == 0 && tl_count_nan(t, dk, nk) == 0 && tl_count_nan(t, dv, nk) == 0,
                   "bwd [%s] left unwritten/NaN gradients (dq %lld, dk %lld, dv %lld) for %s", kname,
                   (long long)tl_count_nan(t, dq, nq), (long long)tl_count_nan(t, dk, nk),

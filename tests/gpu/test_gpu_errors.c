@@ -16,6 +16,8 @@ enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
 #define ES 2 /* bf16 */
 
 static void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *o2;
+enum { SCRATCH = 1 << 20 }; /* more than any call here needs */
+static unsigned char *scratch;
 static float *lse, *lse2;
 static unsigned char snap[4][NQ * ES];
 static float snap_lse[NL];
@@ -76,6 +78,8 @@ static dfa_attn_desc good(void) { return tl_desc(B, SQ, SK, H, HKV, D, DFA_BF16,
 static void bad_desc(dfa_attn_desc d, dfa_status want, const char *word, int merge_reads_it) {
     EXPECT(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0), want, word);
     EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, dv, 0), want, word);
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, scratch, SCRATCH, 0), want, word);
+    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, scratch, SCRATCH, 0), want, word);
     if (merge_reads_it) EXPECT(dfa_attn_merge_cuda(&d, o, lse, o2, lse2, 0), want, word);
 }
 
@@ -164,6 +168,95 @@ static void test_pointers(void) {
     CUDA_OK(cudaDeviceSynchronize());
 }
 
+static int bits_equal(const void *a, const void *b, size_t bytes) {
+    unsigned char *ha = malloc(bytes), *hb = malloc(bytes);
+    to_host(ha, a, bytes);
+    to_host(hb, b, bytes);
+    const int same = !memcmp(ha, hb, bytes);
+    free(ha);
+    free(hb);
+    return same;
+}
+
+/* The _with_scratch calls: scratch NULL, too small, misaligned or host memory fails naming it
+   (outputs untouched); with exactly the bytes asked for the calls give the plain calls' bits
+   (deterministic backward) and write nothing past them; with and without a mask. */
+static void scratch_case(dfa_attn_desc d) {
+    const size_t nf = dfa_attn_fwd_cuda_scratch_bytes(&d), nb = dfa_attn_bwd_cuda_scratch_bytes(&d);
+    CHECK(nf >= 256 && nf % 256 == 0 && nb > 0 && nb % 256 == 0 && nb + 256 <= SCRATCH,
+          "scratch bytes fwd %zu, bwd %zu", nf, nb);
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, NULL, nf, 0), DFA_ERR_INVALID_ARGUMENT, "scratch");
+    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, NULL, nb, 0),
+           DFA_ERR_INVALID_ARGUMENT, "scratch");
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, scratch, nf - 1, 0), DFA_ERR_INVALID_ARGUMENT,
+           "scratch_bytes");
+    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, scratch, nb - 1, 0),
+           DFA_ERR_INVALID_ARGUMENT, "scratch_bytes");
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, scratch + 16, nf, 0), DFA_ERR_INVALID_ARGUMENT,
+           "scratch");
+    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, scratch + 128, nb, 0),
+           DFA_ERR_INVALID_ARGUMENT, "scratch");
+    static unsigned char host_scratch[SCRATCH] __attribute__((aligned(256)));
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, host_scratch, nf, 0), DFA_ERR_INVALID_ARGUMENT,
+           "scratch");
+    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, host_scratch, nb, 0),
+           DFA_ERR_INVALID_ARGUMENT, "scratch");
+
+    /* good calls: the plain call's outputs, then the scratch call's into other buffers */
+    void *o_s = dev_alloc(NQ * ES), *dq_s = dev_alloc(NQ * ES), *dk_s = dev_alloc(NK * ES), *dv_s = dev_alloc(NK * ES);
+    float *lse_s = dev_alloc(4 * NL);
+    CHECK(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0) == DFA_OK, "fwd: %s", dfa_last_error());
+    CUDA_OK(cudaMemset(scratch, 0xff, SCRATCH));
+    CHECK(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o_s, lse_s, scratch, nf, 0) == DFA_OK &&
+              dfa_last_error()[0] == '\0',
+          "fwd with scratch: %s", dfa_last_error());
+    CHECK(bits_equal(o, o_s, NQ * ES) && bits_equal(lse, lse_s, 4 * NL), "fwd with scratch: not the plain call's bits");
+    unsigned char past[256];
+    to_host(past, scratch + nf, sizeof past);
+    int touched = 0;
+    for (int i = 0; i < 256; i++) touched += past[i] != 0xff;
+    CHECK(touched == 0, "fwd with scratch wrote %d bytes past the %zu it asked for", touched, nf);
+    d.flags |= DFA_FLAG_DETERMINISTIC; /* the same dq bits on every run */
+    CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) <= nb, "deterministic bwd asks for more scratch");
+    const size_t nbd = dfa_attn_bwd_cuda_scratch_bytes(&d);
+    CHECK(dfa_attn_bwd_cuda(&d, q, k, v, o, lse, dout, dq, dk, dv, 0) == DFA_OK, "bwd: %s", dfa_last_error());
+    CUDA_OK(cudaMemset(scratch, 0xff, SCRATCH));
+    CHECK(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o, lse, dout, dq_s, dk_s, dv_s, scratch, nbd, 0) == DFA_OK,
+          "bwd with scratch: %s", dfa_last_error());
+    CHECK(bits_equal(dq, dq_s, NQ * ES) && bits_equal(dk, dk_s, NK * ES) && bits_equal(dv, dv_s, NK * ES),
+          "bwd with scratch: not the plain call's bits");
+    to_host(past, scratch + nbd, sizeof past);
+    touched = 0;
+    for (int i = 0; i < 256; i++) touched += past[i] != 0xff;
+    CHECK(touched == 0, "bwd with scratch wrote %d bytes past the %zu it asked for", touched, nbd);
+    /* the default (atomic dq) backward with its own, larger scratch goes through too */
+    d.flags &= ~(unsigned)DFA_FLAG_DETERMINISTIC;
+    CHECK(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o, lse, dout, dq_s, dk_s, dv_s, scratch, nb, 0) == DFA_OK,
+          "bwd with scratch: %s", dfa_last_error());
+    CHECK(bits_equal(dk, dk_s, NK * ES) && bits_equal(dv, dv_s, NK * ES), "bwd with scratch: dk, dv differ");
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(o_s)); CUDA_OK(cudaFree(dq_s)); CUDA_OK(cudaFree(dk_s)); CUDA_OK(cudaFree(dv_s));
+    CUDA_OK(cudaFree(lse_s));
+}
+
+static void test_scratch(void) {
+    CHECK(dfa_attn_fwd_cuda_scratch_bytes(NULL) == 0, "fwd scratch bytes of NULL is not 0");
+    scratch_case(good());
+    int32_t host_k[B * SK], host_q[B * SQ];
+    for (int i = 0; i < B * SK; i++) host_k[i] = (i % SK) / 3;
+    for (int i = 0; i < B * SQ; i++) host_q[i] = (i % SQ) / 3;
+    int32_t *kids = dev_copy_of(host_k, sizeof host_k), *qids = dev_copy_of(host_q, sizeof host_q);
+    dfa_attn_desc d = good();
+    d.q_doc = qids, d.k_doc = kids;
+    d.flags = DFA_FLAG_WINDOW, d.window_left = 2, d.window_right = -1;
+    const size_t masked = dfa_attn_bwd_cuda_scratch_bytes(&d);
+    scratch_case(d);
+    d.q_doc = d.k_doc = NULL, d.flags = 0;
+    CHECK(masked > dfa_attn_bwd_cuda_scratch_bytes(&d), "a mask's intervals are not in the scratch bytes");
+    CUDA_OK(cudaFree(kids));
+    CUDA_OK(cudaFree(qids));
+}
+
 /* Masks on the device: ids must be device memory, 4-byte aligned, set together; bad window
    values as on the CPU; a good masked call goes through. */
 static void test_masks(void) {
@@ -205,6 +298,7 @@ int main(void) {
     q = dev_alloc(NQ * ES); k = dev_alloc(NK * ES); v = dev_alloc(NK * ES); o = dev_alloc(NQ * ES);
     dout = dev_alloc(NQ * ES); dq = dev_alloc(NQ * ES); dk = dev_alloc(NK * ES); dv = dev_alloc(NK * ES);
     o2 = dev_alloc(NQ * ES); lse = dev_alloc(4 * NL); lse2 = dev_alloc(4 * NL);
+    scratch = dev_alloc(SCRATCH);
     fill(q, NQ * ES); fill(k, NK * ES); fill(v, NK * ES); fill(dout, NQ * ES); fill(o2, NQ * ES);
     float l[NL];
     for (int i = 0; i < NL; i++) l[i] = (float)tl_rand_normal();
@@ -212,5 +306,6 @@ int main(void) {
     test_descriptors();
     test_pointers();
     test_masks();
+    test_scratch();
     return tl_finish("test_gpu_errors");
 }

@@ -39,12 +39,14 @@
  *    (the visible interval of each, computed by a small kernel first). Both in
  *    the same way. With the pool's default release threshold (0) the driver
  *    may unmap that memory at every synchronisation and map it again at the
- *    next call, host time that shows as idle GPU time when the GPU waits for
- *    the call (about 0.2 ms a forward+backward at 2k x 16 x 32 heads on an
- *    H200). The library leaves pool settings alone; callers that call often
- *    either raise the threshold (cudaMemPoolAttrReleaseThreshold) or pass
- *    scratch of their own to the _with_scratch calls below (the Python
- *    binding passes PyTorch's cached memory).
+ *    next call: host time (1.3-1.5 ms a backward's enqueue against 0.5 ms
+ *    without, 2k x 16 x 32 heads on an H200) that shows as idle GPU time
+ *    whenever the GPU waits for the call (a forward+backward 4.6-5.0 ms
+ *    against 4.35-4.41 there). The library leaves pool settings alone;
+ *    callers that call often either raise the threshold
+ *    (cudaMemPoolAttrReleaseThreshold) or pass scratch of their own to the
+ *    _with_scratch calls below (the Python binding passes PyTorch's cached
+ *    memory).
  *  - Masks: d->q_doc and d->k_doc are device pointers (4-byte aligned) on the
  *    current device, read in stream order. That they are non-decreasing along
  *    each batch row is the caller's promise here (the CPU calls check it; the

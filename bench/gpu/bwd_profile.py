@@ -29,24 +29,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import distflash.torch as dft
+from masks_bench import bench as event_median_ms  # CUDA-event median of calls each alone on the stream
+from masks_bench import lognormal_docs
 
 
 def short(name, width=72):
     name = re.sub(r"\(.*", "", name)  # drop the argument list
     return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def wall_us(fn, iters):
-    """The median of iters CUDA-event timings of fn (µs), each call alone on the stream."""
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(1e3 * a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
 
 
 def kernel_times(fn, iters, plain):
@@ -55,7 +44,7 @@ def kernel_times(fn, iters, plain):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    wall = None if plain else wall_us(fn, iters)
+    wall = None if plain else 1e3 * event_median_ms(fn, warm=0, rep=iters)
     if plain:
         for _ in range(iters):
             fn()
@@ -135,7 +124,6 @@ def main():
         distflash_case(f"distflash window {w} S={S} h={H} d={D}", (1, S, H, D), a, causal=True, window=(w, None))
         torch.cuda.empty_cache()
     for mean in (float(x) for x in a.docs.split(",") if x):
-        from masks_bench import lognormal_docs
         ids, lens = lognormal_docs(S, mean, 1.0, seed=1)
         distflash_case(f"distflash docs mean {mean:.0f} ({len(lens)}) S={S} h={H} d={D}", (1, S, H, D), a,
                        causal=True, doc_ids=ids.to("cuda").view(1, S))

@@ -111,8 +111,8 @@ DFA_API size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *d);
    must not overlap any input or output. The call writes it in stream order on `stream`; the
    caller keeps it, and does not touch it, until that work has finished (reusing it for the
    next call on the same stream is fine). Errors as the plain calls', plus
-   DFA_ERR_INVALID_ARGUMENT naming scratch (NULL, misaligned, not device memory) or
-   scratch_bytes (too few). Thread safety: as the plain calls, with scratch an output. */
+   DFA_ERR_INVALID_ARGUMENT naming scratch (NULL, misaligned, not device memory, overlapping a
+   tensor of the call or the document ids) or scratch_bytes (too few). Thread safety: as the plain calls, with scratch an output. */
 DFA_API dfa_status dfa_attn_fwd_cuda_with_scratch(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                                                   void *o, float *lse, void *scratch, size_t scratch_bytes,
                                                   cudaStream_t stream);

@@ -65,13 +65,35 @@ static size_t bwd_scratch_of(const dfa_attn_desc *d) {
     return align256(dfa__cuda_bwd_scratch(&s)) + mask_bytes_of(d);
 }
 
-static dfa_status check_scratch(const void *scratch, size_t bytes, size_t need, const char *fn) {
+/* The caller's scratch: there, large enough, device memory, and apart from every tensor of the
+   call (ts: n of them, NULL entries skipped) and the document ids, since the call writes it. */
+static dfa_status check_scratch(const dfa_attn_desc *d, const void *scratch, size_t bytes, size_t need,
+                                const dfa__buffer *ts, int n, const char *fn) {
     if (!scratch) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch is NULL");
     if (bytes < need)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch_bytes = %zu is less than the %zu bytes the call needs",
                          bytes, need);
     const dfa__dev_ptr ps[] = {{scratch, "scratch", 256}};
-    return dfa__cuda_check_device_ptrs(ps, 1, fn);
+    const dfa_status st = dfa__cuda_check_device_ptrs(ps, 1, fn);
+    if (st) return st;
+    const dfa__buffer ids[] = {{d->q_doc, (size_t)d->batch * d->seqlen_q * sizeof(int32_t), "d->q_doc"},
+                               {d->k_doc, (size_t)d->batch * d->seqlen_k * sizeof(int32_t), "d->k_doc"}};
+    for (int i = 0; i < n + 2; i++) {
+        const dfa__buffer *b = i < n ? &ts[i] : &ids[i - n];
+        if (dfa__overlap(scratch, need, b->ptr, b->bytes))
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch overlaps %s", b->name);
+    }
+    return DFA_OK;
+}
+
+/* The call's tensors, for check_scratch: q-shaped, kv-shaped and lse-shaped extents. */
+static dfa__buffer tensor(const dfa_attn_desc *d, const void *p, char shape, const char *name) {
+    const size_t es = 2; /* the device's storage types are 16-bit */
+    const size_t n = shape == 'q' ? (size_t)dfa__q_elems(d) * es
+                     : shape == 'k' ? (size_t)dfa__kv_elems(d) * es
+                                    : (size_t)dfa__lse_elems(d) * sizeof(float);
+    const dfa__buffer b = {p, n, name};
+    return b;
 }
 
 /* The mask intervals of a masked call: in the caller's scratch at mbytes (with_scratch), else
@@ -95,7 +117,11 @@ static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
     if ((st = check_docs(&d, fn))) return st;
-    if (with_scratch && (st = check_scratch(scratch, scratch_bytes, fwd_scratch_of(&d), fn))) return st;
+    if (with_scratch) {
+        const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"), tensor(&d, k, 'k', "k"), tensor(&d, v, 'k', "v"),
+                                  tensor(&d, o, 'q', "o"), tensor(&d, lse, 'l', "lse")};
+        if ((st = check_scratch(&d, scratch, scratch_bytes, fwd_scratch_of(&d), ts, 5, fn))) return st;
+    }
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     const size_t mbytes = mask_bytes_of(&d);
     if (with_scratch) s.fwd_counter = (unsigned int *)((char *)scratch + mbytes);
@@ -116,7 +142,12 @@ static dfa_status bwd_call(const dfa_attn_desc *user_d, const void *q, const voi
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
     if ((st = check_docs(&d, fn))) return st;
-    if (with_scratch && (st = check_scratch(scratch, scratch_bytes, bwd_scratch_of(&d), fn))) return st;
+    if (with_scratch) {
+        const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"),       tensor(&d, k, 'k', "k"),   tensor(&d, v, 'k', "v"),
+                                  tensor(&d, o, 'q', "o"),       tensor(&d, lse, 'l', "lse"), tensor(&d, dout, 'q', "dout"),
+                                  tensor(&d, dq, 'q', "dq"),     tensor(&d, dk, 'k', "dk"), tensor(&d, dv, 'k', "dv")};
+        if ((st = check_scratch(&d, scratch, scratch_bytes, bwd_scratch_of(&d), ts, 9, fn))) return st;
+    }
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     const size_t own = align256(dfa__cuda_bwd_scratch(&s)); /* before the mask's part */
     void *owned = NULL;

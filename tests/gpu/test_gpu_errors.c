@@ -196,6 +196,10 @@ static void scratch_case(dfa_attn_desc d) {
            "scratch");
     EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, scratch + 128, nb, 0),
            DFA_ERR_INVALID_ARGUMENT, "scratch");
+    /* scratch over a tensor of the call (o, dv: 256-byte aligned allocations of their own) */
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, o, nf, 0), DFA_ERR_INVALID_ARGUMENT, "scratch overlaps o");
+    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, dv, nb, 0), DFA_ERR_INVALID_ARGUMENT,
+           "scratch overlaps dv");
     static unsigned char host_scratch[SCRATCH] __attribute__((aligned(256)));
     EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, host_scratch, nf, 0), DFA_ERR_INVALID_ARGUMENT,
            "scratch");

@@ -96,8 +96,8 @@ static dfa__buffer tensor(const dfa_attn_desc *d, const void *p, char shape, con
     return b;
 }
 
-/* The mask intervals of a masked call: in the caller's scratch at mbytes (with_scratch), else
-   in stream-ordered scratch of their own (*owned, given back by dfa__cuda_mask_end). */
+/* The mask intervals of a masked call: at `in` in the caller's scratch (the _with_scratch
+   calls), else in stream-ordered scratch of their own (*owned, given back by dfa__cuda_mask_end). */
 static dfa_status mask_begin(const dfa_attn_desc *d, dfa__cuda_shape *s, void *in, void **owned, cudaStream_t stream,
                              const char *fn) {
     *owned = NULL;

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
+import cuda_pool
 import distflash.torch as dft
 from masks_bench import bench as event_median_ms  # CUDA-event median of calls each alone on the stream
 from masks_bench import lognormal_docs
@@ -93,18 +94,10 @@ def main():
     ap.add_argument("--windows", default="4096")
     ap.add_argument("--docs", default="", help="mean lengths of the masks bench's packed documents, e.g. 4096")
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--pool-keep", action="store_true",
-                    help="raise the default memory pool's release threshold (cuda_pool.py)")
     ap.add_argument("--plain", action="store_true", help="no torch.profiler (for ncu or nsys)")
-    ap.add_argument("--library-scratch", action="store_true",
-                    help="the binding calls the plain entry points (scratch from the CUDA pool), not _with_scratch")
+    cuda_pool.add_args(ap)
     a = ap.parse_args()
-    if a.library_scratch:
-        import distflash._ops
-        distflash._ops._CALLER_SCRATCH = False
-    if a.pool_keep:
-        from cuda_pool import keep_pool
-        keep_pool(torch.cuda.current_device())
+    cuda_pool.apply_args(a)
     for spec in filter(None, a.shapes.split(",")):
         d, s, b, h, causal = (int(x) for x in spec.split(":"))
         q, k, v, do = distflash_case(f"distflash d={d} S={s} b={b} h={h} causal={causal}", (b, s, h, d), a,

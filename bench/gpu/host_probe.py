@@ -10,6 +10,7 @@ import time
 
 import torch
 
+import cuda_pool
 import distflash.torch as dft
 
 
@@ -46,16 +47,10 @@ def probe(title, shape, kw, iters):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--library-scratch", action="store_true")
-    ap.add_argument("--pool-keep", action="store_true", help="cuda_pool.py")
+    cuda_pool.add_args(ap)
     ap.add_argument("--iters", type=int, default=10)
     a = ap.parse_args()
-    if a.pool_keep:
-        from cuda_pool import keep_pool
-        keep_pool(torch.cuda.current_device())
-    if a.library_scratch:
-        import distflash._ops
-        distflash._ops._CALLER_SCRATCH = False
+    cuda_pool.apply_args(a)
     mode = ("library scratch" if a.library_scratch else "caller scratch") + (", pool kept" if a.pool_keep else "")
     probe(f"{mode}: causal 2k x 16 x 32", (16, 2048, 32, 128), dict(causal=True), a.iters)
     torch.cuda.empty_cache()

@@ -32,6 +32,8 @@ import time
 
 import torch
 
+import cuda_pool
+
 
 def bench(fn, warm=3, rep=10, idle=0.0):
     for _ in range(warm):
@@ -89,18 +91,10 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--idle", type=float, default=0.0, help="seconds the GPU idles before each timing")
-    ap.add_argument("--pool-keep", action="store_true",
-                    help="raise the default memory pool's release threshold (cuda_pool.py)")
-    ap.add_argument("--library-scratch", action="store_true",
-                    help="the binding calls the plain entry points (scratch from the CUDA pool), not _with_scratch")
+    cuda_pool.add_args(ap)
     ap.add_argument("--json")
     a = ap.parse_args()
-    if a.library_scratch:
-        import distflash._ops
-        distflash._ops._CALLER_SCRATCH = False
-    if a.pool_keep:
-        from cuda_pool import keep_pool
-        keep_pool(torch.cuda.current_device())
+    cuda_pool.apply_args(a)
 
     import distflash.torch as dft
     print("torch", torch.__version__, torch.cuda.get_device_name(), "distflash", dft._capi.version_string(),

@@ -60,9 +60,10 @@ static size_t mask_bytes_of(const dfa_attn_desc *d) {
    counter; the backward's the dq accumulator, D and lse2 (dfa__cuda_bwd_scratch), then the mask
    intervals. */
 static size_t fwd_scratch_of(const dfa_attn_desc *d) { return mask_bytes_of(d) + 256; }
-static size_t bwd_scratch_of(const dfa_attn_desc *d) {
-    const dfa__cuda_shape s = dfa__cuda_shape_of(d);
-    return align256(dfa__cuda_bwd_scratch(&s)) + mask_bytes_of(d);
+/* *own: the kernels' part, where the mask's starts (s: d's shape, before its mask is prepared) */
+static size_t bwd_scratch_of(const dfa_attn_desc *d, const dfa__cuda_shape *s, size_t *own) {
+    *own = align256(dfa__cuda_bwd_scratch(s));
+    return *own + mask_bytes_of(d);
 }
 
 /* The caller's scratch: there, large enough, device memory, and apart from every tensor of the
@@ -88,7 +89,7 @@ static dfa_status check_scratch(const dfa_attn_desc *d, const void *scratch, siz
 
 /* The call's tensors, for check_scratch: q-shaped, kv-shaped and lse-shaped extents. */
 static dfa__buffer tensor(const dfa_attn_desc *d, const void *p, char shape, const char *name) {
-    const size_t es = 2; /* the device's storage types are 16-bit */
+    const size_t es = dfa__dtype_size(d->dtype);
     const size_t n = shape == 'q' ? (size_t)dfa__q_elems(d) * es
                      : shape == 'k' ? (size_t)dfa__kv_elems(d) * es
                                     : (size_t)dfa__lse_elems(d) * sizeof(float);
@@ -117,14 +118,13 @@ static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
     if ((st = check_docs(&d, fn))) return st;
+    dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     if (with_scratch) {
         const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"), tensor(&d, k, 'k', "k"), tensor(&d, v, 'k', "v"),
                                   tensor(&d, o, 'q', "o"), tensor(&d, lse, 'l', "lse")};
         if ((st = check_scratch(&d, scratch, scratch_bytes, fwd_scratch_of(&d), ts, 5, fn))) return st;
+        s.fwd_counter = (unsigned int *)((char *)scratch + mask_bytes_of(&d)); /* after the intervals */
     }
-    dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    const size_t mbytes = mask_bytes_of(&d);
-    if (with_scratch) s.fwd_counter = (unsigned int *)((char *)scratch + mbytes);
     void *owned = NULL;
     if ((st = mask_begin(&d, &s, with_scratch ? scratch : NULL, &owned, stream, fn))) return st;
     st = dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
@@ -142,14 +142,14 @@ static dfa_status bwd_call(const dfa_attn_desc *user_d, const void *q, const voi
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
     if ((st = check_docs(&d, fn))) return st;
+    dfa__cuda_shape s = dfa__cuda_shape_of(&d);
+    size_t own = 0; /* the caller's scratch: the kernels' part, then the mask's */
     if (with_scratch) {
         const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"),       tensor(&d, k, 'k', "k"),   tensor(&d, v, 'k', "v"),
                                   tensor(&d, o, 'q', "o"),       tensor(&d, lse, 'l', "lse"), tensor(&d, dout, 'q', "dout"),
                                   tensor(&d, dq, 'q', "dq"),     tensor(&d, dk, 'k', "dk"), tensor(&d, dv, 'k', "dv")};
-        if ((st = check_scratch(&d, scratch, scratch_bytes, bwd_scratch_of(&d), ts, 9, fn))) return st;
+        if ((st = check_scratch(&d, scratch, scratch_bytes, bwd_scratch_of(&d, &s, &own), ts, 9, fn))) return st;
     }
-    dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    const size_t own = align256(dfa__cuda_bwd_scratch(&s)); /* before the mask's part */
     void *owned = NULL;
     if ((st = mask_begin(&d, &s, with_scratch ? (char *)scratch + own : NULL, &owned, stream, fn))) return st;
     st = dfa__cuda_bwd(&s, q, k, v, o, lse, dout, dq, dk, dv, with_scratch ? scratch : NULL, NULL, stream, fn);
@@ -204,5 +204,8 @@ size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {
 
 size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {
     dfa_attn_desc d;
-    return import_desc(user_d, &d, "dfa_attn_bwd_cuda_scratch_bytes") ? bwd_scratch_of(&d) : 0;
+    if (!import_desc(user_d, &d, "dfa_attn_bwd_cuda_scratch_bytes")) return 0;
+    const dfa__cuda_shape s = dfa__cuda_shape_of(&d);
+    size_t own;
+    return bwd_scratch_of(&d, &s, &own);
 }

@@ -178,6 +178,15 @@ static int bits_equal(const void *a, const void *b, size_t bytes) {
     return same;
 }
 
+/* Bytes of the 256 after scratch + n that are no longer the 0xff they were set to. */
+static int written_past(size_t n) {
+    unsigned char past[256];
+    to_host(past, scratch + n, sizeof past);
+    int touched = 0;
+    for (int i = 0; i < 256; i++) touched += past[i] != 0xff;
+    return touched;
+}
+
 /* The _with_scratch calls: scratch NULL, too small, misaligned or host memory fails naming it
    (outputs untouched); with exactly the bytes asked for the calls give the plain calls' bits
    (deterministic backward) and write nothing past them; with and without a mask. */
@@ -215,10 +224,7 @@ static void scratch_case(dfa_attn_desc d) {
               dfa_last_error()[0] == '\0',
           "fwd with scratch: %s", dfa_last_error());
     CHECK(bits_equal(o, o_s, NQ * ES) && bits_equal(lse, lse_s, 4 * NL), "fwd with scratch: not the plain call's bits");
-    unsigned char past[256];
-    to_host(past, scratch + nf, sizeof past);
-    int touched = 0;
-    for (int i = 0; i < 256; i++) touched += past[i] != 0xff;
+    int touched = written_past(nf);
     CHECK(touched == 0, "fwd with scratch wrote %d bytes past the %zu it asked for", touched, nf);
     d.flags |= DFA_FLAG_DETERMINISTIC; /* the same dq bits on every run */
     CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) <= nb, "deterministic bwd asks for more scratch");
@@ -229,9 +235,7 @@ static void scratch_case(dfa_attn_desc d) {
           "bwd with scratch: %s", dfa_last_error());
     CHECK(bits_equal(dq, dq_s, NQ * ES) && bits_equal(dk, dk_s, NK * ES) && bits_equal(dv, dv_s, NK * ES),
           "bwd with scratch: not the plain call's bits");
-    to_host(past, scratch + nbd, sizeof past);
-    touched = 0;
-    for (int i = 0; i < 256; i++) touched += past[i] != 0xff;
+    touched = written_past(nbd);
     CHECK(touched == 0, "bwd with scratch wrote %d bytes past the %zu it asked for", touched, nbd);
     /* the default (atomic dq) backward with its own, larger scratch goes through too */
     d.flags &= ~(unsigned)DFA_FLAG_DETERMINISTIC;

@@ -142,10 +142,18 @@ static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
     return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, V, V | 256>(p, dkv16, st, fn);
 }
 
+/* unmasked VU, masked VM (d = 128; d = 64 takes VU for both) */
+template <int VU, int VM, int BF16>
+static dfa_status lab_bwd_pair(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                               const char *fn) {
+    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, VU, VU>(p, dkv16, st, fn);
+    return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, VU, VM>(p, dkv16, st, fn);
+}
+
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[30][2][2] = {
+static const dfa__bwd_launcher lab_kv[32][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -195,6 +203,10 @@ static const dfa__bwd_launcher lab_kv[30][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<33817, 0>, lab_bwd_runs<33817, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<230425, 0>, lab_bwd_runs<230425, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<230681, 0>, lab_bwd_runs<230681, 1>}},
+    /* 295961 / 492825: the library's d = 128 kernels (33817 unmasked, 230681 masked) with block J's
+       whole dQ tile by consumer J & 1 as one m64n128 product (bit 18, DQ_ALT); d = 64 unchanged */
+    {{NULL, NULL}, {lab_bwd_pair<295961, 492825, 0>, lab_bwd_pair<295961, 492825, 1>}},
+    {{NULL, NULL}, {lab_bwd_pair<296217, 492825, 0>, lab_bwd_pair<296217, 492825, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -237,6 +249,8 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_DESC_ADD: row = 27; break;
     case LAB_BWD_WS_DESC_SCALE_STSM: row = 28; break;
     case LAB_BWD_WS_DESC_SCALE_STSM_TMA: row = 29; break;
+    case LAB_BWD_WS_DQ_ALT: row = 30; break;
+    case LAB_BWD_WS_DQ_ALT_TMA: row = 31; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

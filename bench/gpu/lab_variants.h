@@ -89,6 +89,8 @@ enum {
     LAB_BWD_WS_DESC_ADD,       /* the sessions 15-17 d = 128 kernels with descriptors as base + constant (+32768) */
     LAB_BWD_WS_DESC_SCALE_STSM, /* ... and dS^T scaled (+65536, bf16) and stored by stmatrix (+131072) */
     LAB_BWD_WS_DESC_SCALE_STSM_TMA, /* ... and dK, dV by TMA unmasked too (+256) */
+    LAB_BWD_WS_DQ_ALT, /* the library's kernels (33817 / 230681) with each block's dQ tile whole by one consumer (bit 18) */
+    LAB_BWD_WS_DQ_ALT_TMA, /* ... with dK, dV by TMA unmasked too (the library's short walks) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

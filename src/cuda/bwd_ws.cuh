@@ -225,6 +225,12 @@ __global__ void __launch_bounds__(384, 1)
     /* STSM: dS^T into shared memory by stmatrix (four 8 x 8 blocks an instruction) instead of a
        32-bit store per pair */
     constexpr int STSM = (VARIANT & 131072) != 0;
+    /* DQ_ALT (D = 128, BM = 64, with DEFER): block J's whole 64 x 128 dQ tile by consumer J & 1
+       (one m64n128 product reading dS once and all of K: 48 KB of shared-memory operands where the
+       two m64n64 halves read 64 KB), staged into that consumer's own staging tile; the other
+       consumer has no dQ work in that block and waits for nothing. Session 20 (bench/gpu/NOTES.md). */
+    constexpr int DQ_ALT = DEFER && !PP && !DP_EARLY && D == 128 && BM == 64 && (VARIANT & 262144) != 0;
+    constexpr int DQN = DQ_ALT ? D : 64; /* the dQ product's N: columns of the tile per consumer */
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     unsigned char *const gbase = dfa__smem + (base - dfa__smem_addr(dfa__smem)); /* base, as a generic pointer */
@@ -259,7 +265,7 @@ __global__ void __launch_bounds__(384, 1)
             dfa__mbar_init(EMPTY(s), 256); /* every consumer thread */
         }
         for (int i = 0; i < 2; i++) {
-            dfa__mbar_init(DQ_FULL(i), 256);
+            dfa__mbar_init(DQ_FULL(i), DQ_ALT ? 128 : 256); /* the consumers that stage a tile */
             dfa__mbar_init(DQ_EMPTY(i), 1);
         }
         for (int i = 0; i < 4; i++) dfa__mbar_init(DS_READY(i >> 1, i & 1), 128);
@@ -428,7 +434,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
-    const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 ? 64 * c : 0;
+    const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 && !DQ_ALT ? 64 * c : 0;
 
     float dk[D8 * 4], dv[D8 * 4];
 #pragma unroll
@@ -438,18 +444,20 @@ __global__ void __launch_bounds__(384, 1)
        warpgroup published its half (WAIT) */
 #define DFA__BWD_ISSUE_DQ(J, WAIT)                                                                              \
     do {                                                                                                        \
-        _Pragma("unroll") for (int i = 0; i < 32; i++) dq[i] = 0.0f;                                            \
+        _Pragma("unroll") for (int i = 0; i < DQN / 2; i++) dq[i] = 0.0f;                                       \
         if (WAIT) dfa__mbar_wait(DS_READY(1 - c, (J) & 1), (uint32_t)((J) >> 1) & 1u);                          \
         dfa__wgmma_fence();                                                                                     \
         const uint32_t ds_j = sS + ((J) & 1) * C::DSBYTES;                                                      \
         const uint32_t ds_lo = dfa__wgmma_desc_lo(ds_j + (dq_row0 / 64) * BN * 128, 16);                        \
-        const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + (dq_col0 / 64) * BN * 128, 16);                          \
+        /* K's two 64-column blocks lie BN * 128 bytes apart (the LBO of an N = 128 MN-major B) */             \
+        const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + (dq_col0 / 64) * BN * 128, DQN > 64 ? BN * 128 : 16);  \
         _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++) {                                               \
             const uint64_t da = DESC_ADD ? dfa__wgmma_desc_at(ds_lo, kk * 16 * 128)                             \
                                          : dfa__wgmma_desc(ds_j + (dq_row0 / 64) * BN * 128 + kk * 16 * 128, 16); \
             const uint64_t db = DESC_ADD ? dfa__wgmma_desc_at(kq_lo, kk * 16 * 128)                             \
-                                         : dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128, 16); \
-            dfa__wgmma_ss_tt<64, BF16>(dq, da, db, kk > 0);                                                     \
+                                         : dfa__wgmma_desc(sK + (dq_col0 / 64) * BN * 128 + kk * 16 * 128,      \
+                                                           DQN > 64 ? BN * 128 : 16);                           \
+            dfa__wgmma_ss_tt<DQN, BF16>(dq, da, db, kk > 0);                                                    \
         }                                                                                                       \
         dfa__wgmma_commit();                                                                                    \
     } while (0)
@@ -462,14 +470,14 @@ __global__ void __launch_bounds__(384, 1)
        j1 ^ g0 ^ g2) then differ across the half-warp. */
 #define DFA__BWD_STAGE_DQ(J)                                                                                    \
     do {                                                                                                        \
-        _Pragma("unroll") for (int i = 0; i < 32; i++) dfa__reg_fence(dq[i]);                                   \
+        _Pragma("unroll") for (int i = 0; i < DQN / 2; i++) dfa__reg_fence(dq[i]);                              \
         /* staging tile J % NDQ is free once the writer has read what it held NDQ tiles ago */                  \
         const int di = (J) % NDQ;                                                                               \
         if ((J) >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)(((J) - NDQ) / NDQ) & 1u);                       \
         const int odd = SWZ ? (g & 1) : 0;                                                                      \
         _Pragma("unroll") for (int r = 0; r < 2; r++) {                                                        \
             const int row = dq_row0 + warp * 16 + g + 8 * r;                                                    \
-            _Pragma("unroll") for (int i = 0; i < 8; i++) {                                                    \
+            _Pragma("unroll") for (int i = 0; i < DQN / 8; i++) {                                              \
                 const int j = odd ? i ^ 2 : i;                                                                  \
                 const float x = odd ? dq[4 * (i ^ 2) + 2 * r] : dq[4 * i + 2 * r];                              \
                 const float y = odd ? dq[4 * (i ^ 2) + 2 * r + 1] : dq[4 * i + 2 * r + 1];                      \
@@ -494,13 +502,14 @@ __global__ void __launch_bounds__(384, 1)
         dfa__bwd_stamp(7, (unsigned long long)(total - inner));
     }
     if (PP && c == 1) dfa__named_arrive(1, 256); /* consumer 0 goes first */
-    float dq[32];
+    float dq[DQN / 2];
     /* One query block of the walk. TEST (a compile-time tag): whether the block may need the
        element test (the mask's, or the causal one); MASK_SPLIT walks the blocks every row of which
        sees every key of this CTA with TEST 0, so their softmax carries no test at all (see the
        walk below). */
-    auto step = [&](const int it, auto test_tag) {
+    auto step = [&](const int it, auto test_tag, auto dq_tag) {
         constexpr int TEST = decltype(test_tag)::value;
+        constexpr int ISSUE = decltype(dq_tag)::value; /* DEFER: block it - 1's dQ is this consumer's */
         constexpr int ELEM = !MASK_SPLIT || TEST; /* this block may hold an invisible pair */
         const int s = it % STAGES, m0 = (mb_begin + (it0 + it) % nmb) * BM;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
@@ -513,7 +522,11 @@ __global__ void __launch_bounds__(384, 1)
            result is dropped: a wgmma under a data-dependent branch makes ptxas serialise them),
            then S^T, under which the previous dQ tile is staged */
         if (PP) dfa__named_sync(1 + c, 256);
-        if (DEFER) DFA__BWD_ISSUE_DQ(it - 1, it > 0);
+        if (DEFER && ISSUE) DFA__BWD_ISSUE_DQ(it - 1, it > 0);
+        if (DQ_ALT && ISSUE) { /* the tile out before S^T: its 64 registers and S^T's 32 would not fit beside dK, dV */
+            dfa__wgmma_wait<0>();
+            if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
+        }
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
@@ -526,7 +539,7 @@ __global__ void __launch_bounds__(384, 1)
                 dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc(sK + koff, 16), dfa__wgmma_desc(q_s + qoff, 16), kk > 0);
         }
         dfa__wgmma_commit();
-        if (DEFER && !DP_EARLY) {
+        if (DEFER && !DP_EARLY && ISSUE && !DQ_ALT) {
             if (PP) dfa__named_arrive(2 - c, 256);
             dfa__wgmma_wait<1>();
             if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
@@ -651,6 +664,14 @@ __global__ void __launch_bounds__(384, 1)
         }
         if (STAMPS && it == 0 && tid == 128) dfa__bwd_stamp(2, dfa__globaltimer());
     };
+    /* DQ_ALT: whether this consumer has block it - 1's dQ decides between two copies of the step
+       (no wgmma under a data-dependent branch inside one: ptxas would serialise them) */
+    auto step_of = [&](const int it, auto test_tag) {
+        if (DQ_ALT && ((it - 1) & 1) != c)
+            step(it, test_tag, dfa__ctag<0>());
+        else
+            step(it, test_tag, dfa__ctag<1>());
+    };
     if constexpr (MASK_SPLIT) {
         /* The walk in runs of blocks alike: before in_lo and from in_hi on, blocks that may need the
            element test; in between, blocks that do not (a query block's position repeats per head
@@ -660,14 +681,15 @@ __global__ void __launch_bounds__(384, 1)
             const int run_end = mi < in_lo ? in_lo : (mi < in_hi ? in_hi : mb_end);
             const int e = it + (run_end - mi) < total ? it + (run_end - mi) : total;
             if (mi >= in_lo && mi < in_hi)
-                for (; it < e; it++) step(it, dfa__ctag<0>());
+                for (; it < e; it++) step_of(it, dfa__ctag<0>());
             else
-                for (; it < e; it++) step(it, dfa__ctag<1>());
+                for (; it < e; it++) step_of(it, dfa__ctag<1>());
         }
     } else {
-        for (int it = 0; it < total; it++) step(it, dfa__ctag<1>());
+        for (int it = 0; it < total; it++) step_of(it, dfa__ctag<1>());
     }
-    if (DEFER) { /* the last block's dQ (none: a dropped product, as at it = 0) */
+    /* the last block's dQ (none: a dropped product, as at it = 0); DQ_ALT: its consumer's */
+    if (DEFER && (!DQ_ALT || ((total - 1) & 1) == c)) {
         DFA__BWD_ISSUE_DQ(total - 1, total > 0);
         dfa__wgmma_wait<0>();
         if (total > 0) DFA__BWD_STAGE_DQ(total - 1);

@@ -205,10 +205,19 @@ static void scratch_case(dfa_attn_desc d) {
            "scratch");
     EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, scratch + 128, nb, 0),
            DFA_ERR_INVALID_ARGUMENT, "scratch");
-    /* scratch over a tensor of the call (o, dv: 256-byte aligned allocations of their own) */
-    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, o, nf, 0), DFA_ERR_INVALID_ARGUMENT, "scratch overlaps o");
-    EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv, dv, nb, 0), DFA_ERR_INVALID_ARGUMENT,
-           "scratch overlaps dv");
+    /* scratch over a tensor of the call: an o (dv) allocation of at least the scratch's bytes, so
+       that the scratch overlaps that tensor alone (the next allocation may lie right behind a
+       smaller one, and the message names the first tensor, in argument order, that it meets) */
+    {
+        const size_t bo = NQ * ES > nf ? NQ * ES : nf, bv = NK * ES > nb ? NK * ES : nb;
+        void *o_big = dev_alloc(bo), *dv_big = dev_alloc(bv);
+        EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o_big, lse, o_big, nf, 0), DFA_ERR_INVALID_ARGUMENT,
+               "scratch overlaps o");
+        EXPECT(dfa_attn_bwd_cuda_with_scratch(&d, q, k, v, o2, lse2, dout, dq, dk, dv_big, dv_big, nb, 0),
+               DFA_ERR_INVALID_ARGUMENT, "scratch overlaps dv");
+        CUDA_OK(cudaFree(o_big));
+        CUDA_OK(cudaFree(dv_big));
+    }
     static unsigned char host_scratch[SCRATCH] __attribute__((aligned(256)));
     EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, host_scratch, nf, 0), DFA_ERR_INVALID_ARGUMENT,
            "scratch");

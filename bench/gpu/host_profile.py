@@ -45,6 +45,11 @@ def main():
             torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                              is_causal=True)
 
+    def sdpa_fb():
+        o = torch.nn.functional.scaled_dot_product_attention(ql.transpose(1, 2), kl.transpose(1, 2),
+                                                             vl.transpose(1, 2), is_causal=True)
+        torch.autograd.grad(o, (ql, kl, vl), do.transpose(1, 2))
+
     d = ops.desc_ref(q, k, True, D ** -0.5, 0, 0, False, None, None, ops.NO_WINDOW, ops.NO_WINDOW)
     o = torch.empty_like(q)
     lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
@@ -60,7 +65,15 @@ def main():
     print(f"  C dfa_attn_fwd_cuda alone (pool)       {per_call_us(lambda: c_plain(*args, stream)):8.1f}")
     print(f"  distflash.torch.attention, no grad     {per_call_us(fwd):8.1f}")
     print(f"  SDPA (cuDNN/flash), no grad            {per_call_us(sdpa):8.1f}")
-    print(f"  distflash forward+backward (autograd)  {per_call_us(fb):8.1f}", flush=True)
+    print(f"  distflash forward+backward (autograd)  {per_call_us(fb):8.1f}")
+    print(f"  SDPA forward+backward (autograd)       {per_call_us(sdpa_fb):8.1f}", flush=True)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fb()
+        torch.cuda.synchronize()
+    print("== torch.profiler, 20 x distflash forward+backward (device and host time per op)")
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=60))
     for name, fn in (("forward, no grad", fwd), ("forward+backward", fb)):
         pr = cProfile.Profile()
         pr.enable()

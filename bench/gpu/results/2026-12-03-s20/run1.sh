@@ -7,6 +7,7 @@ set -uo pipefail
 t0=$(date +%s); before() { [ $(( $(date +%s) - t0 )) -lt $1 ]; }
 stamp() { echo "[$(( $(date +%s) - t0 )) s, $(date +%T)] $*"; }
 tar xJf .ab/bin/b.tar.xz
+[ -f .ab/bin/alt.tar.xz ] && tar xJf .ab/bin/alt.tar.xz  # build-alt: the library with bit 18 (295961 / 492825)
 B=build-dev
 L=$B/bench/gpu/dfa_lab_cuda
 export DISTFLASH_LIB=$PWD/$B/src/libdistflash.so PYTHONPATH=python:bench/gpu PYTHONUNBUFFERED=1
@@ -23,7 +24,15 @@ grep -v "^variant" $OUT/ab_win.log $OUT/ab_docs.log | grep -v "^\["
 stamp causal
 timeout 200 $L --only "$BW" --dims 128 --causal 1,0 --seqlens 2k,8k,32k --check 600 --reps 5 --rounds 3 > $OUT/ab_bwd.log 2>&1; echo "rc=$?"
 grep -v "^variant" $OUT/ab_bwd.log | grep -v "^\["
-before 420 && {
+before 330 && [ -f build-alt/src/libdistflash.so ] && {
+stamp masks bench, library against build-alt
+for i in 1 2; do
+timeout 70 python3 bench/gpu/masks_bench.py --no-flex --idle 3 > $OUT/masks_lib$i.log 2>&1
+DISTFLASH_LIB=$PWD/build-alt/src/libdistflash.so timeout 70 python3 bench/gpu/masks_bench.py --no-flex --idle 3 > $OUT/masks_alt$i.log 2>&1
+done
+for f in $OUT/masks_*.log; do echo "$(basename $f) $(grep -E '^(docs|window)' $f | tr -s ' ' | tr '\n' ';')"; done
+}
+before 450 && {
 stamp host_profile
 timeout 90 python3 bench/gpu/host_profile.py > $OUT/host_profile.log 2>&1; echo "rc=$?"
 tail -30 $OUT/host_profile.log

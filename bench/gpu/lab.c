@@ -111,6 +111,9 @@ static const variant variants[] = {
     {"bwd ws desc scale stsm tma", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_SCALE_STSM_TMA, 0},
     {"bwd ws dq alt", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT, 0},
     {"bwd ws dq alt tma", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_TMA, 0},
+    {"bwd ws dq alt m1", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M1, 0},
+    {"bwd ws dq alt m2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M2, 0},
+    {"bwd ws dq alt m3", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M3, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */

@@ -144,12 +144,19 @@ static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long lo
    causal noisy), on the masked 1305 +2.1% (4k window and documents at 128k); bits 16 and 17 on
    top of it +1.5% more masked (505.5 / 506.5 TFLOP/s against 488.1 / 488.7 for 1305), but 0 to
    -1.4% unmasked, so the unmasked instances take bit 15 alone. At d = 64 bit 15 on 1049 +2.1%
-   (causal 2k, 32k). */
+   (causal 2k, 32k).
+   Bit 18 (DQ_ALT, session 20, run 1, 3 interleaved rounds against the library): each block's whole
+   dQ tile by one consumer, taking turns, as one m64n128 product (48 KB of shared-memory operands
+   where the two m64n64 halves read 64 KB). Unmasked d = 128: causal 32k +2.3%, non-causal 32k +2.1%,
+   8k +1.4 to +2%, causal 2k +5% with dK, dV by TMA (the short walks' form); promoted (33817 ->
+   295961). The masked form (230681 + bit 18) gained only 0.3-0.6% (4k window and documents at
+   128k) and the masks bench level, so the masked instances keep 230681 until the lab's rows
+   without bits 16 / 17 are measured. */
 #ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
 #define DFA__BWD_WS_LIBRARY 33809 /* 1041 + 32768 */
 #endif
 #ifndef DFA__BWD_WS_LIBRARY128 /* the unmasked instances at d = 128 (ex2); DFA__BWD_WS_LIBRARY serves d = 64 */
-#define DFA__BWD_WS_LIBRARY128 33817 /* 1049 + 32768 */
+#define DFA__BWD_WS_LIBRARY128 295961 /* 1049 + 32768 + 262144 (DQ_ALT, session 20) */
 #endif
 #define DFA__BWD_WS_LIBRARY_UNMASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY128 : DFA__BWD_WS_LIBRARY)
 #ifndef DFA__BWD_WS_LIBRARY_MASKED128

@@ -149,9 +149,12 @@ static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long lo
    dQ tile by one consumer, taking turns, as one m64n128 product (48 KB of shared-memory operands
    where the two m64n64 halves read 64 KB). Unmasked d = 128: causal 32k +2.3%, non-causal 32k +2.1%,
    8k +1.4 to +2%, causal 2k +5% with dK, dV by TMA (the short walks' form); promoted (33817 ->
-   295961). The masked form (230681 + bit 18) gained only 0.3-0.6% (4k window and documents at
-   128k) and the masks bench level, so the masked instances keep 230681 until the lab's rows
-   without bits 16 / 17 are measured. */
+   295961). On the masked kernel (230681) bit 18 gained only 0.3-0.7% (runs 1 and 2: 4k window and
+   documents at 128k), and the masks bench moved level; without bits 16 and 17 (run 2, "bwd ws dq
+   alt m1", 296217) +1.0% (window) and +1.4% (documents) against 230681, with 16 alone +0.6 / +1.2%,
+   with 17 alone +0.4 / 0%. So the masked d = 128 instances take 296217: bit 18 where bits 16-17
+   were (their stmatrix stores and scaled dS^T gained 1.5% on the two-halves dQ, session 18, and
+   nothing on top of the whole-tile one). */
 #ifndef DFA__BWD_WS_LIBRARY /* -DDFA__BWD_WS_LIBRARY=1025: a build with another kernel, for A/B runs */
 #define DFA__BWD_WS_LIBRARY 33809 /* 1041 + 32768 */
 #endif
@@ -160,7 +163,7 @@ static __device__ __forceinline__ void dfa__bwd_stamp(int slot, unsigned long lo
 #endif
 #define DFA__BWD_WS_LIBRARY_UNMASKED(D) ((D) == 128 ? DFA__BWD_WS_LIBRARY128 : DFA__BWD_WS_LIBRARY)
 #ifndef DFA__BWD_WS_LIBRARY_MASKED128
-#define DFA__BWD_WS_LIBRARY_MASKED128 230681 /* 1305 + 32768 + 65536 + 131072 */
+#define DFA__BWD_WS_LIBRARY_MASKED128 296217 /* 1305 + 32768 + 262144 (DQ_ALT, session 20; before: 230681) */
 #endif
 #ifndef DFA__BWD_WS_LIBRARY_MASKED64
 #define DFA__BWD_WS_LIBRARY_MASKED64 33793 /* 1025 + 32768 */

@@ -10,7 +10,9 @@
  *   dV  += P^T dO,  dK += dS^T Q                (RS: P^T / dS^T straight from registers)
  *   dQ   = dS K  over all 128 keys              (SS, dS^T written to shared memory)
  *
- * Each consumer computes a 64 x 64 part of the dQ tile. With DQ_MODE 0 there is no dQ
+ * Each consumer computes a 64 x 64 part of the dQ tile, or (VARIANT bit 18, DQ_ALT: the library's
+ * d = 128 kernels) the consumers take turns, block J's whole 64 x 128 tile being consumer J & 1's,
+ * one m64n128 product that reads dS and K once. With DQ_MODE 0 there is no dQ
  * here (the dq pass of bwd_mma.cuh follows; the kernel lab measures that path). Compared with the kernel lab's
  * two-warpgroup version (bench/gpu/lab_bwd_wgmma.cuh, the library's until 2026-12-01),
  * the work that sat on the consumers' critical path is moved off it:

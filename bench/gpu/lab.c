@@ -11,8 +11,9 @@
  * --rounds R > 1 times every selected variant once per round, round after round, on each
  * shape, and prints the median round and the spread: run-to-run drift of the GPU moved
  * single measurements by up to 10% (bench/gpu/NOTES.md), so promotions compare rounds.
- * --stamps DIR (single rounds): "bwd ws stamps" and "bwd ws early kv stamps" leave each shape's
- * per-CTA stamps (the last timed run's) in DIR/stamps[_early]_d*_s*_c*_w*_docs*.bin for
+ * --stamps DIR (single rounds): "bwd ws stamps", "bwd ws early kv stamps" and "bwd ws dq alt stamps"
+ * (the library's kernels since session 20) leave each shape's per-CTA stamps (the last timed run's)
+ * in DIR/stamps[_early|_alt]_d*_s*_c*_w*_docs*.bin for
  * bench/gpu/bwd_stamps.py.
  *
  * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
@@ -114,6 +115,7 @@ static const variant variants[] = {
     {"bwd ws dq alt m1", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M1, 0},
     {"bwd ws dq alt m2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M2, 0},
     {"bwd ws dq alt m3", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M3, 0},
+    {"bwd ws dq alt stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_STAMPS, 0},
 };
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */
@@ -419,14 +421,15 @@ int main(int argc, char **argv) {
                     const double diff = check(v, dims[di], check_s, causals[ci]);
                     for (int si = 0; si < ns; si++) {
                         const int D = dims[di], S = seqs[si], causal = causals[ci];
-                        const int stamping =
-                            stamps && (v->lab == LAB_BWD_WS_STAMPS || v->lab == LAB_BWD_WS_EARLY_KV_STAMPS);
+                        const int stamping = stamps && (v->lab == LAB_BWD_WS_STAMPS || v->lab == LAB_BWD_WS_EARLY_KV_STAMPS ||
+                                                        v->lab == LAB_BWD_WS_DQ_ALT_STAMPS);
                         if (stamping && lab_bwd_stamps_clear()) fprintf(stderr, "lab: stamps not cleared\n");
                         const float ms = timeit(v, D, S, causal, reps);
                         if (stamping) { /* the last timed run's */
                             char path[512];
                             snprintf(path, sizeof path, "%s/stamps%s_d%d_s%d_c%d_w%d_docs%d.bin", stamps,
-                                     v->lab == LAB_BWD_WS_STAMPS ? "" : "_early", D, S, causal, g_window, g_docs);
+                                     v->lab == LAB_BWD_WS_STAMPS ? "" : v->lab == LAB_BWD_WS_DQ_ALT_STAMPS ? "_alt" : "_early",
+                                     D, S, causal, g_window, g_docs);
                             if (lab_bwd_stamps_dump(path)) fprintf(stderr, "lab: stamps not written to %s\n", path);
                         }
                         const double fl = bench_flops(v, D, S, causal);

@@ -153,7 +153,7 @@ static dfa_status lab_bwd_pair(const dfa__bwd_params &p, const dfa__cuda_dkv16 &
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel
    with VARIANT 1, 2, 3 (atomic dq only: NULL in the deterministic column), then VARIANT 0, then
    the warp-specialised kernel without dq followed by the dq pass (deterministic only) */
-static const dfa__bwd_launcher lab_kv[35][2][2] = {
+static const dfa__bwd_launcher lab_kv[36][2][2] = {
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 1>, dfa__bwd_kv_wgmma<1, 1, 0, 1>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 2>, dfa__bwd_kv_wgmma<1, 1, 0, 2>}},
     {{NULL, NULL}, {dfa__bwd_kv_wgmma<1, 0, 0, 3>, dfa__bwd_kv_wgmma<1, 1, 0, 3>}},
@@ -203,8 +203,9 @@ static const dfa__bwd_launcher lab_kv[35][2][2] = {
     {{NULL, NULL}, {lab_bwd_runs<33817, 0>, lab_bwd_runs<33817, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<230425, 0>, lab_bwd_runs<230425, 1>}},
     {{NULL, NULL}, {lab_bwd_runs<230681, 0>, lab_bwd_runs<230681, 1>}},
-    /* 295961 / 492825: the library's d = 128 kernels (33817 unmasked, 230681 masked) with block J's
-       whole dQ tile by consumer J & 1 as one m64n128 product (bit 18, DQ_ALT); d = 64 unchanged */
+    /* 295961 / 492825: session 19's library kernels at d = 128 (33817 unmasked, 230681 masked) with
+       block J's whole dQ tile by consumer J & 1 as one m64n128 product (bit 18, DQ_ALT); d = 64
+       unchanged. The library took 295961 (short walks 296217) and, masked, 296217 ("m1") */
     {{NULL, NULL}, {lab_bwd_pair<295961, 492825, 0>, lab_bwd_pair<295961, 492825, 1>}},
     {{NULL, NULL}, {lab_bwd_pair<296217, 492825, 0>, lab_bwd_pair<296217, 492825, 1>}},
     /* the masked kernel's bit 18 forms without bits 16 and 17, with 16 alone, with 17 alone (run 1:
@@ -212,6 +213,9 @@ static const dfa__bwd_launcher lab_kv[35][2][2] = {
     {{NULL, NULL}, {lab_bwd_pair<296217, 296217, 0>, lab_bwd_pair<296217, 296217, 1>}},
     {{NULL, NULL}, {lab_bwd_pair<296217, 361753, 0>, lab_bwd_pair<296217, 361753, 1>}},
     {{NULL, NULL}, {lab_bwd_pair<296217, 427289, 0>, lab_bwd_pair<296217, 427289, 1>}},
+    /* 304153 / 304409: the library's d = 128 kernels since session 20 (295961 unmasked, 296217
+       masked) with the per-CTA stamps (bit 13; --stamps DIR) */
+    {{NULL, NULL}, {lab_bwd_pair<304153, 304409, 0>, lab_bwd_pair<304153, 304409, 1>}},
 };
 
 extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q, const void *k, const void *v,
@@ -259,6 +263,7 @@ extern "C" dfa_status lab_bwd(int variant, const dfa_attn_desc *d, const void *q
     case LAB_BWD_WS_DQ_ALT_M1: row = 32; break;
     case LAB_BWD_WS_DQ_ALT_M2: row = 33; break;
     case LAB_BWD_WS_DQ_ALT_M3: row = 34; break;
+    case LAB_BWD_WS_DQ_ALT_STAMPS: row = 35; break;
     default: return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "no backward variant %d", variant);
     }
     const int atomic = !(s.flags & DFA_FLAG_DETERMINISTIC);

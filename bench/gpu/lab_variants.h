@@ -89,11 +89,12 @@ enum {
     LAB_BWD_WS_DESC_ADD,       /* the sessions 15-17 d = 128 kernels with descriptors as base + constant (+32768) */
     LAB_BWD_WS_DESC_SCALE_STSM, /* ... and dS^T scaled (+65536, bf16) and stored by stmatrix (+131072) */
     LAB_BWD_WS_DESC_SCALE_STSM_TMA, /* ... and dK, dV by TMA unmasked too (+256) */
-    LAB_BWD_WS_DQ_ALT, /* the library's kernels (33817 / 230681) with each block's dQ tile whole by one consumer (bit 18) */
+    LAB_BWD_WS_DQ_ALT, /* session 19's library kernels (33817 / 230681) with each block's dQ tile whole by one consumer (bit 18) */
     LAB_BWD_WS_DQ_ALT_TMA, /* ... with dK, dV by TMA unmasked too (the library's short walks) */
     LAB_BWD_WS_DQ_ALT_M1, /* masked: 230681's bit 18 form without bits 16 (SCALE_DS) and 17 (STSM): 296217 */
     LAB_BWD_WS_DQ_ALT_M2, /* masked: with SCALE_DS, no STSM: 361753 */
     LAB_BWD_WS_DQ_ALT_M3, /* masked: with STSM, no SCALE_DS: 427289 */
+    LAB_BWD_WS_DQ_ALT_STAMPS, /* the library's d = 128 kernels since session 20 (295961 / 296217) with the stamps (bit 13) */
 };
 
 /* As dfa_attn_fwd_cuda / dfa_attn_bwd_cuda (same arguments, already valid: the lab makes

@@ -118,6 +118,13 @@ static const variant variants[] = {
     {"bwd ws dq alt stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_STAMPS, 0},
 };
 
+/* The stamps file's suffix of a stamping lab row (--stamps DIR), NULL for a row without stamps. */
+static const char *stamps_suffix(int lab) {
+    return lab == LAB_BWD_WS_STAMPS ? "" : lab == LAB_BWD_WS_EARLY_KV_STAMPS ? "_early"
+                                       : lab == LAB_BWD_WS_DQ_ALT_STAMPS   ? "_alt"
+                                                                           : NULL;
+}
+
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */
 static dfa_status run_fwd(const variant *v, const dfa_attn_desc *d, const void *q, const void *k, const void *vv,
                           void *o, float *lse) {
@@ -421,15 +428,14 @@ int main(int argc, char **argv) {
                     const double diff = check(v, dims[di], check_s, causals[ci]);
                     for (int si = 0; si < ns; si++) {
                         const int D = dims[di], S = seqs[si], causal = causals[ci];
-                        const int stamping = stamps && (v->lab == LAB_BWD_WS_STAMPS || v->lab == LAB_BWD_WS_EARLY_KV_STAMPS ||
-                                                        v->lab == LAB_BWD_WS_DQ_ALT_STAMPS);
+                        const char *suffix = stamps ? stamps_suffix(v->lab) : NULL;
+                        const int stamping = suffix != NULL;
                         if (stamping && lab_bwd_stamps_clear()) fprintf(stderr, "lab: stamps not cleared\n");
                         const float ms = timeit(v, D, S, causal, reps);
                         if (stamping) { /* the last timed run's */
                             char path[512];
-                            snprintf(path, sizeof path, "%s/stamps%s_d%d_s%d_c%d_w%d_docs%d.bin", stamps,
-                                     v->lab == LAB_BWD_WS_STAMPS ? "" : v->lab == LAB_BWD_WS_DQ_ALT_STAMPS ? "_alt" : "_early",
-                                     D, S, causal, g_window, g_docs);
+                            snprintf(path, sizeof path, "%s/stamps%s_d%d_s%d_c%d_w%d_docs%d.bin", stamps, suffix, D, S,
+                                     causal, g_window, g_docs);
                             if (lab_bwd_stamps_dump(path)) fprintf(stderr, "lab: stamps not written to %s\n", path);
                         }
                         const double fl = bench_flops(v, D, S, causal);

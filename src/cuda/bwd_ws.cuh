@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(384, 1)
             if (in_hi < in_lo) in_lo = in_hi = mb_end;
         }
     }
-    /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way) */
+    /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way; DQ_ALT: all of it, every other block) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 && !DQ_ALT ? 64 * c : 0;
 
     float dk[D8 * 4], dv[D8 * 4];

@@ -30,17 +30,23 @@ static float *randn(long n) {
     return p;
 }
 
-/* max |C - ref| / (max |ref| + tiny) for C[R,S] = C0 (if acc) + sum_k A(r,k) B(k,s). */
+/* max |C - ref| / max (|C0| + sum_k |A(r,k) B(k,s)|) for C[R,S] = C0 (if acc) + sum_k A(r,k) B(k,s).
+ * The scale is the terms' magnitude, not the result's: a float32 sum's rounding error is bounded
+ * by a few ulps of its terms, and a result that cancels to near zero (1x1x1: c0 + a b with
+ * c0 ~ -a b) would otherwise turn one ulp of a term into an arbitrarily large relative error. */
 static double rel_err(const float *C, const float *C0, int acc, const float *A, long ar, long ak, const float *B, long bk,
                       long bs, int R, int K, int S) {
     double worst = 0, scale = 1e-30;
     for (int r = 0; r < R; r++)
         for (int s = 0; s < S; s++) {
-            double ref = acc ? C0[(long)r * S + s] : 0;
-            for (int k = 0; k < K; k++) ref += (double)A[r * ar + k * ak] * B[k * bk + s * bs];
+            double ref = acc ? C0[(long)r * S + s] : 0, mag = fabs(ref);
+            for (int k = 0; k < K; k++) {
+                double t = (double)A[r * ar + k * ak] * B[k * bk + s * bs];
+                ref += t, mag += fabs(t);
+            }
             double got = C[(long)r * S + s];
             worst = isnan(got) ? INFINITY : fmax(worst, fabs(got - ref));
-            scale = fmax(scale, fabs(ref));
+            scale = fmax(scale, mag);
         }
     return worst / scale;
 }

@@ -134,20 +134,19 @@ static dfa_status lab_bwd_mask_uni(const dfa__bwd_params &p, const dfa__cuda_dkv
     return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, 1, 769>(p, dkv16, st, fn);
 }
 
-/* VARIANT V unmasked, V + 256 masked at d = 128 (the masked instances' TMA stores of dK, dV). */
-template <int V, int BF16>
-static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
-                               const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, V, V>(p, dkv16, st, fn);
-    return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, V, V | 256>(p, dkv16, st, fn);
-}
-
 /* unmasked VU, masked VM (d = 128; d = 64 takes VU for both) */
 template <int VU, int VM, int BF16>
 static dfa_status lab_bwd_pair(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                const char *fn) {
     if (p.sh.head_dim == 64) return dfa__launch_bwd_ws<64, 128, 1, BF16, 0, VU, VU>(p, dkv16, st, fn);
     return dfa__launch_bwd_ws<128, 64, 1, BF16, 0, VU, VM>(p, dkv16, st, fn);
+}
+
+/* VARIANT V unmasked, V + 256 masked at d = 128 (the masked instances' TMA stores of dK, dV). */
+template <int V, int BF16>
+static dfa_status lab_bwd_runs(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                               const char *fn) {
+    return lab_bwd_pair<V, V | 256, BF16>(p, dkv16, st, fn);
 }
 
 /* [row of the variant][atomic dq][bf16]: the two-warpgroup Hopper key-block kernel

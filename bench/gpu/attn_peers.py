@@ -1,0 +1,334 @@
+"""Single-GPU attention speed against the peers, in one process, interleaved.
+
+Implementations (--impls, comma-separated; those that cannot be imported are skipped):
+  distflash    the PyTorch binding (distflash.torch.attention + autograd), as a user calls it
+  distflash-c  the C entry points (dfa_attn_fwd_cuda / dfa_attn_bwd_cuda) on preallocated
+               tensors, no autograd: what the binding costs is the gap between these two
+  fa4          FlashAttention-4 (flash_attn.cute; documents through flash_attn_varlen_func)
+  cudnn, fa2   PyTorch SDPA's cuDNN and FlashAttention-2 backends (no masks)
+
+Every case runs each implementation in turn, for --rounds rounds; a figure is the best round's
+median of CUDA-event times after a warm-up. FLOPs count the visible query-key pairs exactly
+(causal, window, documents): forward 4 * pairs * d (two GEMMs), forward+backward 3.5x that.
+The SM clock (NVML, else nvidia-smi) is read right after each timed loop and printed beside the
+figure, so a gap between two rows can be told apart from a clock change.
+
+  python3 bench/gpu/attn_peers.py [--quick] [--impls distflash,distflash-c,fa4,cudnn] [--out DIR]
+
+Raw output (JSON and CSV) goes to --out (default build/bench/attn_peers); nothing is written into
+the source tree. bench/gpu/fa4/README.md says how FA4 gets onto a machine without a registry.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+
+# --- SM clock -----------------------------------------------------------------------------------
+
+class SmClock:
+    """Reads the current SM clock (MHz) of the device torch uses; None when nothing can read it."""
+
+    def __init__(self):
+        self.nvml = None
+        self.index = torch.cuda.current_device()
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        except Exception:
+            self.nvml = None
+
+    def mhz(self):
+        if self.nvml is not None:
+            try:
+                return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+            except Exception:
+                return None
+        try:
+            out = subprocess.run(["nvidia-smi", "-i", str(self.index), "--query-gpu=clocks.sm",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            return int(out.stdout.strip().splitlines()[0])
+        except Exception:
+            return None
+
+
+def timed(fn, clock, warm=2, rep=7):
+    """Median milliseconds of `rep` calls after `warm`, and the SM clock read just after them."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rep):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2], clock.mhz()
+
+
+# --- cases and FLOPs ----------------------------------------------------------------------------
+
+def lognormal_docs(batch, seqlen, mean, seed=0):
+    """Document lengths drawn log-normally (sigma 1) with the given mean, packed into each row:
+    per-token ids [batch, seqlen] int32, cu_seqlens over the flattened batch, longest length."""
+    g = torch.Generator().manual_seed(seed)
+    sigma = 1.0
+    mu = math.log(mean) - sigma * sigma / 2
+    ids = torch.empty(batch, seqlen, dtype=torch.int32)
+    cu, longest = [0], 0
+    for b in range(batch):
+        pos, doc = 0, 0
+        while pos < seqlen:
+            n = max(1, int(math.exp(mu + sigma * torch.randn(1, generator=g).item())))
+            n = min(n, seqlen - pos)
+            ids[b, pos:pos + n] = doc
+            pos += n
+            doc += 1
+            cu.append(cu[-1] + n)
+            longest = max(longest, n)
+    return ids, torch.tensor(cu, dtype=torch.int32), longest
+
+
+def visible_pairs(seqlen, causal, window=None, cu=None):
+    if cu is not None:
+        n = (cu[1:] - cu[:-1]).double()
+        return float((n * (n + 1) / 2).sum()) if causal else float((n * n).sum())
+    if window is not None:
+        w = min(window + 1, seqlen)
+        return float(seqlen * w - w * (w - 1) / 2)
+    return seqlen * (seqlen + 1) / 2 if causal else float(seqlen * seqlen)
+
+
+def cases(quick):
+    out = []
+    for d in (128, 64):
+        for s, b in ((2048, 16), (8192, 4), (32768, 1)):
+            for causal in (True, False):
+                out.append(dict(d=d, s=s, b=b, h=4096 // d, hkv=4096 // d, causal=causal))
+    out.append(dict(d=128, s=8192, b=4, h=32, hkv=4, causal=True))
+    out.append(dict(d=128, s=131072, b=1, h=16, hkv=16, causal=True, window=4096))
+    out.append(dict(d=128, s=131072, b=1, h=16, hkv=16, causal=True, docs=4096))
+    if quick:
+        out = [c for c in out if c["causal"] and c["s"] in (8192, 32768, 131072)]
+    return out
+
+
+def tag(c):
+    t = f"d{c['d']} {c['s'] // 1024}k x{c['b']} {'causal' if c['causal'] else 'non-causal'}"
+    if c["hkv"] != c["h"]:
+        t += f" GQA {c['h']}/{c['hkv']}"
+    if c.get("window"):
+        t += f" window {c['window']}"
+    if c.get("docs"):
+        t += f" docs {c['docs']}"
+    return t
+
+
+# --- implementations ----------------------------------------------------------------------------
+
+def make_impls(names):
+    impls = {}
+    if "distflash" in names or "distflash-c" in names:
+        try:
+            import distflash.torch as dft
+            from distflash import _ops
+        except Exception as e:  # report, run the others
+            print(f"distflash: import failed: {type(e).__name__}: {e}", flush=True)
+            dft = None
+        if dft is not None and "distflash" in names:
+            def binding(q, k, v, c, docs):
+                kw = {}
+                if c.get("window"):
+                    kw["window"] = (c["window"], None)
+                if docs is not None:
+                    kw["doc_ids"] = docs["ids"]
+                return dft.attention(q, k, v, causal=c["causal"], **kw)
+            impls["distflash"] = ("autograd", binding)
+        if dft is not None and "distflash-c" in names:
+            impls["distflash-c"] = ("capi", make_capi(_ops))
+    if "fa4" in names:
+        try:
+            from flash_attn.cute import flash_attn_func as fa4_func
+            from flash_attn.cute import flash_attn_varlen_func as fa4_varlen
+
+            def fa4(q, k, v, c, docs):
+                if docs is not None:
+                    b, s, h, d = q.shape
+                    o = fa4_varlen(q.view(b * s, h, d), k.view(b * s, k.shape[2], d), v.view(b * s, v.shape[2], d),
+                                   cu_seqlens_q=docs["cu"], cu_seqlens_k=docs["cu"], max_seqlen_q=docs["max"],
+                                   max_seqlen_k=docs["max"], causal=c["causal"])
+                    o = o[0] if isinstance(o, tuple) else o
+                    return o.view(b, s, h, d)
+                ws = (c["window"], 0) if c.get("window") else (None, None)
+                o = fa4_func(q, k, v, causal=c["causal"], window_size=ws)
+                return o[0] if isinstance(o, tuple) else o
+            impls["fa4"] = ("autograd", fa4)
+        except Exception as e:
+            print(f"fa4: import failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(backend):
+        def f(q, k, v, c, docs):
+            if c.get("window") or docs is not None:
+                raise NotImplementedError
+            with sdpa_kernel(backend):
+                o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                   is_causal=c["causal"], enable_gqa=q.shape[2] != k.shape[2])
+            return o.transpose(1, 2)
+        return f
+    if "cudnn" in names:
+        impls["cudnn"] = ("autograd", sdpa(SDPBackend.CUDNN_ATTENTION))
+    if "fa2" in names:
+        impls["fa2"] = ("autograd", sdpa(SDPBackend.FLASH_ATTENTION))
+    return impls
+
+
+def make_capi(_ops):
+    """The C entry points on preallocated outputs: one descriptor per case, no autograd."""
+    cache = {}
+
+    def prepare(q, k, v, c, docs):
+        key = id(q)
+        if key not in cache:
+            cache.clear()
+            kw = {}
+            if docs is not None:
+                kw.update(q_doc=docs["ids"], k_doc=docs["ids"])
+            if c.get("window"):
+                kw.update(window_left=c["window"], window_right=-1)
+            d = _ops.desc_ref(q, k, c["causal"], 1.0 / math.sqrt(q.shape[-1]), 0, 0, **kw)
+            o = torch.empty_like(q)
+            lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
+            cache[key] = dict(d=d, o=o, lse=lse, dq=torch.empty_like(q), dk=torch.empty_like(k),
+                              dv=torch.empty_like(v))
+        return cache[key]
+
+    def fwd(q, k, v, c, docs):
+        t = prepare(q, k, v, c, docs)
+        _ops.fwd_into(t["d"], q, k, v, t["o"], t["lse"])
+        return t["o"]
+
+    def fwdbwd(q, k, v, c, docs, do):
+        t = prepare(q, k, v, c, docs)
+        _ops.fwd_into(t["d"], q, k, v, t["o"], t["lse"])
+        _ops.bwd_into(t["d"], q, k, v, t["o"], t["lse"], do, t["dq"], t["dk"], t["dv"])
+
+    fwd.fwdbwd = fwdbwd
+    return fwd
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--impls", default="distflash,distflash-c,fa4,cudnn")
+    ap.add_argument("--quick", action="store_true", help="causal cases at 8k, 32k and 128k only")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", default="", help="substring filter on the case names")
+    ap.add_argument("--out", default=os.path.join("build", "bench", "attn_peers"))
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    names = a.impls.split(",")
+    impls = make_impls(names)
+    clock = SmClock()
+    os.makedirs(a.out, exist_ok=True)
+    dev = torch.cuda.get_device_name()
+    print(f"# {dev}; torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
+          f"impls {','.join(impls)}", flush=True)
+    rows = []
+    for c in cases(a.quick):
+        if a.only and a.only not in tag(c):
+            continue
+        torch.manual_seed(0)
+        q = torch.randn(c["b"], c["s"], c["h"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(c["b"], c["s"], c["hkv"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn_like(k, requires_grad=True)
+        do = torch.randn_like(q)
+        docs, cu = None, None
+        if c.get("docs"):
+            ids, cu, longest = lognormal_docs(c["b"], c["s"], c["docs"])
+            docs = dict(ids=ids.cuda(), cu=cu.cuda(), max=longest)
+        flop_fwd = 4.0 * visible_pairs(c["s"], c["causal"], c.get("window"), cu) * c["b"] * c["h"] * c["d"]
+        best = {}
+        ref = None
+        for rnd in range(a.rounds):
+            for name, (kind, fn) in impls.items():
+                try:
+                    f = lambda: fn(q, k, v, c, docs)
+                    if rnd == 0:
+                        o = f()
+                        if ref is None:
+                            ref = o.detach().float()
+                        err = (o.detach().float() - ref).abs().max().item()
+                        if not math.isfinite(err) or err > 0.05:
+                            print(f"  {name}: output differs from {next(iter(impls))} by {err:.3g}", flush=True)
+                    if kind == "capi":
+                        fb = lambda: fn.fwdbwd(q, k, v, c, docs, do)
+                    else:
+                        def fb():
+                            torch.autograd.grad(f(), (q, k, v), do)
+                    ms_f, mhz_f = timed(f, clock)
+                    ms_b, mhz_b = timed(fb, clock)
+                    r = best.setdefault(name, dict(fwd=0.0, fwdbwd=0.0, mhz_fwd=None, mhz_fwdbwd=None))
+                    tf, tb = flop_fwd / ms_f / 1e9, 3.5 * flop_fwd / ms_b / 1e9
+                    if tf > r["fwd"]:
+                        r.update(fwd=tf, mhz_fwd=mhz_f)
+                    if tb > r["fwdbwd"]:
+                        r.update(fwdbwd=tb, mhz_fwdbwd=mhz_b)
+                except NotImplementedError:
+                    pass
+                except Exception as e:
+                    if rnd == 0:
+                        print(f"  {name} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        line = [f"{tag(c):34s}"]
+        for name, r in best.items():
+            rows.append(dict(case=tag(c), impl=name, fwd_tflops=round(r["fwd"], 1), fwdbwd_tflops=round(r["fwdbwd"], 1),
+                             sm_mhz_fwd=r["mhz_fwd"], sm_mhz_fwdbwd=r["mhz_fwdbwd"], device=dev))
+            line.append(f"{name} {r['fwd']:5.0f}/{r['fwdbwd']:5.0f} @{r['mhz_fwd']}/{r['mhz_fwdbwd']}MHz")
+        print("  ".join(line), flush=True)
+        del q, k, v, do, ref
+        torch.cuda.empty_cache()
+    with open(os.path.join(a.out, "attn_peers.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+    with open(os.path.join(a.out, "attn_peers.csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["case"])
+        w.writeheader()
+        w.writerows(rows)
+    summary(rows)
+
+
+def summary(rows):
+    """distflash against FA4 (and the binding against the C API) per case, forward / fwd+bwd."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["case"], {})[r["impl"]] = r
+    print("\n# ratios: distflash/fa4 (fwd, fwd+bwd); binding/C API (fwd, fwd+bwd)")
+    for case, m in by.items():
+        parts = [f"{case:34s}"]
+        ours = m.get("distflash")
+        if ours and "fa4" in m and m["fa4"]["fwd_tflops"] > 0:
+            parts.append(f"vs fa4 {ours['fwd_tflops'] / m['fa4']['fwd_tflops']:.3f} "
+                         f"{ours['fwdbwd_tflops'] / m['fa4']['fwdbwd_tflops']:.3f}")
+        if ours and "distflash-c" in m and m["distflash-c"]["fwd_tflops"] > 0:
+            parts.append(f"binding/C {ours['fwd_tflops'] / m['distflash-c']['fwd_tflops']:.3f} "
+                         f"{ours['fwdbwd_tflops'] / m['distflash-c']['fwdbwd_tflops']:.3f}")
+        print("  ".join(parts))
+
+
+if __name__ == "__main__":
+    main()

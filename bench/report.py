@@ -205,6 +205,14 @@ def t_dist_cpu():
     return provenance(meta) + "\n\n" + md_table(["schedule", "overlap on, s", "overlap off, s", "vs ring"], out)
 
 
+def t_demo():
+    meta, rows = load("demo_passkey")
+    out = [[r["step"], r["context"], num(r["loss"], 4), f"{float(r['eval_exact']):.1%}", f"{float(r['eval_digits']):.1%}"]
+           for r in rows if r["eval_exact"]]
+    return provenance(meta) + "\n\n" + md_table(
+        ["step", "training context", "loss", "held-out exact match", "digits right"], out)
+
+
 def t_summary():
     """README's one table: a few current figures beside the peers measured with them."""
     g, grow = load("gpu_h100_peers")
@@ -240,7 +248,7 @@ def t_summary():
 
 TABLES = {"gpu-h100": t_gpu_h100, "gpu-h200": t_gpu_h200, "masks": t_masks, "dist": t_dist,
           "dist-docs": t_dist_docs, "train": t_train, "train-cp": t_train_cp, "cpu": t_cpu,
-          "cpu-ggml": t_cpu_ggml, "policies": t_policies, "dist-cpu": t_dist_cpu, "summary": t_summary}
+          "cpu-ggml": t_cpu_ggml, "policies": t_policies, "demo": t_demo, "dist-cpu": t_dist_cpu, "summary": t_summary}
 FILES = [os.path.join(DOCS, "performance.md"), os.path.join(ROOT, "README.md")]
 
 
@@ -281,7 +289,12 @@ def plot_series():
     dist = {"distflash balanced": [float(di[(s, "distflash balanced", "on")]["efficiency_fwdbwd"]) for s in seqs],
             "distflash ring": [float(di[(s, "distflash ring", "on")]["efficiency_fwdbwd"]) for s in seqs],
             "PyTorch context parallel": [float(di[(s, "pytorch context_parallel", "-")]["efficiency_fwdbwd"]) for s in seqs]}
+    m, drows = load("demo_passkey")
+    curve = ([int(r["step"]) for r in drows], [float(r["loss"]) for r in drows],
+             [(int(r["step"]), float(r["eval_exact"])) for r in drows if r["eval_exact"]])
     return {
+        "passkey_demo.png": (f"scripts/demo: training loss and held-out exact match ({m['date']}, {m['commit']})",
+                             "loss", None, curve),
         "perf_gpu.png": (f"One GPU, bf16, forward+backward ({g['machine'].split(' (')[0]}, {g['date']}, {g['commit']})",
                          "TFLOP/s", cases, gpu),
         "perf_dist.png": (f"Two GPUs, causal 32 x 128 ({d['date']}, {d['commit']})",
@@ -293,6 +306,22 @@ def plot_matplotlib(path, title, ylabel, cats, series):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    if cats is None:  # a training curve: (steps, loss, [(step, exact match)])
+        steps, loss, evals = series
+        fig, ax = plt.subplots(figsize=(9, 5))
+        ax.semilogy(steps, loss, lw=0.8, label="training loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax2 = ax.twinx()
+        ax2.plot([e[0] for e in evals], [e[1] for e in evals], "o-", color="tab:red", label="held-out exact match")
+        ax2.set_ylim(0, 1)
+        ax2.set_ylabel("exact match")
+        ax.set_title(title, fontsize=9)
+        fig.legend(loc="upper center", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return
     n = len(series)
     width = 0.8 / n
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(cats) + 2), 4.5))
@@ -309,7 +338,37 @@ def plot_matplotlib(path, title, ylabel, cats, series):
     plt.close(fig)
 
 
+def plot_gnuplot_curve(path, title, ylabel, series):
+    steps, loss, evals = series
+    with tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False) as f:
+        f.writelines(f"{s}\t{v:.6g}\n" for s, v in zip(steps, loss))
+        f.write("\n\n")
+        f.writelines(f"{s}\t{v:.4f}\n" for s, v in evals)
+        dat = f.name
+    script = f"""set terminal pngcairo size 1000,600 font ",10"
+set output '{path}'
+set title "{title}"
+set xlabel "step"
+set ylabel "{ylabel}"
+set logscale y
+set y2label "exact match"
+set y2range [0:1]
+set y2tics
+set ytics nomirror
+set grid
+set key top center
+plot '{dat}' index 0 with lines lw 1 title "training loss", \\
+     '{dat}' index 1 axes x1y2 with linespoints pt 7 lw 2 title "held-out exact match"
+"""
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    finally:
+        os.unlink(dat)
+
+
 def plot_gnuplot(path, title, ylabel, cats, series):
+    if cats is None:
+        return plot_gnuplot_curve(path, title, ylabel, series)
     with tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False) as f:
         f.write("case\t" + "\t".join(f'"{s}"' for s in series) + "\n")
         for i, c in enumerate(cats):
@@ -317,7 +376,7 @@ def plot_gnuplot(path, title, ylabel, cats, series):
         dat = f.name
     cols = ", ".join(f"'{dat}' using {i + 2}{':xtic(1)' if i == 0 else ''} title columnheader({i + 2})"
                      for i in range(len(series)))
-    script = f"""set terminal pngcairo size {max(640, 70 * len(cats) + 200)},480 font ",9"
+    script = f"""set terminal pngcairo size {max(640, 70 * len(cats) + 200)},520 font ",9"
 set output '{path}'
 set title "{title}"
 set ylabel "{ylabel}"
@@ -325,10 +384,10 @@ set style data histogram
 set style histogram clustered gap 1
 set style fill solid 0.85 border -1
 set boxwidth 0.9
-set xtics rotate by -35 scale 0
+set xtics rotate by 30 right scale 0
 set yrange [0:*]
 set grid ytics
-set key top left
+set key outside top center horizontal
 plot {cols}
 """
     try:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kernel rates per block shape for the simulator's h200-nvlink preset (issue 15).
+"""Kernel rates per block shape for the simulator's h200-nvlink preset.
 
 Reads a 2-GPU `distflash dist-bench --device cuda` log (the per-step compute tables of the
 ring and balanced schedules, one timed call each, and the single-GPU lines) and prints, per
@@ -7,9 +7,9 @@ ring and balanced schedules, one timed call each, and the single-GPU lines) and 
 what the executor adds to a step's compute marks on top of the kernel (packing its own query
 rows, folding its own partial results into the float32 accumulators; modelled as bytes over
 the effective HBM bandwidth HBM plus LAUNCH per element-wise kernel, the same constants as the
-C preset). The C table in src/seqpar/sim_machine.c was written from this output.
+C preset). The C table in cli/sim/sim_machine.c is this output.
 
-    python3 bench/seqpar/calibrate.py bench/seqpar/results/2026-12-01/distbench.log
+    python3 bench/seqpar/calibrate.py DISTBENCH.log   (the log of bench/seqpar/device_run.sh's distbench stage)
 """
 import re
 import statistics
@@ -112,4 +112,6 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench/seqpar/results/2026-12-01/distbench.log")
+    if len(sys.argv) != 2:
+        sys.exit("usage: calibrate.py DISTBENCH.log")
+    main(sys.argv[1])

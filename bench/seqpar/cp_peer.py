@@ -1,6 +1,6 @@
 """PyTorch's context parallelism (ring attention over SDPA, cuDNN backend by default) on the
 shapes of `distflash dist-bench --device cuda`: the peer of DistFlashAttn on GPUs, measured in
-the same run. Adapted from ../shared/peers/gpu_anchors.py (the project's own peer script).
+the same run.
 
     python3 -m torch.distributed.run --nproc-per-node 2 bench/seqpar/cp_peer.py \
         --seqlens 32k,64k,128k,256k [--backend cudnn|flash] [--rotate allgather|alltoall] [--json F]

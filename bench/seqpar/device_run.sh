@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # One batched run on the lent 2-GPU machine (nvidia-h200-x2): build, the GPU tests (one
 # and two GPUs), DistFlashAttn's benchmark against PyTorch's context parallelism, the
-# longest sequence that fits. Logs go to $OUT (or out/); a short summary is printed last.
+# longest sequence that fits. Logs go to $OUT (default: build-gpu/bench-out/seqpar, inside the
+# build tree); a short summary is printed last.
 #   STAGES="build test distbench fit cppeer python"   (default: build test)
 #   DB_ARGS  extra dist-bench options (default: --seqlens 32k,64k,128k,256k)
 #   CP_ARGS  extra cp_peer.py options (default: the same lengths)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-out}; mkdir -p "$OUT"
+B=build-gpu
+OUT=${OUT:-$B/bench-out/seqpar}; mkdir -p "$OUT"
 STAGES=${STAGES:-"build test"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 summary=()
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-B=build-gpu
 MPI=(mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH)
 SEQS=${SEQS:-32k,64k,128k,256k}
 
@@ -36,14 +37,14 @@ if has test; then
 fi
 if has distbench; then
   stamp distbench
-  timeout 560 "${MPI[@]}" $B/tools/distflash dist-bench --device cuda --seqlens "$SEQS" ${DB_ARGS:-} \
+  timeout 560 "${MPI[@]}" $B/cli/distflash dist-bench --device cuda --seqlens "$SEQS" ${DB_ARGS:-} \
       --json "$OUT/dist.json" > "$OUT/distbench.log" 2>&1
   rc=$?; summary+=("dist-bench rc=$rc")
   grep -vE "^\s+R[0-9]|compute/wait" "$OUT/distbench.log" | tail -30
 fi
 if has fit; then
   stamp fit
-  timeout 560 "${MPI[@]}" $B/tools/distflash dist-bench --device cuda --fit ${FIT_ARGS:-} > "$OUT/fit.log" 2>&1
+  timeout 560 "${MPI[@]}" $B/cli/distflash dist-bench --device cuda --fit ${FIT_ARGS:-} > "$OUT/fit.log" 2>&1
   rc=$?; summary+=("fit rc=$rc: $(tail -1 "$OUT/fit.log")")
 fi
 if has cppeer; then
@@ -64,7 +65,7 @@ if has overhead; then
       > "$OUT/overhead.log" 2>&1
   rc=$?; summary+=("overhead rc=$rc"); tail -15 "$OUT/overhead.log"
 fi
-if has example; then   # the binding's example against the PyTorch-only peer (issue 13)
+if has example; then   # the binding's example against the PyTorch-only peer
   stamp example
   PYTHONUNBUFFERED=1 PYTHONPATH=python DISTFLASH_LIB=$PWD/$B/src/libdistflash.so timeout 400 \
       python3 -m torch.distributed.run --nproc-per-node 2 python/examples/train_cp.py ${EX_ARGS:---context 131072 --attention both --steps 4 --warmup 1} \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 14's 2-GPU bar: packed documents at 128k tokens, scaling efficiency >= 0.9 against one
-# GPU (and the 4k sliding window beside it). For the lent 2-GPU machine (nvidia-h200-x2);
-# builds nothing: B is a build with CUDA, MPI and NCCL. Roughly 5 minutes.
-#   B=build-gpu OUT=out bench/seqpar/masks_2gpu.sh
+# Masks on two GPUs: packed documents at 128k tokens and their scaling efficiency against one
+# GPU, with the 4k sliding window beside them. For a machine with two GPUs; builds nothing: B
+# is a build with CUDA, MPI and NCCL. Roughly 5 minutes.
+#   B=build-gpu [OUT=dir] bench/seqpar/masks_2gpu.sh
 # 1. test_dist_gpu under mpirun -np 2 (the mask tests only: DFA_GPU_TEST_MASKS=1);
 # 2. dist-bench --device cuda at 128k, 32 heads x 128, bf16, causal: documents with log-normal
 #    lengths of mean 4096 (--docs 4096), the same with DFA_FLAG_SAME_DOCS (--same-docs: a training
@@ -11,13 +11,13 @@
 #    efficiency "eff f+b");
 # 3. rank-sim's prediction for the same shapes on GPU 0 alone (each rank's pass without the waits
 #    for messages: the bound the measured efficiency is to be compared with).
-# Logs (and JSON) under $OUT; a short summary table last.
+# Logs (and JSON) under $OUT (default: $B/bench-out/masks_2gpu); a short summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build-gpu}
-OUT=${OUT:-out}; mkdir -p "$OUT"
+OUT=${OUT:-$B/bench-out/masks_2gpu}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
-D=$B/tools/distflash-bench
+D=$B/cli/distflash
 [ -x "$D" ] || { echo "no $D: build with CUDA, MPI and NCCL first (B=build folder)"; exit 2; }
 MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH)
 S=${S:-128k}
@@ -49,7 +49,7 @@ for cfg in "docs:--docs 4096" "same:--docs 4096 --same-docs" "gqa:--docs 4096 --
   preds+=("$(printf '%-7s %s' "$name" "$(grep -E 'busiest' "$OUT/ranksim_$name.log" | sed 's/^ *//')")")
 done
 echo
-echo "== issue 14 on 2 GPUs: $S tokens, --docs 4096 / --window 4096 (eff f+b: T1 / (P * TP); bar >= 0.9 with docs) =="
+echo "== masks on 2 GPUs: $S tokens, --docs 4096 / --window 4096 (eff f+b: T1 / (P * TP)) =="
 printf '%-7s %-4s %8s %-9s %-7s %9s %10s %9s %9s %8s %8s\n' mask np S schedule overlap "fwd ms" "f+b ms" "fwd TF/s" "f+b TF/s" "eff f+b" "vs ring"
 printf '%s\n' "${rows[@]}"
 echo

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Masks on the NCCL device path (issue 14 on GPUs): the distributed GPU test under mpirun on
-# the lent machine, built beforehand (nothing is built here). About 3 minutes at most.
-#   B=build-gpu OUT=out bench/seqpar/masks_gpu_check.sh
+# Masks on the NCCL device path: the distributed GPU test under mpirun on a GPU machine,
+# built beforehand (nothing is built here). About 3 minutes at most.
+#   B=build-gpu [OUT=dir] bench/seqpar/masks_gpu_check.sh
 # 1. test_dist_gpu with DFA_GPU_TEST_MASKS=1 (the mask cases and the mask errors only), np 1,
 #    and np 2 when two GPUs are visible;
 # 2. the whole test_dist_gpu (every earlier case too), np 1; np 2 as well with FULL2=1.
-# Logs under $OUT; a short summary table last.
+# Logs under $OUT (default: $B/bench-out/masks_gpu_check); a short summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build-gpu}
-OUT=${OUT:-out}; mkdir -p "$OUT"
+OUT=${OUT:-$B/bench-out/masks_gpu_check}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 T=$B/tests/gpu/test_dist_gpu
 [ -x "$T" ] || { echo "no $T: build with CUDA, MPI and NCCL first (B=build folder)"; exit 2; }

@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# The GPU trainer on the lent H200 machine (1 GPU now, 2 later: np = the GPUs visible):
+# The GPU trainer on a GPU machine (np = the GPUs visible):
 # build, the GPU tests, `distflash train --device cuda` on the 756M configuration against the
-# PyTorch peer (bench/train/peer/train_peer.py). Logs under $OUT (or out/); a summary table last.
+# PyTorch peer (bench/train/peer/train_peer.py). Logs under $OUT (default: build-gpu/bench-out/train,
+# inside the build tree); a summary table last.
 #   STAGES="build test memcheck smoke bench fit peer"   (default: build test smoke)
-#   CONTEXTS   contexts of the bench and peer stages (default "65536 131072"; the bars need 262144
-#              and 524288, about a minute a step per 256k tokens per GPU: budget accordingly)
+#   CONTEXTS   contexts of the bench and peer stages (default "65536 131072"; a step takes about
+#              a minute per 256k tokens per GPU: budget accordingly)
 #   POLICIES   checkpoint policies of the bench stage (default "attn-output layer")
 #   STEPS      timed steps per run (default 3; the median is reported, the first step is one of them)
 #   PROFILE=1  the per-phase GPU time breakdown (matmul, attention, communication, element-wise,
 #              optimizer) in each bench log
 #   FIT="1048576"  contexts to try with one step each (the longest trainable context);
 #              FIT_POLICY its checkpoint policy (default attn-output; layer needs less memory)
-# A device call is limited to 10 minutes, and build-gpu/ stays between calls: run the stages in
-# separate calls, e.g. STAGES="build test", then STAGES="smoke bench" CONTEXTS=65536, then
+# On a machine whose commands are limited to 10 minutes (build-gpu/ kept between them), run the
+# stages in separate calls, e.g. STAGES="build test", then STAGES="smoke bench" CONTEXTS=65536, then
 # STAGES="bench peer" CONTEXTS=262144 POLICIES="attn-output layer" STEPS=2 (a 756M step at 256k
 # tokens per GPU is about a minute).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-out}; mkdir -p "$OUT"
+B=build-gpu
+OUT=${OUT:-$B/bench-out/train}; mkdir -p "$OUT"
 STAGES=${STAGES:-"build test smoke"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NP=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); NP=${NP:-1}; [ "$NP" -ge 1 ] || NP=1
-B=build-gpu
 run_np() { # run_np N cmd...: under mpirun when N > 1
   local n=$1; shift
   if [ "$n" -gt 1 ]; then mpirun --allow-run-as-root --oversubscribe -np "$n" -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH "$@"
@@ -56,7 +57,7 @@ if has memcheck; then # the kernels and the model's passes under compute-sanitiz
 fi
 if has smoke; then # the small passkey model on the GPU(s): the loss must fall; a checkpoint round trip
   stamp smoke
-  run_np "$NP" timeout 300 $B/tools/distflash train --device cuda --steps 300 --warmup 20 --length-warmup 0 \
+  run_np "$NP" timeout 300 $B/cli/distflash train --device cuda --steps 300 --warmup 20 --length-warmup 0 \
       --context 2048 --eval-every 0 --eval-seqs 32 --save "$OUT/smoke.ckpt" --log "$OUT/smoke.csv" --quiet \
       > "$OUT/smoke.log" 2>&1
   rc=$?; summary+=("smoke rc=$rc: $(grep -E '^loss' "$OUT/smoke.log" | cut -c1-100)")
@@ -65,7 +66,7 @@ fi
 # one `distflash train` timing run: context, policy -> a row of the table
 bench_one() {
   local ctx=$1 pol=$2 log="$OUT/bench_${1}_${2}.log"
-  run_np "$NP" timeout 590 $B/tools/distflash train --device cuda "${MODEL[@]}" --context "$ctx" --batch 1 \
+  run_np "$NP" timeout 590 $B/cli/distflash train --device cuda "${MODEL[@]}" --context "$ctx" --batch 1 \
       --steps "${STEPS:-3}" --warmup 1 --length-warmup 0 --eval-seqs 0 --eval-every 0 --checkpoint "$pol" --quiet \
       --profile "${PROFILE:-0}" > "$log" 2>&1
   local rc=$?

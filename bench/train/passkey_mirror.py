@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch mirror of the C trainer (issue 5), used to choose a model/training config that
+"""PyTorch mirror of the C trainer, for choosing a model and training configuration that
 learns passkey retrieval within a few million tokens.
 
 The model is the one the C code implements: byte embedding, L pre-norm blocks
@@ -12,9 +12,8 @@ The data come from the C generator itself (train/data.c built as a shared object
 called through ctypes), so the mirror trains on exactly the bytes the C trainer will see:
 train sequence index = step * batch + b, eval sequences are eval-split indices 0..n-1.
 
-The defaults are the best config found within a 3M-token budget (bench/train/PASSKEY_NOTES.md).
-The filler-design knobs used during the search (--cflags=-DDFA__FILLER_KIND=..., episodes)
-exist in train/data.c as of commit 576d8bb; the current generator has only the winner.
+The defaults are the best configuration found within a 3M-token budget. --cflags passes -D
+flags to the build of data.c, for generators that take compile-time knobs.
 
 Examples:
   python3 bench/train/passkey_mirror.py                                    # the best config, CPU, 1 thread
@@ -214,7 +213,7 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--src", default=REPO, help="folder holding train/data.c and train/data.h")
     p.add_argument("--lib", default="", help="shared object to build and load (default: /tmp/dfa_data_PID.so)")
-    p.add_argument("--cflags", default="", help="-D flags for building data.c (the search's knobs: commit 576d8bb)")
+    p.add_argument("--cflags", default="", help="-D flags for building data.c")
     p.add_argument("--time-steps", type=int, default=0, help="only time this many steps (after one warm-up step)")
     p.add_argument("--tag", default="")
     p.add_argument("--json", default="", help="append the result as one JSON line here")

@@ -22,10 +22,14 @@ enum { B = 2, SQ = 5, SK = 7, H = 4, HKV = 2, D = 16 };
 enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
 
 _Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V1, "DFA_ATTN_DESC_SIZE_V1 is sizeof(dfa_attn_desc)");
-_Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V2 && DFA_DESC_VERSION == 2,
-               "version 2 took its fields from the reserved space");
-_Static_assert(offsetof(dfa_attn_desc, q_doc) == 72 && offsetof(dfa_attn_desc, reserved) == 96,
+_Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V2 && sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V3 &&
+                   DFA_DESC_VERSION == 3,
+               "versions 2 and 3 took their fields from the reserved space");
+_Static_assert(offsetof(dfa_attn_desc, q_doc) == 72 && offsetof(dfa_attn_desc, softcap) == 96,
                "the version-2 fields sit where version 1 had reserved[0..2]");
+_Static_assert(offsetof(dfa_attn_desc, head_dim_v) == 100 && offsetof(dfa_attn_desc, sinks) == 104 &&
+                   offsetof(dfa_attn_desc, dsinks) == 112 && offsetof(dfa_attn_desc, reserved) == 120,
+               "the version-3 fields sit where version 2 had reserved[0..2]");
 _Static_assert(sizeof(dfa_dist_desc) == DFA_DIST_DESC_SIZE_V1, "DFA_DIST_DESC_SIZE_V1 is sizeof(dfa_dist_desc)");
 _Static_assert(offsetof(dfa_attn_desc, batch) == 16 && offsetof(dfa_dist_desc, attn) == 16,
                "the versioning header is 16 bytes");
@@ -187,7 +191,7 @@ static void test_refused(void) {
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "reserved[0] = 1");
         expect_refused(&d, DFA_ERR_UNSUPPORTED, "did not zero-initialise", "reserved[0] = 1");
         d.reserved[0] = 0;
-        d.reserved[4] = (uint64_t)1 << 63; /* the last reserved word (reserved[7] in version 1) */
+        d.reserved[1] = (uint64_t)1 << 63; /* the last reserved word (reserved[7] in version 1) */
         snprintf(word, sizeof word, "bytes %u..%u", DFA_ATTN_DESC_SIZE_V1 - 1, DFA_ATTN_DESC_SIZE_V1 - 1);
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "last reserved word, top bit");
     }
@@ -341,7 +345,7 @@ static void test_dist_desc(void) {
     d.reserved[3] = 1;
     expect_dist_refused(&d, DFA_ERR_UNSUPPORTED, "(d->reserved)", "dist reserved");
     d = i;
-    d.attn.reserved[2] = 1;
+    d.attn.reserved[1] = 1;
     expect_dist_refused(&d, DFA_ERR_UNSUPPORTED, "(d->attn.reserved)", "attn reserved");
     d = i;
     d.struct_size = 136;

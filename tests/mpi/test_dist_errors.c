@@ -357,7 +357,7 @@ static void test_versioning(bufs *b) {
         d.reserved[0] = 1;
         expect_fail(self, "reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->reserved)");
         d = zero;
-        d.attn.reserved[4] = 1; /* the last reserved word (reserved[7] in version 1) */
+        d.attn.reserved[1] = 1; /* the last reserved word (reserved[7] in version 1) */
         expect_fail(self, "attn.reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->attn.reserved)");
         bigger[250] = 1;
         expect_fail(self, "tail byte", bwd, (const dfa_dist_desc *)(void *)bigger, b, DFA_ERR_UNSUPPORTED,

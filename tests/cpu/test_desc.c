@@ -139,6 +139,14 @@ static void test_accepted(void) {
     dfa_attn_desc v1 = made_by_init();
     v1.version = 1;
     expect_ok(&v1, "version 1");
+    /* version 2 (the version-3 fields were reserved then, so zero): the same call */
+    dfa_attn_desc v2 = made_by_init();
+    v2.version = 2;
+    expect_ok(&v2, "version 2");
+    /* version 3's fields at values that change nothing: the same bits */
+    dfa_attn_desc same = made_by_init();
+    same.head_dim_v = D;
+    expect_ok(&same, "head_dim_v = head_dim");
     /* version 2's mask fields at values that mask nothing beyond causal: the same bits */
     dfa_attn_desc w = made_by_init();
     w.flags = DFA_FLAG_WINDOW;
@@ -212,6 +220,35 @@ static void test_refused(void) {
         snprintf(word, sizeof word, "bytes %zu..%zu", offsetof(dfa_attn_desc, window_right),
                  offsetof(dfa_attn_desc, window_right));
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 1 with window_right set");
+    }
+
+    /* a version-2 descriptor had reserved bytes where version 3 put softcap..dsinks */
+    {
+        static const float sinks[H] = {0};
+        static float dsinks[H];
+        dfa_attn_desc d = made_by_init();
+        d.version = 2;
+        d.softcap = 1.00000012f; /* 0x3f800001: every byte of the field non-zero */
+        snprintf(word, sizeof word, "bytes %zu..%zu", offsetof(dfa_attn_desc, softcap),
+                 offsetof(dfa_attn_desc, softcap) + 3);
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with softcap set");
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, "version-2", "version 2 with softcap set");
+        d.softcap = 0.0f;
+        d.head_dim_v = D;
+        snprintf(word, sizeof word, "bytes %zu..", offsetof(dfa_attn_desc, head_dim_v));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with head_dim_v set");
+        d.head_dim_v = 0;
+        d.sinks = sinks;
+        snprintf(word, sizeof word, "bytes %zu..", offsetof(dfa_attn_desc, sinks));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with sinks set");
+        d.sinks = NULL;
+        d.dsinks = dsinks;
+        snprintf(word, sizeof word, "bytes %zu..", offsetof(dfa_attn_desc, dsinks));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with dsinks set");
+        d.version = 1;
+        d.dsinks = NULL;
+        d.sinks = sinks;
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, "version-1", "version 1 with sinks set");
     }
 
     /* struct_size: neither 0 nor a descriptor size */

@@ -262,8 +262,8 @@ dfa_status dfa_attn_bwd(const dfa_attn_desc *user_d, const void *q, const void *
         }
         kr->store_f32(d->dtype, buf, dfa__elem(d->dtype, dq, row * n), n);
     }
-    /* dsinks from lse and D alone (last: nothing can fail after the first output is written);
-       one head per iteration, summed in a fixed order within it. */
+    /* dsinks from lse and D alone, after every allocation (like the other outputs, it is not
+       written on failure); one head per iteration, summed in a fixed order within it. */
     if (d->dsinks) {
         float *dsinks = d->dsinks;
 #pragma omp parallel for schedule(static) num_threads(nthreads)

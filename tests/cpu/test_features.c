@@ -118,8 +118,28 @@ static void check_case(dfa_attn_desc d) {
     check_close("dv", TL_GRADIENT, &d, t, dv, nv_, gv, nv);
     if (d.sinks) {
         CHECK(tl_count_nan(DFA_F32, dsinks, H) == 0, "bwd left dsinks unwritten/NaN for %s", tl_desc_str(&d));
+        /* Storing o in the storage type moves each D_i = dout_i . o_i at random, by about
+           u sqrt(sum_c (dout_ic o_ic)^2) (u its unit roundoff), and dsinks sums those moves over
+           the rows with weights p_i = exp(sink - lse_i): one naive computation may happen to
+           cancel them, so the tolerance also allows a few of their standard deviations. */
+        const double u = t == DFA_F32 ? 0x1p-24 : t == DFA_F16 ? 0x1p-11 : 0x1p-8;
+        double spread = 0;
+        for (int h = 0; h < H; h++) {
+            double s2 = 0;
+            for (int b = 0; b < d.batch; b++)
+                for (int i = 0; i < d.seqlen_q; i++) {
+                    const double p = exp(d.sinks[h] - lref[((int64_t)b * H + h) * d.seqlen_q + i]);
+                    double r2 = 0;
+                    for (int c = 0; c < Dv; c++) {
+                        const int64_t e = (((int64_t)b * d.seqlen_q + i) * H + h) * Dv + c;
+                        r2 += fdo[e] * oref[e] * fdo[e] * oref[e];
+                    }
+                    s2 += p * p * r2;
+                }
+            spread = fmax(spread, 4 * u * sqrt(s2));
+        }
         const double err = tl_max_err(DFA_F32, dsinks, gs, H), naive_err = tl_max_err(DFA_F32, dsinks_naive, gs, H);
-        const double tol = tl_tolerance(t, TL_GRADIENT, naive_err, gs, H);
+        const double tol = tl_tolerance(t, TL_GRADIENT, naive_err, gs, H) + spread;
         CHECK(err <= tol, "dsinks: max error %.3g > tol %.3g (naive %.3g) for %s", err, tol, naive_err,
               tl_desc_str(&d));
         /* without dsinks: the same dq, dk, dv bits */

@@ -97,24 +97,30 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
  * without its header.
  */
 #define DFA_DESC_MAGIC 0x31414644u /* "DFA1" in memory on little-endian machines */
-#define DFA_DESC_VERSION 2u        /* this header's descriptor version (2: documents, window) */
+#define DFA_DESC_VERSION 3u        /* this header's descriptor version (2: documents, window; 3: softcap,
+                                      value head dim, sinks) */
 
 /*
  * Shapes and options of one attention call.
  *
- * Layouts (row-major, contiguous, element type `dtype`):
- *   q, o, dout, dq : [batch, seqlen_q, num_heads,    head_dim]
- *   k, v, dk, dv   : [batch, seqlen_k, num_kv_heads, head_dim]
+ * Layouts (row-major, contiguous, element type `dtype`; Dv = head_dim_v, or
+ * head_dim when head_dim_v is 0):
+ *   q, dq          : [batch, seqlen_q, num_heads,    head_dim]
+ *   o, dout        : [batch, seqlen_q, num_heads,    Dv]
+ *   k, dk          : [batch, seqlen_k, num_kv_heads, head_dim]
+ *   v, dv          : [batch, seqlen_k, num_kv_heads, Dv]
  *   lse            : [batch, num_heads, seqlen_q] float32, natural log of
- *                    sum_j exp(scale * q_i . k_j) over the visible keys.
+ *                    sum_j exp(s_ij) over the visible keys (plus exp(sink_h)
+ *                    with sinks; see "Logits, softcap and sinks" below).
  * GQA/MQA: query head h reads kv head h / (num_heads / num_kv_heads).
  * Causal: key j is visible to query i iff k_start + j <= q_start + i, so two
  * chunks of one long sequence can be paired by their global offsets. A query
- * row that sees no key gets o = 0 and lse = -inf (merging it is exact).
+ * row that sees no key gets o = 0 and lse = -inf (merging it is exact), or
+ * lse = sink_h with sinks.
  *
- * Limits: all sizes >= 1; num_heads a multiple of num_kv_heads; head_dim a
- * multiple of 8, at most 256; |q_start|, |k_start| < 2^62; element counts
- * and byte sizes must fit in int64/size_t.
+ * Limits: all sizes >= 1; num_heads a multiple of num_kv_heads; head_dim and
+ * head_dim_v multiples of 8, at most 256; |q_start|, |k_start| < 2^62;
+ * element counts and byte sizes must fit in int64/size_t.
  */
 typedef struct {
     uint32_t struct_size;     /* versioning header: see above (0 in a zero-initialised descriptor) */
@@ -133,11 +139,59 @@ typedef struct {
     const int32_t *k_doc;     /* [batch, seqlen_k] document id of each key row, or NULL */
     int32_t window_left;      /* with DFA_FLAG_WINDOW: keys at most this far behind (>= 0, -1 unlimited) */
     int32_t window_right;     /* with DFA_FLAG_WINDOW: keys at most this far ahead (>= 0, -1 unlimited) */
-    uint64_t reserved[5];     /* room for later fields (options); must be 0 */
+    /* Version 3 (carved out of version 2's reserved space; zero = version 2's behaviour):
+       see "Logits, softcap and sinks" below. */
+    float softcap;            /* 0 = off; else finite and > 0: s = softcap * tanh(s / softcap) */
+    int32_t head_dim_v;       /* 0 = head_dim; else a multiple of 8, <= 256: v, o, dout, dv have this dim */
+    const float *sinks;       /* [num_heads] float32 learnable logits, finite, or NULL (no sinks) */
+    float *dsinks;            /* backward output [num_heads] float32 (overwritten), or NULL = not wanted */
+    uint64_t reserved[2];     /* room for later fields (options); must be 0 */
 } dfa_attn_desc;
 
 #define DFA_ATTN_DESC_SIZE_V1 136u /* sizeof(dfa_attn_desc) in descriptor version 1 */
 #define DFA_ATTN_DESC_SIZE_V2 136u /* ... and in version 2: the new fields took reserved space */
+#define DFA_ATTN_DESC_SIZE_V3 136u /* ... and in version 3, likewise */
+
+/*
+ * Logits, softcap and sinks (descriptor version 3).
+ *
+ * For query row i of head h (batch row b) and each visible key j (see "Masks"):
+ *   s_ij = scale * q_i . k_j                       scale = softmax_scale (or 1/sqrt(head_dim))
+ *   s_ij = softcap * tanh(s_ij / softcap)          only when softcap > 0 (logit softcapping)
+ *   lse_i = log(sum_j exp(s_ij) + exp(sink_h))     the exp(sink_h) term only when sinks != NULL
+ *   o_i = sum_j exp(s_ij - lse_i) v_j
+ * A sink is one learnable logit per query head that joins every row's normaliser and carries
+ * no value: it takes a share exp(sink_h - lse_i) of the row's weight, so the weights of the
+ * keys sum to less than 1. A row that sees no key gets o = 0 and lse = sink_h (-inf without
+ * sinks). The backward's probabilities are P_ij = exp(s_ij - lse_i), as without sinks (lse
+ * already holds the sink), with D_i = dout_i . o_i and dS_ij = P_ij (dout_i . v_j - D_i);
+ * softcap multiplies dS_ij by its derivative 1 - tanh^2(s_ij / softcap) (s_ij before the cap)
+ * before dq and dk are formed. With dsinks != NULL the backward also writes
+ *   dsinks[h] = - sum over b and i of exp(sink_h - lse_i) D_i     (rows of head h, every batch row)
+ * overwriting it (not accumulating); a row whose lse is -inf adds nothing. dsinks needs
+ * sinks; the forward does not read it. In the backward the sinks matter only for dsinks,
+ * which depends on the rows (lse, o, dout) and not on the keys: when the keys are split into
+ * chunks (backward of each chunk with the merged o and lse), any one chunk's call gives all
+ * of dsinks, so pass dsinks to one of them only. head_dim_v (Dv) gives v, dv, o and dout their own
+ * last dimension (value heads wider or narrower than the query/key heads); lse and the
+ * scale do not depend on it (the default scale is 1/sqrt(head_dim)).
+ *
+ * sinks and dsinks live where the tensors do: host memory for the CPU calls, which check
+ * that every sink is finite (DFA_ERR_INVALID_ARGUMENT naming the head otherwise), and device
+ * memory for the _cuda calls, where finite sinks are the caller's promise (not checked, as
+ * reading them would synchronise). sinks is an input and dsinks an output of the backward:
+ * no output may overlap either. A descriptor that says version 1 or 2 may not set these
+ * fields (their bytes were reserved: DFA_ERR_UNSUPPORTED, as any reserved byte).
+ *
+ * dfa_attn_merge never adds sinks and ignores softcap, sinks and dsinks: partial results
+ * over disjoint key sets are computed and merged without sinks, and the sink joins once,
+ * at the end (lse = logaddexp(lse, sink_h), o scaled by exp(lse_before - lse_after)).
+ * Merge reads head_dim_v for the width of o.
+ *
+ * The CPU calls implement all of this; the _cuda calls (distflash_cuda.h) and the distributed
+ * calls refuse a descriptor that sets softcap, sinks, dsinks or a head_dim_v other than
+ * head_dim (DFA_ERR_UNSUPPORTED naming the field).
+ */
 
 /*
  * Masks (descriptor version 2): packed documents and a sliding window.
@@ -150,8 +204,8 @@ typedef struct {
  *                                           (window_right < 0 || pj - pi <= window_right))
  * so window_left = w, causal = 1 is the usual "w keys back plus the diagonal" sliding window
  * (FlashAttention's window_size = (w, 0)), and window_left = 0 lets a query see only its own
- * position. A query row that sees no key gets o = 0 and lse = -inf, its gradients are 0, and
- * keys that no query sees get dk = dv = 0.
+ * position. A query row that sees no key gets o = 0 and lse = -inf (sink_h with sinks), its
+ * gradients are 0, and keys that no query sees get dk = dv = 0.
  *
  * Documents are given as per-token ids, not as cumulative sequence lengths (flash-attn's
  * cu_seqlens): ids travel with the rows they label, so any chunk of a sequence (a rank's rows
@@ -173,7 +227,7 @@ typedef struct {
 
 /* A descriptor with the given shape, its versioning header filled in, and every other
    field at its default (dtype f32, non-causal, offsets 0, default scale, flags 0, no
-   documents, no window): the
+   documents, no window, no softcap, value head dim = head_dim, no sinks): the
    same as a zero-initialised descriptor with the shape set. Arguments are not checked
    here; the calls check them. */
 DFA_API dfa_attn_desc dfa_attn_desc_init(int batch, int seqlen_q, int seqlen_k, int num_heads,
@@ -199,7 +253,8 @@ DFA_API dfa_status dfa_set_num_threads(int n);
 DFA_API const char *dfa_cpu_isa(void);
 
 /*
- * Forward: o = softmax(scale * q k^T + mask) v, and its per-row log-sum-exp.
+ * Forward: o = softmax(scale * q k^T + mask) v, and its per-row log-sum-exp
+ * (with softcap and sinks as "Logits, softcap and sinks" says).
  * q, k, v: inputs (layouts above). o: output, overwritten. lse: output,
  * overwritten; may be NULL when not needed (inference). Outputs must not
  * overlap inputs or each other. Memory is linear in sequence length.
@@ -211,8 +266,9 @@ DFA_API dfa_status dfa_attn_fwd(const dfa_attn_desc *d, const void *q, const voi
  * Backward: gradients of sum(dout * o) with respect to q, k and v, given the
  * o and lse that dfa_attn_fwd produced for the same inputs (or that a merge of
  * partial results produced: the backward of each chunk with the merged o and
- * lse gives exact partial gradients). dq, dk, dv are overwritten (not
- * accumulated) and must not overlap inputs or each other.
+ * lse gives exact partial gradients). dq, dk, dv (and d->dsinks when set)
+ * are overwritten (not accumulated) and must not overlap inputs or each
+ * other.
  */
 DFA_API dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                                 const void *o, const float *lse, const void *dout,
@@ -222,9 +278,11 @@ DFA_API dfa_status dfa_attn_bwd(const dfa_attn_desc *d, const void *q, const voi
  * Fold a partial result computed over other keys into an accumulated one, in
  * place: lse = logaddexp(lse_acc, lse_part),
  * o = exp(lse_acc - lse) o_acc + exp(lse_part - lse) o_part.
- * Uses batch, seqlen_q, num_heads, head_dim and dtype of d (the key-side
- * fields are not read). Rows whose lse is -inf on both sides stay o = 0,
- * lse = -inf. o_part/lse_part must not overlap o_acc/lse_acc.
+ * Uses batch, seqlen_q, num_heads, head_dim, head_dim_v (the width of o)
+ * and dtype of d (the key-side fields, softcap and the sinks are not read:
+ * merge never adds a sink, see "Logits, softcap and sinks"). Rows whose lse
+ * is -inf on both sides stay o = 0, lse = -inf. o_part/lse_part must not
+ * overlap o_acc/lse_acc.
  */
 DFA_API dfa_status dfa_attn_merge(const dfa_attn_desc *d, void *o_acc, float *lse_acc,
                                   const void *o_part, const float *lse_part);

@@ -153,6 +153,9 @@ const char *tl_desc_str(const dfa_attn_desc *d) {
     if (d->flags & DFA_FLAG_WINDOW)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " window=(%d,%d)", (int)d->window_left,
                  (int)d->window_right);
+    if (d->head_dim_v) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " Dv=%d", (int)d->head_dim_v);
+    if (d->softcap > 0) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " softcap=%g", (double)d->softcap);
+    if (d->sinks) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " sinks");
     return buf;
 }
 

@@ -107,13 +107,18 @@ static dfa_status check_zero(const unsigned char *p, size_t from, size_t to, des
    is copied as is; fields the caller's (older, shorter) layout lacks stay 0, their default. */
 static dfa_status import_attn(const unsigned char *p, uint32_t size, uint32_t version, desc_name n,
                               dfa_attn_desc *out, const char *fn) {
-    /* A version-1 caller had reserved bytes where version 2 put q_doc..window_right: they
-       must still be zero for it (so its garbage is refused as before, not read as a mask). */
-    const size_t known = version >= 2 ? offsetof(dfa_attn_desc, reserved) : offsetof(dfa_attn_desc, q_doc);
+    /* An older caller had reserved bytes where later versions put fields (version 2:
+       q_doc..window_right, version 3: softcap..dsinks): they must still be zero for it (so
+       its garbage is refused as before, not read as a mask or a sink). */
+    const size_t known = version >= 3   ? offsetof(dfa_attn_desc, reserved)
+                         : version == 2 ? offsetof(dfa_attn_desc, softcap)
+                                        : offsetof(dfa_attn_desc, q_doc);
     const size_t mine = sizeof(dfa_attn_desc);
-    char where[96];
+    char where[112];
     snprintf(where, sizeof where, "%sreserved%s", n.field,
-             version >= 2 ? "" : " of a version-1 descriptor, which includes the version-2 fields");
+             version >= 3   ? ""
+             : version == 2 ? " of a version-2 descriptor, which includes the version-3 fields"
+                            : " of a version-1 descriptor, which includes the version-2 and 3 fields");
     dfa_status st = check_zero(p, known, size < mine ? size : mine, n, where, fn);
     if (!st) st = check_zero(p, mine, size, n, "beyond the fields of this library's version", fn);
     if (st) return st;
@@ -155,7 +160,7 @@ dfa_status dfa__dist_desc_import(const dfa_dist_desc *user, dfa_dist_desc *out, 
                          attn_size, size);
     dfa_dist_desc x;
     memset(&x, 0, sizeof x);
-    (void)version; /* the distributed fields are the same in versions 1 and 2 */
+    (void)version; /* the distributed fields are the same in versions 1 to 3 */
     if ((st = import_attn(p + at, attn_size, attn_version, NESTED, &x.attn, fn))) return st;
     const size_t have = size - tail; /* the caller's bytes from schedule on */
     st = check_zero(p, tail + known, tail + (have < mine ? have : mine), TOP, "d->reserved", fn);
@@ -184,7 +189,35 @@ static bool mul4(int64_t a, int64_t b, int64_t c, int64_t e, int64_t *out) {
     return true;
 }
 
+/* The version-3 fields: softcap (full use), head_dim_v (every use: merge reads the width of
+   o), sinks and dsinks (full use; the values of the sinks are the backend's check). */
+static dfa_status check_v3_fields(const dfa_attn_desc *d, dfa__desc_use use, const char *fn) {
+    const bool full = use == DFA__DESC_FULL;
+    if (d->head_dim_v < 0)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->head_dim_v = %d; it must be >= 1 (or 0 for head_dim)", (int)d->head_dim_v);
+    if (d->head_dim_v % 8 != 0 || d->head_dim_v > DFA__MAX_HEAD_DIM)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                         "d->head_dim_v = %d is unsupported; it must be a multiple of 8 up to %d (or 0 for "
+                         "head_dim)",
+                         (int)d->head_dim_v, DFA__MAX_HEAD_DIM);
+    if (!full) return DFA_OK;
+    if (!(isfinite(d->softcap) && d->softcap >= 0.0f))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->softcap = %g; it must be finite and > 0 (or 0 for no softcapping)", (double)d->softcap);
+    if (d->softcap > 0.0f && !isfinite(dfa__softmax_scale(d) / d->softcap))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->softcap = %g is too small: the scale over it, %g / %g, overflows float32",
+                         (double)d->softcap, (double)dfa__softmax_scale(d), (double)d->softcap);
+    if (d->dsinks && !d->sinks)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->dsinks is set but d->sinks is NULL (dsinks is the gradient of the sinks; there are "
+                         "none)");
+    return DFA_OK;
+}
+
 dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char *fn) {
+    dfa_status st;
     if (!d) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
     const bool full = use == DFA__DESC_FULL;
     const struct { int value; const char *name; bool used; } sizes[] = {
@@ -249,20 +282,38 @@ dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char
                          "document)",
                          d->q_doc ? "d->k_doc" : "d->q_doc", d->q_doc ? "d->q_doc" : "d->k_doc");
 
-    if ((int64_t)d->num_heads * d->head_dim > INT32_MAX)
-        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->num_heads * d->head_dim = %lld is too large (row stride must fit in int)",
-                         (long long)d->num_heads * d->head_dim);
+    if ((st = check_v3_fields(d, use, fn))) return st;
+
+    const int dmax = d->head_dim > dfa__head_dim_v(d) ? d->head_dim : dfa__head_dim_v(d);
+    if ((int64_t)d->num_heads * dmax > INT32_MAX)
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->num_heads * d->%s = %lld is too large (row stride must fit in int)",
+                         dmax == d->head_dim ? "head_dim" : "head_dim_v", (long long)d->num_heads * dmax);
     /* Element and byte counts must fit, with room for float32 scratch of the same shape. */
     int64_t nq, nkv = 0;
     const int64_t limit = INT64_MAX / 8 < (int64_t)(SIZE_MAX / 8) ? INT64_MAX / 8 : (int64_t)(SIZE_MAX / 8);
-    bool ok = mul4(d->batch, d->seqlen_q, d->num_heads, d->head_dim, &nq) && nq <= limit;
-    if (ok && full) ok = mul4(d->batch, d->seqlen_k, d->num_kv_heads, d->head_dim, &nkv) && nkv <= limit;
+    bool ok = mul4(d->batch, d->seqlen_q, d->num_heads, dmax, &nq) && nq <= limit;
+    if (ok && full) ok = mul4(d->batch, d->seqlen_k, d->num_kv_heads, dmax, &nkv) && nkv <= limit;
     if (!ok)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "the sizes overflow: batch * seqlen * heads * head_dim does not fit in memory "
-                         "(batch=%d seqlen_q=%d seqlen_k=%d num_heads=%d num_kv_heads=%d head_dim=%d)",
-                         d->batch, d->seqlen_q, d->seqlen_k, d->num_heads, d->num_kv_heads, d->head_dim);
+                         "(batch=%d seqlen_q=%d seqlen_k=%d num_heads=%d num_kv_heads=%d head_dim=%d head_dim_v=%d)",
+                         d->batch, d->seqlen_q, d->seqlen_k, d->num_heads, d->num_kv_heads, d->head_dim,
+                         dfa__head_dim_v(d));
     return DFA_OK;
+}
+
+dfa_status dfa__refuse_v3_fields(const dfa_attn_desc *d, const char *prefix, const char *who, const char *fn) {
+    const char *field = d->softcap != 0.0f                                   ? "softcap"
+                        : d->head_dim_v != 0 && d->head_dim_v != d->head_dim ? "head_dim_v"
+                        : d->sinks                                           ? "sinks"
+                        : d->dsinks                                          ? "dsinks"
+                                                                             : NULL;
+    if (!field) return DFA_OK;
+    return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                     "%s%s is set, and %s do not implement it (softcap, head_dim_v other than head_dim, sinks "
+                     "and dsinks: the CPU calls dfa_attn_fwd/bwd do)",
+                     prefix, field, who);
 }
 
 dfa_status dfa__check_ptr(const void *p, const char *name, const char *fn) {
@@ -298,6 +349,14 @@ int64_t dfa__kv_elems(const dfa_attn_desc *d) {
     return (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
 }
 int64_t dfa__lse_elems(const dfa_attn_desc *d) { return (int64_t)d->batch * d->num_heads * d->seqlen_q; }
+int64_t dfa__o_elems(const dfa_attn_desc *d) {
+    return (int64_t)d->batch * d->seqlen_q * d->num_heads * dfa__head_dim_v(d);
+}
+int64_t dfa__v_elems(const dfa_attn_desc *d) {
+    return (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * dfa__head_dim_v(d);
+}
+
+int dfa__head_dim_v(const dfa_attn_desc *d) { return d->head_dim_v > 0 ? d->head_dim_v : d->head_dim; }
 
 float dfa__softmax_scale(const dfa_attn_desc *d) {
     return d->softmax_scale > 0.0f ? d->softmax_scale : 1.0f / sqrtf((float)d->head_dim);

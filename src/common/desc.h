@@ -50,6 +50,17 @@ int64_t dfa__q_elems(const dfa_attn_desc *d);   /* batch * seqlen_q * num_heads 
 int64_t dfa__kv_elems(const dfa_attn_desc *d);  /* batch * seqlen_k * num_kv_heads * head_dim */
 int64_t dfa__lse_elems(const dfa_attn_desc *d); /* batch * num_heads * seqlen_q */
 
+/* The value head dim Dv (resolves head_dim_v = 0 to head_dim) and the element counts of the
+   tensors that have it. */
+int dfa__head_dim_v(const dfa_attn_desc *d);
+int64_t dfa__o_elems(const dfa_attn_desc *d); /* batch * seqlen_q * num_heads * Dv: o, dout */
+int64_t dfa__v_elems(const dfa_attn_desc *d); /* batch * seqlen_k * num_kv_heads * Dv: v, dv */
+
+/* A backend that does not implement the version-3 fields (softcap, a head_dim_v other than
+   head_dim, sinks, dsinks) refuses a descriptor that sets one: DFA_ERR_UNSUPPORTED naming
+   the field as prefix + name ("d->" or "d->attn."), and who ("the CUDA calls"). */
+dfa_status dfa__refuse_v3_fields(const dfa_attn_desc *d, const char *prefix, const char *who, const char *fn);
+
 /* The scale actually applied to q.k (resolves 0 to 1/sqrt(head_dim)). */
 float dfa__softmax_scale(const dfa_attn_desc *d);
 

@@ -1,4 +1,5 @@
-/* Merging partial attention results computed over disjoint key sets. */
+/* Merging partial attention results computed over disjoint key sets (never adding sinks:
+   distflash.h, "Logits, softcap and sinks"). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@ dfa_status dfa_attn_merge(const dfa_attn_desc *user_d, void *o_acc, float *lse_a
     const dfa_attn_desc *d = &desc;
     dfa_status st = dfa__check_merge_args(user_d, &desc, o_acc, lse_acc, o_part, lse_part, fn);
     if (st) return st;
-    const int D = d->head_dim, H = d->num_heads;
+    const int D = dfa__head_dim_v(d), H = d->num_heads; /* the width of o */
     const size_t es = dfa__dtype_size(d->dtype);
 
     const int nthreads = dfa__cpu_threads();

@@ -62,6 +62,14 @@ typedef struct {
     /* dS = P * (dP - dsum[i]), in place over dp: dp[i][j] = p[i][j] * (dp[i][j] - dsum[i]). */
     void (*dsoftmax_rows)(float *dp, const float *p, int ld, int rows, int cols, const float *dsum);
 
+    /* Logit softcapping of a tile (row stride ld): s[i][j] = c * tanh(a * s[i][j]) for
+       i < rows, j < cols, and with dt != NULL (same stride) dt[i][j] = 1 - tanh^2(a * s[i][j]),
+       the derivative of the capped logit by the uncapped one. NaN stays NaN. */
+    void (*softcap_rows)(float *s, float *dt, int ld, int rows, int cols, float a, float c);
+
+    /* x[i][j] *= y[i][j] for i < rows, j < cols (both with row stride ld). */
+    void (*mul_rows)(float *x, const float *y, int ld, int rows, int cols);
+
     /* x[i][j] *= s[i] for i < rows, j < cols. */
     void (*scale_rows)(float *x, int ld, int rows, int cols, const float *s);
 

@@ -43,6 +43,27 @@ AI __m256 exp2v(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, scale), live);
 }
 
+/* tanh(x) to about 2 ulp (same method as the AVX-512 table): x + x^3 p(x^2) for |x| < 0.625,
+   p of degree 4 fitted to tanh by weighted least squares on [0, 0.625] (relative error under
+   1 ulp there), else sign(x) (1 - 2 / (exp(2|x|) + 1)) with |x| clamped at 10, where tanh
+   rounds to 1. NaN stays NaN. */
+AI __m256 tanhv(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 ax = _mm256_andnot_ps(sign, x), y = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-5.718962755e-03f);
+    p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(2.065312490e-02f));
+    p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(-5.374465883e-02f));
+    p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(1.333151311e-01f));
+    p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(-3.333328664e-01f));
+    const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(x, y), p, x);
+    const __m256 u = _mm256_min_ps(ax, _mm256_set1_ps(10.0f));
+    const __m256 e = exp2v(_mm256_mul_ps(u, _mm256_set1_ps(2.8853900817779268f))); /* exp(2u) */
+    __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+    big = _mm256_or_ps(big, _mm256_and_ps(x, sign));
+    const __m256 r = _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+    return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 /* ---- GEMM micro-kernels -------------------------------------------------- */
 
 /* C[MB][8*NV] (+)= A . B[K][8*NV]; A[r][k] at A + r*lda + k (TA = 0) or A + k*lda + r (TA = 1).
@@ -298,6 +319,27 @@ static void dsoftmax_rows(float *dp, const float *p, int ld, int rows, int cols,
     }
 }
 
+static void softcap_rows(float *s, float *dt, int ld, int rows, int cols, float a, float c) {
+    const __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c), one = _mm256_set1_ps(1.0f);
+    for (int i = 0; i < rows; i++)
+        for (int j0 = 0; j0 < cols; j0 += W) {
+            const __m256i lm = tail_mask(cols - j0);
+            const long at = (long)i * ld + j0;
+            const __m256 t = tanhv(_mm256_mul_ps(_mm256_maskload_ps(s + at, lm), va));
+            _mm256_maskstore_ps(s + at, lm, _mm256_mul_ps(vc, t));
+            if (dt) _mm256_maskstore_ps(dt + at, lm, _mm256_mul_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t)));
+        }
+}
+
+static void mul_rows(float *x, const float *y, int ld, int rows, int cols) {
+    for (int i = 0; i < rows; i++)
+        for (int j0 = 0; j0 < cols; j0 += W) {
+            const __m256i lm = tail_mask(cols - j0);
+            const long at = (long)i * ld + j0;
+            _mm256_maskstore_ps(x + at, lm, _mm256_mul_ps(_mm256_maskload_ps(x + at, lm), _mm256_maskload_ps(y + at, lm)));
+        }
+}
+
 static void scale_rows(float *x, int ld, int rows, int cols, const float *s) {
     for (int i = 0; i < rows; i++) {
         const __m256 f = _mm256_set1_ps(s[i]);
@@ -361,6 +403,8 @@ static const dfa__cpu_kernels table = {
     .softmax_cols = softmax_cols,
     .exp2_rows = exp2_rows,
     .dsoftmax_rows = dsoftmax_rows,
+    .softcap_rows = softcap_rows,
+    .mul_rows = mul_rows,
     .scale_rows = scale_rows,
     .rowdot = rowdot,
     .transpose = transpose,

@@ -16,6 +16,7 @@
     defined(__AVX512BW__)
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../common/dtype.h"
@@ -40,6 +41,28 @@ AI __m512 exp2v(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
     return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+/* tanh(x) to about 2 ulp: x + x^3 p(x^2) for |x| < 0.625, p of degree 4 fitted to tanh by
+   weighted least squares on [0, 0.625] (relative error under 1 ulp there), else
+   sign(x) (1 - 2 / (exp(2|x|) + 1)) with |x| clamped at 10, where tanh rounds to 1 (no
+   cancellation: tanh >= 0.55 there). NaN stays NaN. */
+AI __m512 tanhv(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 ax = _mm512_abs_ps(x), y = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(-5.718962755e-03f);
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(2.065312490e-02f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(-5.374465883e-02f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.333151311e-01f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(-3.333328664e-01f));
+    const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(x, y), p, x);
+    const __m512 u = _mm512_min_ps(ax, _mm512_set1_ps(10.0f));
+    const __m512 e = exp2v(_mm512_mul_ps(u, _mm512_set1_ps(2.8853900817779268f))); /* exp(2u) */
+    __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+    big = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(big),
+                                              _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
+    const __m512 r = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), small);
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
 AI __mmask16 tail_mask(int n) { return n >= W ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
@@ -323,6 +346,28 @@ static void dsoftmax_rows(float *dp, const float *p, int ld, int rows, int cols,
     }
 }
 
+static void softcap_rows(float *s, float *dt, int ld, int rows, int cols, float a, float c) {
+    const __m512 va = _mm512_set1_ps(a), vc = _mm512_set1_ps(c), one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < rows; i++)
+        for (int j0 = 0; j0 < cols; j0 += W) {
+            const __mmask16 lm = tail_mask(cols - j0);
+            const long at = (long)i * ld + j0;
+            const __m512 t = tanhv(_mm512_mul_ps(_mm512_maskz_loadu_ps(lm, s + at), va));
+            _mm512_mask_storeu_ps(s + at, lm, _mm512_mul_ps(vc, t));
+            if (dt) _mm512_mask_storeu_ps(dt + at, lm, _mm512_mul_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t)));
+        }
+}
+
+static void mul_rows(float *x, const float *y, int ld, int rows, int cols) {
+    for (int i = 0; i < rows; i++)
+        for (int j0 = 0; j0 < cols; j0 += W) {
+            const __mmask16 lm = tail_mask(cols - j0);
+            const long at = (long)i * ld + j0;
+            _mm512_mask_storeu_ps(x + at, lm,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(lm, x + at), _mm512_maskz_loadu_ps(lm, y + at)));
+        }
+}
+
 static void scale_rows(float *x, int ld, int rows, int cols, const float *s) {
     for (int i = 0; i < rows; i++) {
         const __m512 f = _mm512_set1_ps(s[i]);
@@ -385,6 +430,8 @@ static const dfa__cpu_kernels table = {
     .softmax_cols = softmax_cols,
     .exp2_rows = exp2_rows,
     .dsoftmax_rows = dsoftmax_rows,
+    .softcap_rows = softcap_rows,
+    .mul_rows = mul_rows,
     .scale_rows = scale_rows,
     .rowdot = rowdot,
     .transpose = transpose,

@@ -84,6 +84,21 @@ static void dsoftmax_rows(float *dp, const float *p, int ld, int rows, int cols,
         }
 }
 
+static void softcap_rows(float *s, float *dt, int ld, int rows, int cols, float a, float c) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            const long at = (long)i * ld + j;
+            const float t = tanhf(a * s[at]);
+            s[at] = c * t;
+            if (dt) dt[at] = (1.0f - t) * (1.0f + t);
+        }
+}
+
+static void mul_rows(float *x, const float *y, int ld, int rows, int cols) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) x[(long)i * ld + j] *= y[(long)i * ld + j];
+}
+
 static void scale_rows(float *x, int ld, int rows, int cols, const float *s) {
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < cols; j++) x[(long)i * ld + j] *= s[i];
@@ -115,6 +130,8 @@ static const dfa__cpu_kernels table = {
     .softmax_cols = softmax_cols,
     .exp2_rows = exp2_rows,
     .dsoftmax_rows = dsoftmax_rows,
+    .softcap_rows = softcap_rows,
+    .mul_rows = mul_rows,
     .scale_rows = scale_rows,
     .rowdot = rowdot,
     .transpose = transpose,

@@ -40,6 +40,14 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     return s;
 }
 
+/* The descriptor rule of every CUDA call: the device's storage types, and none of the
+   version-3 fields (softcap, a value head dim of its own, sinks), which only the CPU calls
+   implement. */
+static dfa_status cuda_rule(const dfa_attn_desc *d, const char *fn) {
+    const dfa_status st = dfa__refuse_v3_fields(d, "d->", "the CUDA calls", fn);
+    return st ? st : dfa__cuda_check_dtype(d, fn);
+}
+
 /* Document ids are device memory on this device, 4-byte aligned (their order is the caller's
    promise on the device: distflash_cuda.h). */
 static dfa_status check_docs(const dfa_attn_desc *d, const char *fn) {
@@ -113,7 +121,7 @@ static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const voi
                            const char *fn) {
     dfa__clear_error();
     dfa_attn_desc d;
-    dfa_status st = dfa__check_fwd_args(user_d, dfa__cuda_check_dtype, &d, q, k, v, o, lse, fn);
+    dfa_status st = dfa__check_fwd_args(user_d, cuda_rule, &d, q, k, v, o, lse, fn);
     if (st) return st;
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
@@ -136,7 +144,7 @@ static dfa_status bwd_call(const dfa_attn_desc *user_d, const void *q, const voi
                            void *scratch, size_t scratch_bytes, cudaStream_t stream, const char *fn) {
     dfa__clear_error();
     dfa_attn_desc d;
-    dfa_status st = dfa__check_bwd_args(user_d, dfa__cuda_check_dtype, &d, q, k, v, o, lse, dout, dq, dk, dv, fn);
+    dfa_status st = dfa__check_bwd_args(user_d, cuda_rule, &d, q, k, v, o, lse, dout, dq, dk, dv, fn);
     if (st) return st;
     const dfa__dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
@@ -184,6 +192,9 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *
     dfa__clear_error();
     dfa_attn_desc d;
     dfa_status st = dfa__check_merge_args(user_d, &d, o_acc, lse_acc, o_part, lse_part, fn);
+    if (!st && d.head_dim_v != 0 && d.head_dim_v != d.head_dim) /* of the version-3 fields merge reads this one */
+        st = dfa__fail(DFA_ERR_UNSUPPORTED, fn, "d->head_dim_v = %d differs from d->head_dim = %d, and the CUDA "
+                       "calls do not implement it (the CPU calls do)", (int)d.head_dim_v, d.head_dim);
     if (st) return st;
     const size_t es = dfa__dtype_size(d.dtype);
     const dfa__dev_ptr ps[] = {{o_acc, "o_acc", es}, {lse_acc, "lse_acc", 4}, {o_part, "o_part", es}, {lse_part, "lse_part", 4}};
@@ -194,7 +205,8 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *
 
 /* The scratch queries answer 0 for an invalid descriptor (dfa_last_error says why). */
 static int import_desc(const dfa_attn_desc *user_d, dfa_attn_desc *d, const char *fn) {
-    return dfa__attn_desc_import(user_d, d, fn) == DFA_OK && dfa__check_desc(d, DFA__DESC_FULL, fn) == DFA_OK;
+    return dfa__attn_desc_import(user_d, d, fn) == DFA_OK && dfa__check_desc(d, DFA__DESC_FULL, fn) == DFA_OK &&
+           dfa__refuse_v3_fields(d, "d->", "the CUDA calls", fn) == DFA_OK;
 }
 
 size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {

@@ -29,6 +29,8 @@ int64_t dfa_dist_position(dfa_schedule s, int rank, int nranks, int local_rows, 
 }
 
 dfa_status dfa__check_dist_desc(const dfa_dist_desc *d, dfa__sched_kind kind, const char *fn) {
+    const dfa_status st = dfa__refuse_v3_fields(&d->attn, "d->attn.", "the distributed calls", fn);
+    if (st) return st;
     if (d->attn.seqlen_q != d->attn.seqlen_k)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "d->attn.seqlen_q = %d and d->attn.seqlen_k = %d differ; both are this rank's local rows",

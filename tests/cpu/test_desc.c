@@ -22,10 +22,14 @@ enum { B = 2, SQ = 5, SK = 7, H = 4, HKV = 2, D = 16 };
 enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
 
 _Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V1, "DFA_ATTN_DESC_SIZE_V1 is sizeof(dfa_attn_desc)");
-_Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V2 && DFA_DESC_VERSION == 2,
-               "version 2 took its fields from the reserved space");
-_Static_assert(offsetof(dfa_attn_desc, q_doc) == 72 && offsetof(dfa_attn_desc, reserved) == 96,
+_Static_assert(sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V2 && sizeof(dfa_attn_desc) == DFA_ATTN_DESC_SIZE_V3 &&
+                   DFA_DESC_VERSION == 3,
+               "versions 2 and 3 took their fields from the reserved space");
+_Static_assert(offsetof(dfa_attn_desc, q_doc) == 72 && offsetof(dfa_attn_desc, softcap) == 96,
                "the version-2 fields sit where version 1 had reserved[0..2]");
+_Static_assert(offsetof(dfa_attn_desc, head_dim_v) == 100 && offsetof(dfa_attn_desc, sinks) == 104 &&
+                   offsetof(dfa_attn_desc, dsinks) == 112 && offsetof(dfa_attn_desc, reserved) == 120,
+               "the version-3 fields sit where version 2 had reserved[0..2]");
 _Static_assert(sizeof(dfa_dist_desc) == DFA_DIST_DESC_SIZE_V1, "DFA_DIST_DESC_SIZE_V1 is sizeof(dfa_dist_desc)");
 _Static_assert(offsetof(dfa_attn_desc, batch) == 16 && offsetof(dfa_dist_desc, attn) == 16,
                "the versioning header is 16 bytes");
@@ -135,6 +139,14 @@ static void test_accepted(void) {
     dfa_attn_desc v1 = made_by_init();
     v1.version = 1;
     expect_ok(&v1, "version 1");
+    /* version 2 (the version-3 fields were reserved then, so zero): the same call */
+    dfa_attn_desc v2 = made_by_init();
+    v2.version = 2;
+    expect_ok(&v2, "version 2");
+    /* version 3's fields at values that change nothing: the same bits */
+    dfa_attn_desc same = made_by_init();
+    same.head_dim_v = D;
+    expect_ok(&same, "head_dim_v = head_dim");
     /* version 2's mask fields at values that mask nothing beyond causal: the same bits */
     dfa_attn_desc w = made_by_init();
     w.flags = DFA_FLAG_WINDOW;
@@ -187,7 +199,7 @@ static void test_refused(void) {
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "reserved[0] = 1");
         expect_refused(&d, DFA_ERR_UNSUPPORTED, "did not zero-initialise", "reserved[0] = 1");
         d.reserved[0] = 0;
-        d.reserved[4] = (uint64_t)1 << 63; /* the last reserved word (reserved[7] in version 1) */
+        d.reserved[1] = (uint64_t)1 << 63; /* the last reserved word (reserved[7] in version 1) */
         snprintf(word, sizeof word, "bytes %u..%u", DFA_ATTN_DESC_SIZE_V1 - 1, DFA_ATTN_DESC_SIZE_V1 - 1);
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "last reserved word, top bit");
     }
@@ -208,6 +220,35 @@ static void test_refused(void) {
         snprintf(word, sizeof word, "bytes %zu..%zu", offsetof(dfa_attn_desc, window_right),
                  offsetof(dfa_attn_desc, window_right));
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 1 with window_right set");
+    }
+
+    /* a version-2 descriptor had reserved bytes where version 3 put softcap..dsinks */
+    {
+        static const float sinks[H] = {0};
+        static float dsinks[H];
+        dfa_attn_desc d = made_by_init();
+        d.version = 2;
+        d.softcap = 1.00000012f; /* 0x3f800001: every byte of the field non-zero */
+        snprintf(word, sizeof word, "bytes %zu..%zu", offsetof(dfa_attn_desc, softcap),
+                 offsetof(dfa_attn_desc, softcap) + 3);
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with softcap set");
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, "version-2", "version 2 with softcap set");
+        d.softcap = 0.0f;
+        d.head_dim_v = D;
+        snprintf(word, sizeof word, "bytes %zu..", offsetof(dfa_attn_desc, head_dim_v));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with head_dim_v set");
+        d.head_dim_v = 0;
+        d.sinks = sinks;
+        snprintf(word, sizeof word, "bytes %zu..", offsetof(dfa_attn_desc, sinks));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with sinks set");
+        d.sinks = NULL;
+        d.dsinks = dsinks;
+        snprintf(word, sizeof word, "bytes %zu..", offsetof(dfa_attn_desc, dsinks));
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 2 with dsinks set");
+        d.version = 1;
+        d.dsinks = NULL;
+        d.sinks = sinks;
+        expect_refused(&d, DFA_ERR_UNSUPPORTED, "version-1", "version 1 with sinks set");
     }
 
     /* struct_size: neither 0 nor a descriptor size */
@@ -341,7 +382,7 @@ static void test_dist_desc(void) {
     d.reserved[3] = 1;
     expect_dist_refused(&d, DFA_ERR_UNSUPPORTED, "(d->reserved)", "dist reserved");
     d = i;
-    d.attn.reserved[2] = 1;
+    d.attn.reserved[1] = 1;
     expect_dist_refused(&d, DFA_ERR_UNSUPPORTED, "(d->attn.reserved)", "attn reserved");
     d = i;
     d.struct_size = 136;

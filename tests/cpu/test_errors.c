@@ -15,6 +15,7 @@ enum { NQ = B * SQ * H * D, NK = B * SK * HKV * D, NL = B * H * SQ };
 /* Inputs, outputs and untouched-copies of the outputs. */
 static float q[NQ], k[NK], v[NK], o[NQ], dout[NQ], dq[NQ], dk[NK], dv[NK], lse[NL], lse2[NL], o2[NQ];
 static float snap_o[NQ], snap_dq[NQ], snap_dk[NK], snap_dv[NK], snap_lse[NL];
+static float dsk[H], snap_dsk[H]; /* the descriptor's dsinks, an output too */
 
 static dfa_attn_desc good(void) { return tl_desc(B, SQ, SK, H, HKV, D, DFA_F32, 1, 2, 0); }
 
@@ -22,6 +23,8 @@ static void snapshot(void) {
     for (int i = 0; i < NQ; i++) o[i] = dq[i] = (float)tl_rand_normal();
     for (int i = 0; i < NK; i++) dk[i] = dv[i] = (float)tl_rand_normal();
     for (int i = 0; i < NL; i++) lse[i] = (float)tl_rand_normal();
+    for (int i = 0; i < H; i++) dsk[i] = (float)tl_rand_normal();
+    memcpy(snap_dsk, dsk, sizeof dsk);
     memcpy(snap_o, o, sizeof o);
     memcpy(snap_dq, dq, sizeof dq);
     memcpy(snap_dk, dk, sizeof dk);
@@ -31,7 +34,7 @@ static void snapshot(void) {
 
 static int untouched(void) {
     return !memcmp(o, snap_o, sizeof o) && !memcmp(dq, snap_dq, sizeof dq) && !memcmp(dk, snap_dk, sizeof dk) &&
-           !memcmp(dv, snap_dv, sizeof dv) && !memcmp(lse, snap_lse, sizeof lse);
+           !memcmp(dv, snap_dv, sizeof dv) && !memcmp(lse, snap_lse, sizeof lse) && !memcmp(dsk, snap_dsk, sizeof dsk);
 }
 
 #define EXPECT(call, status, word)                                                                         \
@@ -169,6 +172,73 @@ static void test_masks(void) {
     CHECK(dfa_attn_merge(&d, o, lse, o2, lse2) == DFA_OK, "merge read the mask fields: %s", dfa_last_error());
 }
 
+/* Softcap, head_dim_v, sinks and dsinks (descriptor version 3). Merge reads head_dim_v only. */
+static float sinks[H] = {0.5f, -1.0f, 2.0f, 0.0f};
+
+static dfa_attn_desc with_sinks(void) {
+    dfa_attn_desc d = good();
+    d.sinks = sinks;
+    d.dsinks = dsk;
+    return d;
+}
+
+static void test_v3_fields(void) {
+    dfa_attn_desc d;
+    const float bad_caps[] = {-1.0f, -1e-30f, NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 5; i++) {
+        d = good(); d.softcap = bad_caps[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->softcap", 0);
+    }
+    d = good(); d.softcap = 1e-45f; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->softcap", 0); /* scale / cap overflows */
+    const int32_t neg_dims[] = {-1, -8, INT32_MIN};
+    for (int i = 0; i < 3; i++) {
+        d = good(); d.head_dim_v = neg_dims[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->head_dim_v", 1);
+    }
+    const int32_t bad_dims[] = {4, 12, 33, 264, 512, INT32_MAX};
+    for (int i = 0; i < 6; i++) {
+        d = good(); d.head_dim_v = bad_dims[i]; bad_desc(d, DFA_ERR_UNSUPPORTED, "d->head_dim_v", 1);
+    }
+    d = good(); d.dsinks = dsk; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->dsinks", 0);
+    const float bad_sinks[] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        d = with_sinks(); sinks[2] = bad_sinks[i];
+        bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->sinks[2]", 0);
+        sinks[2] = 2.0f;
+    }
+    /* sinks are inputs, dsinks an output of the backward */
+    d = with_sinks(); d.dsinks = dq + 5;
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT, "dq and d->dsinks");
+    d = with_sinks(); d.dsinks = (float *)dout + 1;
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT,
+           "output d->dsinks overlaps input dout");
+    d = with_sinks(); d.dsinks = (float *)sinks + 1;
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT,
+           "output d->dsinks overlaps input d->sinks");
+    d = with_sinks(); d.sinks = lse + 3; /* finite values, over the forward's lse */
+    EXPECT(dfa_attn_fwd(&d, q, k, v, o, lse), DFA_ERR_INVALID_ARGUMENT, "output lse overlaps input d->sinks");
+    d = with_sinks(); d.sinks = dk;
+    EXPECT(dfa_attn_bwd(&d, q, k, v, o2, lse2, dout, dq, dk, dv), DFA_ERR_INVALID_ARGUMENT,
+           "output dk overlaps input d->sinks");
+    /* head_dim_v sets the extents the overlap checks use: an o of NQ floats just before q is
+       apart from it, one of 2 NQ floats (Dv = 2 D) runs into it */
+    {
+        static float big[2 * NQ];
+        memcpy(big + NQ, q, sizeof q);
+        d = good(); d.head_dim_v = 2 * D;
+        EXPECT(dfa_attn_fwd(&d, big + NQ, k, v, big, lse), DFA_ERR_INVALID_ARGUMENT, "output o overlaps input q");
+        d.head_dim_v = D;
+        CHECK(dfa_attn_fwd(&d, big + NQ, k, v, big, lse) == DFA_OK, "o just before q refused: %s", dfa_last_error());
+    }
+    /* valid: every field at once; merge ignores bad sinks and softcap */
+    d = with_sinks(); d.softcap = 5.0f; d.head_dim_v = 8;
+    CHECK(dfa_attn_fwd(&d, q, k, v, o, lse) == DFA_OK, "fwd with softcap, head_dim_v and sinks: %s", dfa_last_error());
+    CHECK(dfa_attn_bwd(&d, q, k, v, o, lse, dout, dq, dk, dv) == DFA_OK, "bwd with softcap, head_dim_v, sinks: %s",
+          dfa_last_error());
+    d = good(); d.dsinks = dsk; d.softcap = -3.0f; d.sinks = (const float *)(const void *)"garbage";
+    CHECK(dfa_attn_merge(&d, o, lse, o2, lse2) == DFA_OK, "merge read softcap or the sinks: %s", dfa_last_error());
+    d = good(); d.head_dim_v = D;
+    CHECK(dfa_attn_fwd(&d, q, k, v, o, lse) == DFA_OK, "head_dim_v = head_dim refused: %s", dfa_last_error());
+}
+
 static void test_misc(void) {
     CHECK(dfa_set_num_threads(-1) == DFA_ERR_INVALID_ARGUMENT, "dfa_set_num_threads(-1) accepted");
     CHECK(strstr(dfa_last_error(), "n = -1") != NULL, "dfa_set_num_threads message: %s", dfa_last_error());
@@ -193,6 +263,7 @@ int main(void) {
     test_pointers();
     test_overlap();
     test_masks();
+    test_v3_fields();
     test_misc();
     return tl_finish("test_errors");
 }

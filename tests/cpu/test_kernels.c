@@ -1,7 +1,7 @@
 /* Every compiled (and usable) SIMD kernel table against the scalar one, op by
  * op, on random tiles of odd sizes and strides: results within the rounding
  * bound of the op, nothing written outside the output tile, masks and
- * infinities handled as kernels.h says, plus two exactness properties the
+ * infinities handled as kernels.h says (softcap's tanh too), plus two exactness properties the
  * attention passes rely on (rowdot rounds like a GEMM element; the largest
  * score of a softmax column gets exactly 1). */
 #include <math.h>
@@ -85,6 +85,8 @@ static void test_gemm(const dfa__cpu_kernels *t) {
 }
 
 /* relative difference with a floor for tiny values */
+static int j_in(int i, int ld, int cols) { return i % ld < cols; }
+
 static int near(double a, double b, double rel) {
     if (isinf(a) || isinf(b)) return a == b;
     return fabs(a - b) <= rel * fmax(fabs(a), fabs(b)) + 1e-37;
@@ -234,6 +236,60 @@ static void test_rows(const dfa__cpu_kernels *t) {
 }
 
 /* Storage conversions: the same bits as src/common/dtype.h, specials included. */
+/* softcap_rows against float64 tanh (of the same rounded product a * x): the capped value
+   within a few ulps, the derivative within a few units of 1, infinities to +-c with
+   derivative 0, NaN kept, nothing written outside the tile; mul_rows exact. */
+static void test_softcap(const dfa__cpu_kernels *t) {
+    int bad = 0, outside = 0, special = 0, mul_bad = 0;
+    for (int rep = 0; rep < 80; rep++) {
+        const int rows = tl_rand_int(1, 9), cols = tl_rand_int(1, 70), ld = cols + tl_rand_int(0, 5);
+        const float c = (float)(0.5 + 60.0 * tl_rand_uniform()), a = (float)(0.05 + tl_rand_uniform()) / c;
+        float *x = malloc(sizeof(float) * (size_t)rows * ld), *dt = malloc(sizeof(float) * (size_t)rows * ld);
+        float *x0 = malloc(sizeof(float) * (size_t)rows * ld);
+        for (int i = 0; i < rows * ld; i++) {
+            const double mag = pow(10.0, -6.0 + 8.0 * tl_rand_uniform()); /* 1e-6 .. 1e2 times c */
+            x0[i] = (j_in(i, ld, cols) ? (float)((tl_rand_uniform() < 0.5 ? -1 : 1) * mag * c) : SENTINEL);
+            dt[i] = SENTINEL;
+        }
+        if (rep % 4 == 0) x0[0] = INFINITY, x0[(rows - 1) * ld] = -INFINITY;
+        if (rep % 4 == 1) x0[0] = NAN;
+        if (rep % 4 == 2) x0[0] = 0.0f;
+        memcpy(x, x0, sizeof(float) * (size_t)rows * ld);
+        t->softcap_rows(x, rep % 5 == 4 ? NULL : dt, ld, rows, cols, a, c);
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < ld; j++) {
+                const int at = i * ld + j;
+                if (j >= cols) {
+                    outside += x[at] != SENTINEL || dt[at] != SENTINEL;
+                    continue;
+                }
+                const double th = tanh((double)(a * x0[at])), want = (double)c * th;
+                if (isnan(x0[at])) {
+                    special += !isnan(x[at]);
+                    continue;
+                }
+                if (isinf(x0[at])) special += x[at] != (x0[at] > 0 ? c : -c) || (rep % 5 != 4 && dt[at] != 0.0f);
+                bad += !(fabs(x[at] - want) <= 8 * U * fabs(want) + 1e-38);
+                if (rep % 5 != 4) bad += !(fabs(dt[at] - (1.0 - th * th)) <= 16 * U);
+                else outside += dt[at] != SENTINEL;
+            }
+        float *y = randv((size_t)rows * ld), *z = malloc(sizeof(float) * (size_t)rows * ld);
+        memcpy(z, x0, sizeof(float) * (size_t)rows * ld);
+        t->mul_rows(z, y, ld, rows, cols);
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < ld; j++) {
+                const int at = i * ld + j;
+                const float want = j < cols ? x0[at] * y[at] : x0[at];
+                mul_bad += memcmp(&z[at], &want, sizeof want) != 0;
+            }
+        free(x); free(dt); free(x0); free(y); free(z);
+    }
+    CHECK(bad == 0, "%s softcap_rows: %d values off", t->name, bad);
+    CHECK(special == 0, "%s softcap_rows: %d infinities or NaNs mishandled", t->name, special);
+    CHECK(outside == 0, "%s softcap_rows: %d values written outside the tile", t->name, outside);
+    CHECK(mul_bad == 0, "%s mul_rows: %d values not x * y exactly", t->name, mul_bad);
+}
+
 static void test_convert(const dfa__cpu_kernels *t) {
     const dfa__cpu_kernels *ref = dfa__cpu_kernels_scalar();
     static const dfa_dtype types[] = {DFA_BF16, DFA_F16, DFA_F32};
@@ -283,6 +339,7 @@ int main(void) {
         test_exp2(t);
         test_softmax_cols(t);
         test_rows(t);
+        test_softcap(t);
         test_convert(t);
         tested++;
     }

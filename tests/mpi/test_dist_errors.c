@@ -230,6 +230,26 @@ static void test_masks(dfa_comm *c, bufs *b) {
           dfa_last_error());
 }
 
+/* Softcap, a value head dim of its own and sinks are not implemented by the distributed calls:
+   refused on every rank, naming the field. */
+static void test_v3_refused(dfa_comm *c, bufs *b) {
+    static const float sinks[64] = {0};
+    static float dsinks[64];
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        dfa_dist_desc d = good_desc();
+        d.attn.softcap = 30.0f;
+        expect_fail(c, "softcap", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.softcap");
+        d = good_desc();
+        d.attn.head_dim_v = d.attn.head_dim == 8 ? 16 : 8;
+        expect_fail(c, "head_dim_v", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.head_dim_v");
+        d = good_desc();
+        d.attn.sinks = sinks;
+        expect_fail(c, "sinks", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.sinks");
+        d.attn.dsinks = dsinks;
+        expect_fail(c, "sinks and dsinks", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.sinks");
+    }
+}
+
 /* The same bad value everywhere. */
 static void test_bad_everywhere(dfa_comm *c, bufs *b) {
     for (int bwd = 0; bwd <= 1; bwd++) {
@@ -357,7 +377,7 @@ static void test_versioning(bufs *b) {
         d.reserved[0] = 1;
         expect_fail(self, "reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->reserved)");
         d = zero;
-        d.attn.reserved[4] = 1; /* the last reserved word (reserved[7] in version 1) */
+        d.attn.reserved[1] = 1; /* the last reserved word (reserved[7] in version 1) */
         expect_fail(self, "attn.reserved", bwd, &d, b, DFA_ERR_UNSUPPORTED, "(d->attn.reserved)");
         bigger[250] = 1;
         expect_fail(self, "tail byte", bwd, (const dfa_dist_desc *)(void *)bigger, b, DFA_ERR_UNSUPPORTED,
@@ -471,6 +491,7 @@ int main(int argc, char **argv) {
     test_one_rank_bad(c, &b);
     test_bad_everywhere(c, &b);
     test_masks(c, &b);
+    test_v3_refused(c, &b);
     test_versioning(&b);
     test_versioning_one_rank(c, &b);
     test_failure_midway(c, &b);

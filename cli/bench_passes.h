@@ -1,6 +1,6 @@
 /* The four measured passes of `distflash bench` and `distflash demo`: the
  * library's forward and backward and the naive materialising ones, each run in
- * a forked child (support/measure.h) on fresh random inputs. */
+ * a forked child (harness/measure.h) on fresh random inputs. */
 #ifndef DFA_TOOLS_BENCH_PASSES_H
 #define DFA_TOOLS_BENCH_PASSES_H
 

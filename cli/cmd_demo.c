@@ -1,6 +1,5 @@
-/* distflash demo [attention]: the attention demo, a developer subcommand of
- * distflash-bench (distflash hands it over from a build tree; scripts/demo --attention
- * runs it). The README's main job is the training demo, scripts/demo. Exact attention
+/* distflash demo [attention]: the attention demo (scripts/demo --attention runs it).
+ * The README's main job is the training demo, scripts/demo. Exact attention
  * on a long sequence with the CPU kernels, checked element by element against the
  * naive materialising implementation at a length where that fits, with the speed and
  * peak memory of both. Each pass runs in a forked child (bench_passes.h) so that its

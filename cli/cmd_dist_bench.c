@@ -31,7 +31,7 @@ int cmd_dist_bench(int argc, char **argv) {
 
 #include "seqpar/dist_internal.h"
 #include "seqpar/executor.h"
-#include "seqpar/simulate.h"
+#include "sim/simulate.h"
 #include "bench_masks.h"
 #include "cli_values.h"
 #include "distflash_mpi.h"

@@ -15,7 +15,7 @@
 #include "commands.h"
 #include "plan_args.h"
 #include "seqpar/schedule.h"
-#include "seqpar/simulate.h"
+#include "sim/simulate.h"
 
 typedef struct {
     plan_args sh;

@@ -15,7 +15,7 @@
 #include "commands.h"
 #include "common/dtype.h"
 #include "seqpar/schedule.h"
-#include "seqpar/simulate.h"
+#include "sim/simulate.h"
 
 #define MAX_LIST 16
 

@@ -1,14 +1,11 @@
-/* distflash: the command-line tool. `distflash help` lists the subcommands.
+/* distflash: the command-line program. `distflash --help` lists the subcommands.
  *
- * The installed tool uses the public API only. The developer subcommands (bench, demo,
- * simulate, dist-bench) need the library's internals and the benchmark plumbing, so
- * they are a separate program built from bench/cli, distflash-bench; distflash hands
- * them over (execv) when that program sits in the same folder, as in a build tree. */
-#include <errno.h>
-#include <limits.h>
+ * One file per subcommand (cmd_<name>.c, declared in commands.h). train and export use the
+ * public API and the trainer only; the benchmark, planning and simulation subcommands also
+ * reach into the library's internals (schedules, the executor) and the harness (harness/:
+ * timing, the naive path), which the program links statically. */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "commands.h"
 #include "distflash.h"
@@ -20,10 +17,13 @@ static const struct {
 } commands[] = {
     {"train", cmd_train, "train a LLaMA-style model (sequence parallel under mpirun)"},
     {"export", cmd_export, "a training checkpoint's weights as safetensors (Hugging Face LLaMA names)"},
-    {"bench", NULL, "forward/backward speed and memory vs the naive path (--device cpu|cuda) [dev]"},
-    {"demo", NULL, "the attention demo: a long sequence, checked against the naive path [dev]"},
-    {"simulate", NULL, "print a distributed schedule and predicted makespans (--ranks P) [dev]"},
-    {"dist-bench", NULL, "distributed attention timings; run under mpirun -np P [dev]"},
+    {"bench", cmd_bench, "forward/backward speed and memory vs the naive path (--device cpu|cuda)"},
+    {"demo", cmd_demo, "the attention demo: a long sequence, checked against the naive path"},
+    {"dist-bench", cmd_dist_bench, "distributed attention timings; run under mpirun -np P"},
+    {"simulate", cmd_simulate, "print a distributed schedule and predicted makespans (--ranks P)"},
+    {"plan", cmd_plan, "a masked distributed plan printed and checked, on the CPU (--ranks P --docs MEAN)"},
+    {"plan-blocks", cmd_plan_blocks, "a masked distributed plan's blocks timed on one GPU, with and without lending"},
+    {"rank-sim", cmd_rank_sim, "each rank's whole pass of a P-rank call run on one GPU (transfers left out)"},
 };
 
 static void usage(FILE *f) {
@@ -31,31 +31,6 @@ static void usage(FILE *f) {
             dfa_version_string());
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n[dev]: developer tools, in the program distflash-bench that a source build puts beside\n"
-               "distflash (build/tools/); they are not installed.\n");
-}
-
-/* Runs distflash-bench from the folder of this executable with the same arguments. */
-static int hand_over(char **argv) {
-    char self[PATH_MAX], path[PATH_MAX + 32];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash) *slash = '\0';
-        snprintf(path, sizeof path, "%s/distflash-bench", n > 0 && slash ? self : ".");
-        argv[0] = path;
-        execv(path, argv);
-        if (errno != ENOENT) {
-            fprintf(stderr, "distflash: cannot start %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-    }
-    fprintf(stderr,
-            "distflash: '%s' is a developer tool (distflash-bench, built from bench/ in a source build "
-            "beside distflash); it is not part of this installation\n",
-            argv[1]);
-    return 2;
 }
 
 int main(int argc, char **argv) {
@@ -68,8 +43,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run ? commands[i].run(argc - 1, argv + 1) : hand_over(argv);
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "distflash: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

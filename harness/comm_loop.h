@@ -1,12 +1,12 @@
-/* Internal to tests/ and bench/: the collectives of a communicator whose P ranks run one after
- * another in one process on one GPU (rank-sim's loopback in bench/cli, the replay communicator
+/* Internal to tests/ and cli/: the collectives of a communicator whose P ranks run one after
+ * another in one process on one GPU (rank-sim's loopback in cli/, the replay communicator
  * of tests/gpu/test_dist_replay.c). Each of those ranks is handed the same arguments, so the
  * maximum and the broadcast leave the values as they are, and the allgather of document ids
  * copies every rank's ids from one device array that holds them all. The point-to-point
  * transfers (start, wait) differ between the two users and stay with them.
  *
  * Header only (static inline): it needs the CUDA runtime and the library's internal
- * seqpar/comm.h, which dfa_support does not link. */
+ * seqpar/comm.h, which dfa_harness does not link. */
 #ifndef DFA_SUPPORT_COMM_LOOP_H
 #define DFA_SUPPORT_COMM_LOOP_H
 

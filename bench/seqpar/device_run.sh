@@ -36,14 +36,14 @@ if has test; then
 fi
 if has distbench; then
   stamp distbench
-  timeout 560 "${MPI[@]}" $B/tools/distflash dist-bench --device cuda --seqlens "$SEQS" ${DB_ARGS:-} \
+  timeout 560 "${MPI[@]}" $B/cli/distflash dist-bench --device cuda --seqlens "$SEQS" ${DB_ARGS:-} \
       --json "$OUT/dist.json" > "$OUT/distbench.log" 2>&1
   rc=$?; summary+=("dist-bench rc=$rc")
   grep -vE "^\s+R[0-9]|compute/wait" "$OUT/distbench.log" | tail -30
 fi
 if has fit; then
   stamp fit
-  timeout 560 "${MPI[@]}" $B/tools/distflash dist-bench --device cuda --fit ${FIT_ARGS:-} > "$OUT/fit.log" 2>&1
+  timeout 560 "${MPI[@]}" $B/cli/distflash dist-bench --device cuda --fit ${FIT_ARGS:-} > "$OUT/fit.log" 2>&1
   rc=$?; summary+=("fit rc=$rc: $(tail -1 "$OUT/fit.log")")
 fi
 if has cppeer; then

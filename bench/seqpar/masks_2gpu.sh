@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 B=${B:-build-gpu}
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
-D=$B/tools/distflash-bench
+D=$B/cli/distflash
 [ -x "$D" ] || { echo "no $D: build with CUDA, MPI and NCCL first (B=build folder)"; exit 2; }
 MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH)
 S=${S:-128k}

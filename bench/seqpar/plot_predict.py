@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicted scaling efficiency vs P (issue 15) from `distflash-bench simulate --predict --tsv`.
+"""Predicted scaling efficiency vs P (issue 15) from `distflash simulate --predict --tsv`.
 
     python3 bench/seqpar/plot_predict.py predict.tsv efficiency.png     (needs matplotlib)
 """

@@ -17,14 +17,14 @@ grep -q -- 'train --device cuda' "$OUT/demo.log" && path="gpu attempted"
 grep -q 'refused --device cuda' "$OUT/demo.log" && path="gpu refused -> cpu"
 grep -q '^done:' "$OUT/demo.log" && ! grep -q 'refused --device cuda' "$OUT/demo.log" &&
   grep -q -- 'train --device cuda' "$OUT/demo.log" && path="gpu"
-./build/tools/distflash export out/demo/model.ckpt "$OUT/model-bf16.safetensors" --dtype bf16 > "$OUT/export.log" 2>&1
+./build/cli/distflash export out/demo/model.ckpt "$OUT/model-bf16.safetensors" --dtype bf16 > "$OUT/export.log" 2>&1
 export_rc=$?
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1
 echo
 echo "| check | result |"
 echo "|---|---|"
 echo "| GPUs (nvidia-smi -L) | $(grep -c '^GPU ' "$OUT/gpus.txt") |"
-echo "| build | $(./build/tools/distflash --version 2>&1) |"
+echo "| build | $(./build/cli/distflash --version 2>&1) |"
 echo "| scripts/demo exit status | $demo_rc |"
 echo "| path taken | $path |"
 echo "| final line | $(grep -E '^loss ' "$OUT/demo.log" | cut -c1-90) |"

@@ -56,7 +56,7 @@ if has memcheck; then # the kernels and the model's passes under compute-sanitiz
 fi
 if has smoke; then # the small passkey model on the GPU(s): the loss must fall; a checkpoint round trip
   stamp smoke
-  run_np "$NP" timeout 300 $B/tools/distflash train --device cuda --steps 300 --warmup 20 --length-warmup 0 \
+  run_np "$NP" timeout 300 $B/cli/distflash train --device cuda --steps 300 --warmup 20 --length-warmup 0 \
       --context 2048 --eval-every 0 --eval-seqs 32 --save "$OUT/smoke.ckpt" --log "$OUT/smoke.csv" --quiet \
       > "$OUT/smoke.log" 2>&1
   rc=$?; summary+=("smoke rc=$rc: $(grep -E '^loss' "$OUT/smoke.log" | cut -c1-100)")
@@ -65,7 +65,7 @@ fi
 # one `distflash train` timing run: context, policy -> a row of the table
 bench_one() {
   local ctx=$1 pol=$2 log="$OUT/bench_${1}_${2}.log"
-  run_np "$NP" timeout 590 $B/tools/distflash train --device cuda "${MODEL[@]}" --context "$ctx" --batch 1 \
+  run_np "$NP" timeout 590 $B/cli/distflash train --device cuda "${MODEL[@]}" --context "$ctx" --batch 1 \
       --steps "${STEPS:-3}" --warmup 1 --length-warmup 0 --eval-seqs 0 --eval-every 0 --checkpoint "$pol" --quiet \
       --profile "${PROFILE:-0}" > "$log" 2>&1
   local rc=$?

@@ -7,7 +7,7 @@
 # one head of 64, so attention (quadratic in the context) outweighs everything else.
 set -euo pipefail
 build=${1:-build}; ranks=${2:-2}; context=${3:-32768}; steps=${4:-4}
-cli=$build/tools/distflash
+cli=$build/cli/distflash
 [ -x "$cli" ] || { echo "no $cli: build first (cmake -S . -B $build && cmake --build $build -j)" >&2; exit 2; }
 model=(--layers 2 --d-model 64 --heads 1 --kv-heads 1 --ffn 128 --context "$context" --batch 1)
 run=(--steps "$steps" --warmup 1 --length-warmup 0 --eval-seqs 0 --quiet)

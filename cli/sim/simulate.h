@@ -27,7 +27,7 @@
 
 #include <stddef.h>
 
-#include "schedule.h"
+#include "seqpar/schedule.h"
 
 /* A calibrated machine (sim_machine.c): the attention kernel's rate per block shape and
    chunk length, the executor's element-wise passes, and a two-level network. */

@@ -14,7 +14,7 @@
 #include "seqpar/compute.h"
 #include "seqpar/executor.h"
 #include "seqpar/schedule.h"
-#include "seqpar/simulate.h"
+#include "sim/simulate.h"
 
 static const dfa__sched_kind kinds[] = {DFA__SCHED_BALANCED, DFA__SCHED_RING, DFA__SCHED_PAPER};
 

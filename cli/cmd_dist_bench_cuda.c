@@ -232,7 +232,7 @@ static timing measure(dfa_comm *c, const dfa_dist_desc *d, int kind, const bufs 
 static void print_steps(dfa_comm *c, const dfa_dist_desc *d, int kind, const bufs *b, cudaStream_t s) {
     dfa__dist_stats sf, sb;
     /* a call of this schedule first: a masked plan's counts are cached for the next calls with the
-       same ids and schedule (executor.c, mask_counts), as in a training step */
+       same ids and schedule (exec_mask.c, mask_counts), as in a training step */
     if (dfa__dist_fwd_cuda(c, d, (dfa__sched_kind)kind, b->q, b->k, b->v, b->o, b->lse, s) != DFA_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, dfa_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);

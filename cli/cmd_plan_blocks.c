@@ -63,7 +63,7 @@ typedef struct {
     void *scratch;
 } pb_bufs;
 
-/* One block of the plan (the executor's descriptor, executor.c compute), fwd and bwd: median
+/* One block of the plan (the executor's descriptor, exec_steps.c compute), fwd and bwd: median
    milliseconds of each into ms[0], ms[1]. */
 static void time_block(const pb_opts *o, const dfa__compute_ops *ops, void *ctx, const pb_bufs *b, const dfa__task *t,
                        int n, const dfa_attn_desc *chunk, cudaStream_t st, double ms[2]) {
@@ -124,7 +124,7 @@ int cmd_plan_blocks(int argc, char **argv) {
     chunk.causal = 1;
     bench_mask_apply(&o.mask, &chunk, NULL);
     chunk.q_doc = chunk.k_doc = NULL;
-    /* the plan's counts, as the executor makes them (executor.c, setup_mask) */
+    /* the plan's counts, as the executor makes them (exec_mask.c, setup_mask) */
     const size_t cells = (size_t)P * P;
     int64_t *work = malloc(sizeof *work * cells), *cost = malloc(sizeof *cost * cells);
     int64_t *prefix = malloc(sizeof *prefix * (size_t)P * 2 * (DFA__DIAG_SAMPLES + 1));

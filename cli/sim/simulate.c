@@ -202,7 +202,7 @@ static int exchange(const dfa__sched *s, const dfa__sim_model *m, int in_step, i
 }
 
 /* The calibrated machine's costs (seconds on a rank's compute stream), following what the
-   executor enqueues (executor.c): element-wise passes at mc->hbm plus mc->launch each. */
+   executor enqueues (exec_steps.c, exec_io.c): element-wise passes at mc->hbm plus mc->launch each. */
 static double elementwise(const dfa__sim_model *m, double bytes, int kernels) {
     return bytes / m->machine->hbm + kernels * m->machine->launch;
 }

@@ -159,7 +159,7 @@ int64_t dfa__task_pairs(const dfa__task *t, int rows);
  *    diagonal covers only those rows: a window shorter than a chunk leaves its first `window`
  *    rows, a document straddling two chunks the rows of that document, so the query rows, the
  *    partial results and their folds shrink alike (the diagonal stays whole: its results are
- *    the accumulators' first, executor.c); with `keys` also only the keys they see, widened to
+ *    the accumulators' first, exec_plan.c first_is_diagonal); with `keys` also only the keys they see, widened to
  *    whole DFA__PLAN_TILE tiles (one batch row: contiguous rows of k and v).
  * work[q * P + k] = visible pairs of query chunk q against key chunk k (0: skip the pair);
  * rows[2 (q * P + k)], rows[2 (q * P + k) + 1] = the first and one past the last query row of
@@ -276,7 +276,7 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
                          int64_t *cost, int64_t *diag_prefix);
 
 /* A masked call's chunk-pair counts for P ranks, as dfa__mask_pair_work fills them: the
-   executor's, for its plan, and the communicator's copy of the last call's (executor.c). */
+   executor's, for its plan, and the communicator's copy of the last call's (exec_mask.c). */
 typedef struct {
     int64_t *work;   /* [P][P] visible pairs per chunk pair */
     int *rows;       /* [P][P][2] their visible query rows */

@@ -2,8 +2,8 @@
  * packed documents with log-normal lengths (sigma 1, a fixed seed: the distribution
  * bench/gpu/masks_bench.py draws), a sliding window, and the visible pairs that the FLOP
  * counts of masked runs use (issue 14: FLOPs over visible pairs only). */
-#ifndef DFA_BENCH_MASKS_H
-#define DFA_BENCH_MASKS_H
+#ifndef DFA_CLI_BENCH_MASKS_H
+#define DFA_CLI_BENCH_MASKS_H
 
 #include <stdint.h>
 

@@ -1,8 +1,8 @@
 /* The four measured passes of `distflash bench` and `distflash demo`: the
  * library's forward and backward and the naive materialising ones, each run in
  * a forked child (harness/measure.h) on fresh random inputs. */
-#ifndef DFA_TOOLS_BENCH_PASSES_H
-#define DFA_TOOLS_BENCH_PASSES_H
+#ifndef DFA_CLI_BENCH_PASSES_H
+#define DFA_CLI_BENCH_PASSES_H
 
 #include "distflash.h"
 #include "measure.h"

@@ -1,7 +1,7 @@
 /* Random device inputs for the CUDA subcommands (bench, dist-bench, plan-blocks, rank-sim), and the
    check the one-process ones put around their CUDA calls. */
-#ifndef DFA_BENCH_CLI_CUDA_FILL_H
-#define DFA_BENCH_CLI_CUDA_FILL_H
+#ifndef DFA_CLI_CUDA_FILL_H
+#define DFA_CLI_CUDA_FILL_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* The options of the one-GPU subcommands that take a masked distributed plan apart (plan-blocks,
  * rank-sim): the packed sequence, the ranks it is split over, the heads, the mask. */
-#ifndef DFA_BENCH_CLI_PLAN_ARGS_H
-#define DFA_BENCH_CLI_PLAN_ARGS_H
+#ifndef DFA_CLI_PLAN_ARGS_H
+#define DFA_CLI_PLAN_ARGS_H
 
 #include <stdio.h>
 

@@ -2,8 +2,8 @@
  * it reads argv and writes the result and a message; it prints nothing, opens nothing and
  * starts nothing, so cmd_train.c runs it before anything else and fuzz/fuzz_train_args.c
  * runs it on arbitrary argv. */
-#ifndef DFA_TOOLS_TRAIN_ARGS_H
-#define DFA_TOOLS_TRAIN_ARGS_H
+#ifndef DFA_CLI_TRAIN_ARGS_H
+#define DFA_CLI_TRAIN_ARGS_H
 
 #include <stddef.h>
 

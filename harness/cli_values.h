@@ -2,8 +2,8 @@
  * place: sizes with a k suffix, comma-separated lists of them ("1k,4k,16k"), and storage
  * type names. Each parser accepts the whole string or nothing, and never writes its output
  * when it refuses. */
-#ifndef DFA_SUPPORT_CLI_VALUES_H
-#define DFA_SUPPORT_CLI_VALUES_H
+#ifndef DFA_HARNESS_CLI_VALUES_H
+#define DFA_HARNESS_CLI_VALUES_H
 
 #include "distflash.h"
 

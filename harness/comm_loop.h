@@ -7,8 +7,8 @@
  *
  * Header only (static inline): it needs the CUDA runtime and the library's internal
  * seqpar/comm.h, which dfa_harness does not link. */
-#ifndef DFA_SUPPORT_COMM_LOOP_H
-#define DFA_SUPPORT_COMM_LOOP_H
+#ifndef DFA_HARNESS_COMM_LOOP_H
+#define DFA_HARNESS_COMM_LOOP_H
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>

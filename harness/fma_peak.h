@@ -2,8 +2,8 @@
    chains of fused multiply-adds (enough to cover the FMA latency) for a while.
    Call it only where OpenMP may start threads (`distflash bench` calls it in a
    forked child). */
-#ifndef DFA_TOOLS_FMA_PEAK_H
-#define DFA_TOOLS_FMA_PEAK_H
+#ifndef DFA_HARNESS_FMA_PEAK_H
+#define DFA_HARNESS_FMA_PEAK_H
 
 typedef struct {
     const char *isa;  /* "avx512", "avx2" or "scalar" */

@@ -3,8 +3,8 @@
  * wait4), from which the resident size after the inputs and outputs were
  * allocated and written (the baseline) is subtracted. The parent must not have
  * started OpenMP threads before forking (threads do not survive fork). */
-#ifndef DFA_TOOLS_MEASURE_H
-#define DFA_TOOLS_MEASURE_H
+#ifndef DFA_HARNESS_MEASURE_H
+#define DFA_HARNESS_MEASURE_H
 
 #include <stddef.h>
 #include <stdint.h>

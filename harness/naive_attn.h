@@ -4,8 +4,8 @@
  * does. It uses the library's fast tile GEMMs, so the comparison isolates the
  * algorithm (memory traffic and footprint), not the quality of the inner loops.
  * Not part of the library. */
-#ifndef DFA_TOOLS_NAIVE_ATTN_H
-#define DFA_TOOLS_NAIVE_ATTN_H
+#ifndef DFA_HARNESS_NAIVE_ATTN_H
+#define DFA_HARNESS_NAIVE_ATTN_H
 
 #include <stddef.h>
 

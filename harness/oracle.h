@@ -1,8 +1,8 @@
 /* The test oracle: attention written as plainly as possible in float64, and a
  * naive implementation in the storage precision that sets the error budget
  * (a fast kernel may be at most twice as far from the oracle as it is). */
-#ifndef DFA_ORACLE_H
-#define DFA_ORACLE_H
+#ifndef DFA_HARNESS_ORACLE_H
+#define DFA_HARNESS_ORACLE_H
 
 #include "distflash.h"
 

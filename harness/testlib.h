@@ -1,7 +1,7 @@
 /* A small test harness shared by every test program: checks, random inputs,
  * poisoned outputs, and comparison against the float64 oracle. */
-#ifndef DFA_TESTLIB_H
-#define DFA_TESTLIB_H
+#ifndef DFA_HARNESS_TESTLIB_H
+#define DFA_HARNESS_TESTLIB_H
 
 #include <stdbool.h>
 #include <stddef.h>

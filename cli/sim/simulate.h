@@ -22,8 +22,8 @@
  * step's wait), rounding into the outputs at the end. With gpus_per_node > 0 the network has
  * two levels: messages between nodes take inter_latency and share the rank's inter_bandwidth.
  */
-#ifndef DFA_DIST_SIMULATE_H
-#define DFA_DIST_SIMULATE_H
+#ifndef DFA_CLI_SIM_SIMULATE_H
+#define DFA_CLI_SIM_SIMULATE_H
 
 #include <stddef.h>
 

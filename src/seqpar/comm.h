@@ -14,8 +14,8 @@
  * whole pass without waiting for the device. They add the `async` operations
  * below, which the executor uses instead of a host agreement on every call.
  */
-#ifndef DFA_DIST_COMM_H
-#define DFA_DIST_COMM_H
+#ifndef DFA_SEQPAR_COMM_H
+#define DFA_SEQPAR_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>

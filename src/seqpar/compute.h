@@ -13,8 +13,8 @@
  *   a chunk's lse           [batch, heads, n]        float32
  *   a window's packed rows  [batch, r, heads, D] and lse [batch, heads, r]
  */
-#ifndef DFA_DIST_COMPUTE_H
-#define DFA_DIST_COMPUTE_H
+#ifndef DFA_SEQPAR_COMPUTE_H
+#define DFA_SEQPAR_COMPUTE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -20,8 +20,8 @@
  * writes the rows no other block adds to straight into the outputs (exec_io.c, use_direct),
  * and a rank whose kernels fail midway returns its failure with those rows written.
  */
-#ifndef DFA_DIST_EXECUTOR_H
-#define DFA_DIST_EXECUTOR_H
+#ifndef DFA_SEQPAR_EXECUTOR_H
+#define DFA_SEQPAR_EXECUTOR_H
 
 #include <stdint.h>
 

@@ -33,8 +33,8 @@
  *    r+P/2 (first ceil(n/2) rows) and rank r (the rest), which already holds
  *    k_r and only needs those query rows. No rank idles for any P.
  */
-#ifndef DFA_DIST_SCHEDULE_H
-#define DFA_DIST_SCHEDULE_H
+#ifndef DFA_SEQPAR_SCHEDULE_H
+#define DFA_SEQPAR_SCHEDULE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -20,8 +20,10 @@
  *  - Thread safety: calls are reentrant; distinct calls may run concurrently
  *    from different threads on distinct outputs. Each CPU call parallelises
  *    itself with OpenMP (see dfa_set_num_threads).
- *  - Results are deterministic: same inputs, same machine, same bits, for any
- *    thread count.
+ *  - The CPU calls are deterministic: same inputs, same machine, same bits, for
+ *    any thread count. So are the device calls, except the backward's float32
+ *    additions of partial gradients, which happen in any order unless
+ *    DFA_FLAG_DETERMINISTIC is set (distflash_cuda.h, "Determinism").
  */
 #ifndef DISTFLASH_H
 #define DISTFLASH_H
@@ -62,7 +64,7 @@ typedef enum {
 typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
 
 /* Flags for dfa_attn_desc.flags. */
-#define DFA_FLAG_DETERMINISTIC 1u /* device backward: bitwise reproducible dq (CPU always is) */
+#define DFA_FLAG_DETERMINISTIC 1u /* device backward: the same bits on every run (the CPU always is) */
 #define DFA_FLAG_WINDOW 2u        /* sliding window: window_left / window_right apply (descriptor v2) */
 #define DFA_FLAG_SAME_DOCS 4u     /* distributed calls: the document ids are those of the communicator's
                                      last call with documents (see dfa_dist_attn_fwd); needs q_doc */
@@ -284,7 +286,8 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * ranks exchange their ids (4 bytes a token) and then compute and move only the
  * (query chunk, key chunk) pairs that have a visible key, balanced by the work
  * the kernels do on them (whole tiles), a rank whose own block holds one long
- * document lending its first rows to the least busy rank (causal, batch 1); a
+ * document lending its first rows to the least busy rank, and a heavy pair of
+ * chunks split over several ranks (causal, batch 1, balanced schedule); a
  * window shorter than a chunk pairs neighbours only. The device calls
  * (distflash_nccl.h) take masks too, with the ids in device memory.
  * A training step passes the same ids to every layer, forward and backward:

@@ -1,7 +1,7 @@
 /* Masks for dist-bench (--docs MEAN, --window W), on the CPU and the CUDA device path alike:
  * packed documents with log-normal lengths (sigma 1, a fixed seed: the distribution
  * bench/gpu/masks_bench.py draws), a sliding window, and the visible pairs that the FLOP
- * counts of masked runs use (issue 14: FLOPs over visible pairs only). */
+ * counts of masked runs use (FLOPs over visible pairs only). */
 #ifndef DFA_CLI_BENCH_MASKS_H
 #define DFA_CLI_BENCH_MASKS_H
 

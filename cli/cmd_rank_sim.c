@@ -46,8 +46,8 @@ int cmd_rank_sim(int argc, char **argv) {
 
 #define RS_CUDA(call) BENCH_CUDA_OR_EXIT("rank-sim", call)
 
-/* What one H200 receives over NVLink from one peer, bytes a second (NCCL's point-to-point on the
-   lent x2 machine; the pessimistic line of the output charges every received byte at it). */
+/* What one H200 receives over NVLink from one peer, bytes a second (NCCL's point-to-point
+   between two H200s; the pessimistic line of the output charges every received byte at it). */
 #define RS_LINK_BYTES_S 300e9
 
 /* --- the loopback communicator ------------------------------------------------------------ */
@@ -268,7 +268,7 @@ int cmd_rank_sim(int argc, char **argv) {
            "everything but the waits for peers)\n\n");
 
     /* every rank's communicator at once, so that the repetitions interleave the ranks and the
-       single-GPU call: a lent H200's clock drifts by a few percent over a run, which would
+       single-GPU call: a GPU's clock can drift by a few percent over a run, which would
        otherwise favour whichever ran first */
     dfa_comm **cs = calloc((size_t)P, sizeof *cs);
     dfa_dist_desc *dds = calloc((size_t)P, sizeof *dds);

@@ -3,7 +3,7 @@
  * the paper's balanced schedule and ours under a unit model and a compute/bandwidth model,
  * or a calibrated machine (--machine: kernel rate per block shape, the executor's
  * element-wise passes, two-level network). --calibration compares the calibrated model with
- * the measured 2-GPU runs; --predict prints issue 15's table (P x S, with error bars).
+ * the 2-GPU runs it was fitted to; --predict prints the scaling table (P x S, with error bars).
  * Pure arithmetic: no MPI, no kernels. */
 #include <math.h>
 #include <stdint.h>
@@ -64,8 +64,8 @@ static void usage(FILE *f) {
             "  --no-overlap         wait for messages before computing\n"
             "  --table              print the table for any P\n"
             "  --messages           also list each step's messages\n\n"
-            "calibrated machines (issue 15; constants and their sources in src/seqpar/sim_machine.c):\n"
-            "  --machine NAME       h200-nvlink: the lent 2 x H200, measured (kernel rate per block shape and\n"
+            "calibrated machines (constants and their sources in cli/sim/sim_machine.c):\n"
+            "  --machine NAME       h200-nvlink: 2 x H200 on NVLink, fitted (kernel rate per block shape and\n"
             "                       chunk length, element-wise passes of the executor, NCCL 306 GB/s);\n"
             "                       h200-cluster: the same kernels in nodes of 8 on NVSwitch (370 GB/s assumed)\n"
             "                       with 400 Gb/s (45 GB/s achieved, assumed) per GPU between nodes.\n"
@@ -76,7 +76,7 @@ static void usage(FILE *f) {
             "  --seqlen S           total tokens (rows per rank = S / P; k and M suffixes)\n"
             "  --calibration        the machine (default h200-nvlink) against every measured 2-GPU run\n"
             "                       (fwd, bwd, f+b; ring and balanced; overlap on/off): error in %%\n"
-            "  --predict            issue 15's table (default machine h200-cluster): for each P of --ranks\n"
+            "  --predict            the scaling table (default machine h200-cluster): for each P of --ranks\n"
             "                       (a list, default 1,2,4,8,16,32,64) and S of --seqlens (default\n"
             "                       128k,512k,1M): fwd+bwd time and scaling efficiency against one GPU of\n"
             "                       flat ring, flat balanced and two-level (heads split across nodes by an\n"
@@ -268,7 +268,7 @@ static int parse(int argc, char **argv, sim_opts *o) {
         return -1;
     }
     if (!machine && (o->calibration || o->predict)) machine = o->calibration ? "h200-nvlink" : "h200-cluster";
-    if ((o->calibration || o->predict) && !(heads_set & 2)) o->m.shape.kv_heads = o->m.shape.heads; /* issue 15: MHA */
+    if ((o->calibration || o->predict) && !(heads_set & 2)) o->m.shape.kv_heads = o->m.shape.heads; /* MHA, as calibrated */
     if (o->predict && !o->nranks_list) {
         static const int dflt[] = {1, 2, 4, 8, 16, 32, 64};
         for (int j = 0; j < 7; j++) o->ranks_list[o->nranks_list++] = dflt[j];
@@ -479,9 +479,7 @@ static double one_process(const sim_opts *o, int P, int bwd) { return one_proces
 static double calibration(const sim_opts *o, int print) {
     double worst = 0.0;
     if (print) {
-        printf("\ncalibration: machine %s against the 2-GPU medians of 2026-12-01 (bench/seqpar/results/2026-12-01/"
-               "dist.json)\n",
-               o->machine->name);
+        printf("\ncalibration: machine %s against the 2-GPU medians it was fitted to\n", o->machine->name);
         printf("%8s %-9s %-7s | %8s %8s %6s | %8s %8s %6s | %8s %8s %6s | %6s %6s\n", "S", "schedule", "overlap",
                "fwd ms", "model", "err%", "bwd ms", "model", "err%", "f+b ms", "model", "err%", "eff", "model");
     }
@@ -547,7 +545,7 @@ static double predict_one(const sim_opts *o, int which, int P, int64_t S, int rb
 }
 
 static int predict(const sim_opts *o) {
-    /* the residual of the preset that was calibrated (the lent 2-GPU machine, its own link) */
+    /* the residual of the preset that was calibrated (the 2-GPU machine, its own link) */
     sim_opts co = *o;
     co.machine = dfa__sim_machine_preset("h200-nvlink");
     co.gpus_per_node = co.machine->gpus_per_node;

@@ -1,37 +1,35 @@
-/* The simulator's calibrated machines (issue 15): every constant of the model in one place,
- * each with where it came from. See simulate.h for how the model uses them.
+/* The simulator's calibrated machines: every constant of the model in one place, each with
+ * where it comes from. See simulate.h for how the model uses them.
  *
- * Kernel rates per block shape: bench/seqpar/calibrate.py on the 2-GPU run of 2026-12-01
- * (bench/seqpar/results/2026-12-01/distbench.log: `distflash dist-bench --device cuda`,
- * 2 x H200, causal, batch 1, 32 heads x 128, bf16; the per-step compute tables of one timed
- * call of the ring and of the balanced schedule), after taking away the element-wise passes
- * the executor adds inside a step (packing its own query rows, folding its own partials) at
- * `hbm` and `launch` below. Shapes: diag = the causal n x n block (step 0), full = n x n
- * unmasked (the ring's step 1), part = n/2 rows x n keys (the balanced schedule's last step
- * at even P). `err` is half the spread between the cells of one shape (ranks, schedules),
- * at least 2% (the timed call ran up to 2% off the medians of the same configuration), and
- * 4% where a shape has one cell. The knots at n = 2048 and 8192 were not measured as blocks:
- * they are the single-GPU kernels of issue 4 (BENCHMARKS.md, 2026-11-29, d = 128, batch
- * 16 / 4 with the same total tokens; causal -> diag, non-causal -> full and part), with 15%
- * and 10% uncertainty: batch-1 blocks have smaller grids, and the kernels changed since.
+ * Kernel rates per block shape: fitted to the per-step compute times that
+ * `distflash dist-bench --device cuda` prints for one timed call of the ring and of the
+ * balanced schedule on two H200s (NVLink; causal, batch 1, 32 heads x 128, bf16), after taking
+ * away the element-wise passes the executor adds inside a step (packing its own query rows,
+ * folding its own partials) at `hbm` and `launch` below. Shapes: diag = the causal n x n block
+ * (step 0), full = n x n unmasked (the ring's step 1), part = n/2 rows x n keys (the balanced
+ * schedule's last step at even P). `err` is half the spread between the cells of one shape
+ * (ranks, schedules), at least 2% (a single timed call runs up to 2% off the median of its
+ * configuration), and 4% where a shape has one cell. The knots at n = 2048 and 8192 are not
+ * block timings but the single-GPU kernels' rates (d = 128, batch 16 / 4 for the same total
+ * tokens; causal -> diag, non-causal -> full and part), with 15% and 10% uncertainty: batch-1
+ * blocks have smaller grids.
  *
- * Single GPU on the whole sequence (the efficiency baseline): the `1 GPU` lines of the same
- * log (S = 32k..256k, causal, bf16 outputs); beyond 256k the 256k rate, uncertainty doubled.
+ * Single GPU on the whole sequence (the efficiency baseline): the single-GPU lines of the same
+ * dist-bench output (S = 32k..256k, causal, bf16 outputs); beyond 256k the 256k rate, with the
+ * uncertainty doubled.
  *
  * hbm 3.0e12 B/s: an assumption (H200 HBM3e peak 4.8 TB/s; streaming element-wise kernels
- * reach about 60-70% of it), checked against the tails the runs show after the last step
- * (BENCHMARKS.md, issue 10: ~0.9 ms forward, ~3.1-3.6 ms backward at 32k), which the model
- * reproduces to ~0.3 ms with it. launch 5 us per element-wise kernel, call 0.2 ms per call:
- * host enqueue and the device-side agreement (assumed; they matter only at short chunks).
+ * reach about 60-70% of it), which reproduces the tails the timed calls show after their last
+ * step. launch 5 us per element-wise kernel, call 0.2 ms per call: host enqueue and the
+ * device-side agreement (assumed; they matter only at short chunks).
  *
- * Links. Inside the lent 2-GPU machine: NCCL send/recv measured 306-310 GB/s per direction
- * (DESIGN.md, cp_peer / gpu_anchors), low 290 (5% under), high 310. A node of 8 H200 on
- * NVSwitch (not measured): 450 GB/s per direction nominal (NVLink 4, 900 GB/s bidirectional
- * per GPU), central 370 (NCCL point-to-point reaching ~80% of nominal, as the 2-GPU
- * machine's 306 of its bridge), low 306 (what the lent pair gave), high 450. Between nodes
- * (not measured): one 400 Gb/s NIC per GPU = 50 GB/s per direction nominal, central 45
- * (NCCL over InfiniBand typically reaches ~90%), low 37.5 (75%), high 50. Latency per
- * message: 10 us inside a node (a NCCL point-to-point launch), 20 us between nodes. */
+ * Links. Inside a 2-GPU NVLink machine: NCCL send/recv at 306-310 GB/s per direction, low 290
+ * (5% under), high 310. A node of 8 H200 on NVSwitch (nominal): 450 GB/s per direction
+ * (NVLink 4, 900 GB/s bidirectional per GPU), central 370 (NCCL point-to-point reaching ~80% of
+ * nominal, as on the 2-GPU machine), low 306 (the 2-GPU machine's), high 450. Between nodes
+ * (nominal): one 400 Gb/s NIC per GPU = 50 GB/s per direction, central 45 (NCCL over
+ * InfiniBand typically reaches ~90%), low 37.5 (75%), high 50. Latency per message: 10 us
+ * inside a node (a NCCL point-to-point launch), 20 us between nodes. */
 #include <math.h>
 #include <string.h>
 
@@ -54,7 +52,7 @@
      {262144, {455.8e12, 370.0e12}}}
 
 static const dfa__sim_machine presets[] = {
-    {"h200-nvlink", "the lent 2 x H200 (NVLink, NCCL 306-310 GB/s per direction), measured 2026-12-01", 6,
+    {"h200-nvlink", "2 x H200 on NVLink (NCCL 306-310 GB/s per direction), the machine the rates were fitted on", 6,
      H200_KNOTS, 4, H200_WHOLE, 0.02, 3.0e12, 5e-6, 2e-4, 2, {306e9, 290e9, 310e9}, 10e-6, {45e9, 37.5e9, 50e9},
      20e-6},
     {"h200-cluster",
@@ -72,7 +70,7 @@ const dfa__sim_machine *dfa__sim_machine_preset(const char *name) {
     return NULL;
 }
 
-/* The 2-GPU medians (dist.json, 2026-12-01), seconds. */
+/* The 2-GPU medians the presets were fitted to (dist-bench, the shapes above), seconds. */
 #define MS(x) ((x) * 1e-3)
 const dfa__sim_measured dfa__sim_measured_2gpu[] = {
     {32768, DFA__SCHED_RING, 1, MS(13.0156), MS(63.8489), MS(14.9245), MS(78.6449)},

@@ -14,7 +14,7 @@
  * flops == 0 the model counts work in full blocks (a diagonal block is about
  * half of one) and communication is free: the schedule's ideal makespan.
  *
- * With a calibrated machine (model.machine, sim_machine.c; issue 15) a block takes its
+ * With a calibrated machine (model.machine, sim_machine.c) a block takes its
  * FLOPs over the measured kernel rate of its shape (diagonal, full, half-rows) at its chunk
  * length, and the executor's element-wise passes take their bytes over the effective HBM
  * bandwidth: the accumulators' fill before the steps, packing query rows that leave (before
@@ -60,7 +60,7 @@ typedef struct {
     double inter_lat;      /* seconds per message between nodes */
 } dfa__sim_machine;
 
-/* The presets by name ("h200-nvlink": the lent 2-GPU machine, measured; "h200-cluster": its
+/* The presets by name ("h200-nvlink": 2 x H200 on NVLink, fitted to its runs; "h200-cluster": its
    kernels in nodes of 8 on NVSwitch with 400 Gb/s per GPU between nodes, assumed links);
    NULL if unknown. dfa__sim_machine_names lists them, NULL-terminated. */
 const dfa__sim_machine *dfa__sim_machine_preset(const char *name);
@@ -72,7 +72,7 @@ double dfa__sim_block_rate(const dfa__sim_machine *mc, int bwd, dfa__block_shape
 /* Seconds of the single-GPU call on the whole causal sequence of S tokens. */
 double dfa__sim_whole_seconds(const dfa__sim_machine *mc, const dfa__msg_shape *sh, int64_t S, int bwd, int bound);
 
-/* Measured 2-GPU runs the presets were calibrated on (dist.json of 2026-12-01). */
+/* The 2-GPU runs the presets were calibrated on (dist-bench medians, sim_machine.c). */
 typedef struct {
     int seqlen;                  /* total tokens; 2 ranks */
     dfa__sched_kind kind;        /* ring or balanced */

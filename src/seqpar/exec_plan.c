@@ -228,9 +228,8 @@ static dfa_status allocate(exec *e, const char *fn) {
 /* Whether this rank's step-0 block is its own whole diagonal (its query and key chunk, every
    row). Its results are then the accumulators' first contribution: the block writes them there
    itself, with no fill before and no fold after. Each of those is a pass over float32
-   accumulators twice the size of the chunk's queries (and, backward, of its keys): 3-6 ms of a
-   128k-token call on an H200, which at a few percent of the pairs visible (documents) is a
-   large share of it. Merging a first result into "nothing seen" (o = 0, lse = -inf; sums 0)
+   accumulators twice the size of the chunk's queries (and, backward, of its keys), a large
+   share of a masked call that leaves only a few percent of the pairs visible. Merging a first result into "nothing seen" (o = 0, lse = -inf; sums 0)
    gives that result, so the outputs keep their values. */
 int dfa__exec_first_is_diagonal(const exec *e) {
     if (e->T < 1 || !e->steps || !e->steps[0].has_task) return 0;

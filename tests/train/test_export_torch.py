@@ -26,7 +26,7 @@ st = pytest.importorskip("safetensors.torch")
 F = torch.nn.functional
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CLI = os.environ.get("DISTFLASH_CLI", os.path.join(REPO, "build", "tools", "distflash"))
+CLI = os.environ.get("DISTFLASH_CLI", os.path.join(REPO, "build", "cli", "distflash"))
 pytestmark = pytest.mark.skipif(not os.access(CLI, os.X_OK), reason=f"no distflash binary at {CLI}")
 
 L, D, H, KV, FFN, T = 2, 32, 4, 2, 48, 256

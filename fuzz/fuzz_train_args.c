@@ -1,4 +1,4 @@
-/* libFuzzer target: the command line of `distflash train` (tools/train_args.c). The input's
+/* libFuzzer target: the command line of `distflash train` (cli/train_args.c). The input's
  * bytes, split at NUL bytes, are the arguments after `train`. The parser must not crash or
  * read past argv, must either accept (0) or refuse with exit status 2 and a message, and
  * what it accepts must be a configuration it could have been given: paths point into argv,

@@ -20,8 +20,10 @@
  *  - Thread safety: calls are reentrant; distinct calls may run concurrently
  *    from different threads on distinct outputs. Each CPU call parallelises
  *    itself with OpenMP (see dfa_set_num_threads).
- *  - Results are deterministic: same inputs, same machine, same bits, for any
- *    thread count.
+ *  - The CPU calls are deterministic: same inputs, same machine, same bits, for
+ *    any thread count. So are the device calls, except the backward's float32
+ *    additions of partial gradients, which happen in any order unless
+ *    DFA_FLAG_DETERMINISTIC is set (distflash_cuda.h, "Determinism").
  */
 #ifndef DISTFLASH_H
 #define DISTFLASH_H
@@ -33,9 +35,8 @@
 extern "C" {
 #endif
 
-#define DFA_VERSION_MAJOR 0
-#define DFA_VERSION_MINOR 1
-#define DFA_VERSION_PATCH 0
+/* DFA_VERSION_MAJOR, _MINOR, _PATCH and DFA_VERSION: the version of these headers */
+#include "distflash_version.h"
 
 /* DFA_API marks every function of the public headers: the shared library is built with
    hidden visibility, so it exports exactly what these headers declare. (GCC and Clang; other
@@ -48,19 +49,22 @@ extern "C" {
 #endif
 #endif
 
+/* The outcome of every call. The numbers are stable: part of the ABI, never reused or
+   renumbered; a later version may add statuses with new numbers (dfa_status_string names
+   an unknown one "DFA_ERR_UNKNOWN_STATUS"). */
 typedef enum {
     DFA_OK = 0,
-    DFA_ERR_INVALID_ARGUMENT, /* a NULL pointer, a bad size, mismatched shapes */
-    DFA_ERR_UNSUPPORTED,      /* valid but not implemented (head_dim, dtype on a backend) */
-    DFA_ERR_OUT_OF_MEMORY,    /* scratch allocation failed; outputs untouched */
-    DFA_ERR_BACKEND,          /* CUDA / NCCL / MPI reported an error; message has its text */
-    DFA_ERR_INTERNAL          /* a bug in distflash; please report it */
+    DFA_ERR_INVALID_ARGUMENT = 1, /* a NULL pointer, a bad size, mismatched shapes */
+    DFA_ERR_UNSUPPORTED = 2,      /* valid but not implemented (head_dim, dtype on a backend) */
+    DFA_ERR_OUT_OF_MEMORY = 3,    /* scratch allocation failed; outputs untouched */
+    DFA_ERR_BACKEND = 4,          /* CUDA / NCCL / MPI reported an error; message has its text */
+    DFA_ERR_INTERNAL = 5          /* a bug in distflash; please report it */
 } dfa_status;
 
 typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
 
 /* Flags for dfa_attn_desc.flags. */
-#define DFA_FLAG_DETERMINISTIC 1u /* device backward: bitwise reproducible dq (CPU always is) */
+#define DFA_FLAG_DETERMINISTIC 1u /* device backward: the same bits on every run (the CPU always is) */
 #define DFA_FLAG_WINDOW 2u        /* sliding window: window_left / window_right apply (descriptor v2) */
 #define DFA_FLAG_SAME_DOCS 4u     /* distributed calls: the document ids are those of the communicator's
                                      last call with documents (see dfa_dist_attn_fwd); needs q_doc */
@@ -240,8 +244,15 @@ DFA_API const char *dfa_status_string(dfa_status s);
    The pointer stays valid until the next distflash call on this thread. */
 DFA_API const char *dfa_last_error(void);
 
-/* "major.minor.patch" and the compiled-in parts, e.g. "0.1.0 (cpu: avx512 avx2 scalar; cuda; mpi)". */
+/* "major.minor.patch" and the compiled-in parts, e.g. "0.2.0 (cpu, openmp; cuda; mpi; nccl)". */
 DFA_API const char *dfa_version_string(void);
+
+/* The library's version as one number, major * 10000 + minor * 100 + patch (0.2.0 is 200):
+   the DFA_VERSION of the headers it was built with. A program can compare it with its own
+   DFA_VERSION to find which library it runs with. Versioning: a change of major version may
+   break the API or ABI; a minor version adds functions, flags or descriptor fields (within the
+   rules of "Descriptors that can grow") and keeps every existing call; a patch fixes bugs. */
+DFA_API unsigned dfa_version(void);
 
 /* Threads used by each CPU call: n >= 1, or 0 for the OpenMP default
    (OMP_NUM_THREADS or the core count). Process-wide; not thread safe against
@@ -333,7 +344,8 @@ DFA_API dfa_dist_desc dfa_dist_desc_init(int batch, int local_rows, int num_head
  * ranks exchange their ids (4 bytes a token) and then compute and move only the
  * (query chunk, key chunk) pairs that have a visible key, balanced by the work
  * the kernels do on them (whole tiles), a rank whose own block holds one long
- * document lending its first rows to the least busy rank (causal, batch 1); a
+ * document lending its first rows to the least busy rank, and a heavy pair of
+ * chunks split over several ranks (causal, batch 1, balanced schedule); a
  * window shorter than a chunk pairs neighbours only. The device calls
  * (distflash_nccl.h) take masks too, with the ids in device memory.
  * A training step passes the same ids to every layer, forward and backward:

@@ -39,11 +39,9 @@
  *    (the visible interval of each, computed by a small kernel first). Both in
  *    the same way. With the pool's default release threshold (0) the driver
  *    may unmap that memory at every synchronisation and map it again at the
- *    next call: host time (1.3-1.5 ms a backward's enqueue against 0.5 ms
- *    without, 2k x 16 x 32 heads on an H200) that shows as idle GPU time
- *    whenever the GPU waits for the call (a forward+backward 4.6-5.0 ms
- *    against 4.35-4.41 there). The library leaves pool settings alone;
- *    callers that call often either raise the threshold
+ *    next call, which adds host time to each call's enqueue and shows as idle
+ *    GPU time whenever the GPU waits for the call. The library leaves pool
+ *    settings alone; callers that call often either raise the threshold
  *    (cudaMemPoolAttrReleaseThreshold) or pass scratch of their own to the
  *    _with_scratch calls below (the Python binding passes PyTorch's cached
  *    memory).
@@ -54,18 +52,28 @@
  *    a fault). Blocks that no query of a block sees are never loaded, so the
  *    time follows the visible pairs. The distributed device calls take masks
  *    too (distflash_nccl.h, "Masks").
- *  - Determinism: forward and merge are bitwise reproducible. The backward's
- *    dq is summed with float32 atomics by default (run-to-run bit differences
- *    of dq only); with d->flags |= DFA_FLAG_DETERMINISTIC a separate pass
- *    computes each dq row in a fixed order (same bits every run, about 1.7x
- *    the backward time on an H200, and no f32 dq accumulator in the scratch).
+ *  - Determinism: forward and merge are bitwise reproducible, and so are the
+ *    backward's dk and dv. By default the backward's key-block kernel adds its
+ *    dq contributions into a float32 accumulator in whatever order they finish
+ *    (float32 atomics, or TMA reduce-adds on the Hopper kernel), so dq may
+ *    differ in its last bits from run to run. With d->flags |=
+ *    DFA_FLAG_DETERMINISTIC dq has the same bits on every run, at some cost in
+ *    time, in one of two ways:
+ *      - the Hopper backward (sm_90, head_dim 64 or 128, no mask) adds the dq
+ *        tiles of each query block in key-block order, waiting on one counter
+ *        per tile in the scratch; it keeps the float32 dq accumulator;
+ *      - everywhere else (the mma.sync kernels, and every masked call) the
+ *        key-block kernel computes no dq, and a separate query-block kernel
+ *        after it computes each dq row in a fixed order; there is no float32
+ *        dq accumulator in the scratch.
+ *    dfa_attn_bwd_cuda_scratch_bytes gives the scratch of either.
  *  - Thread safety: calls are reentrant and may be made from several host
  *    threads at once, on the same or on different streams; calls on one
  *    stream run in their order. Concurrent calls must not write the same
  *    outputs.
  *
  * Kernel choice: fixed by the shape and the device as above; the library reads
- * no environment variables. The GPU tests and the kernel lab (bench/gpu) force a
+ * no environment variables. The GPU tests and the kernel lab (lab/) force a
  * kernel family through an internal hook, and the lab also runs the kernel
  * variants the library does not ship.
  */
@@ -92,10 +100,13 @@ DFA_API dfa_status dfa_attn_bwd_cuda(const dfa_attn_desc *d, const void *q, cons
 DFA_API dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *d, void *o_acc, float *lse_acc, const void *o_part,
                                        const float *lse_part, cudaStream_t stream);
 
-/* Device scratch bytes one backward with this descriptor takes (0 if d is invalid): 8 bytes
-   per (batch, head, query row), plus a float32 copy of dq unless DFA_FLAG_DETERMINISTIC is
-   set, plus under a mask 8 bytes per (batch, query row) and per (batch, key row), each part
-   rounded up to 256 bytes. What dfa_attn_bwd_cuda_with_scratch needs. */
+/* Device scratch bytes one backward with this descriptor takes on the current device (0 if d
+   is invalid): 8 bytes per (batch, head, query row); plus the float32 dq accumulator
+   (4 x head_dim bytes per (batch, head, query row)) except where DFA_FLAG_DETERMINISTIC runs the
+   separate dq kernel; plus, where DFA_FLAG_DETERMINISTIC runs the Hopper backward, 4 bytes per
+   (batch, head, 64 query rows) of tile counters; plus under a mask 8 bytes per (batch, query
+   row) and per (batch, key row); with the parts aligned to 256 bytes (see "Determinism" above
+   for which kernel runs). What dfa_attn_bwd_cuda_with_scratch needs. */
 DFA_API size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
 
 /* Device scratch bytes dfa_attn_fwd_cuda_with_scratch needs with this descriptor (0 if d is

@@ -75,9 +75,11 @@
  * only reports that; destroy it and create another. Transfers inside a captured CUDA graph
  * are not watched.
  *
- * Determinism. The forward is bitwise reproducible; the backward's dq uses float32 atomics
- * unless d->attn.flags has DFA_FLAG_DETERMINISTIC (then every output is, and overlap on and
- * off give the same bits).
+ * Determinism. The forward is bitwise reproducible. The backward adds dq, and in blocks whose
+ * key tiles it shares among several CTAs also dk and dv, in float32 in whatever order the
+ * additions finish, unless d->attn.flags has DFA_FLAG_DETERMINISTIC (distflash_cuda.h,
+ * "Determinism"); with it every output has the same bits on every run, and overlap on and off
+ * give the same bits.
  *
  * Memory. A call needs a workspace of a few chunks (message slots for three consecutive steps,
  * each as large as the steps it serves: at two ranks one step's messages; float32

@@ -1,5 +1,5 @@
 /* The trainer's clock (train/ and train/model use only the public API, so they keep their
- * own rather than support/'s measure_now). Header-only: dft_model and dft_train both use it. */
+ * own rather than harness/'s measure_now). Header-only: dft_model and dft_train both use it. */
 #ifndef DFT_TRAIN_CLOCK_H
 #define DFT_TRAIN_CLOCK_H
 

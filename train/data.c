@@ -2,9 +2,9 @@
  *
  * Passkey layout (context + 1 bytes):
  *   [filler a][key statement][filler b][question][5 key digits]
- * The filler is one fixed paragraph repeated. bench/train/PASSKEY_NOTES.md has the measurements
- * behind that choice: a tiny model predicts such filler almost perfectly within a few hundred
- * steps and then spends its capacity and gradient on retrieval. Fillers built to train copying
+ * The filler is one fixed paragraph repeated: a tiny model predicts such filler almost perfectly
+ * within a few hundred steps and then spends its capacity and gradient on retrieval. Fillers
+ * built to train copying
  * (random sentences repeated within a sequence, random-letter words, per-sequence successor
  * chains) did worse: at 256 positions and 3 M tokens the best of them reached 3% exact where
  * this one reached 47% (one seed each), and at 2048 positions none learned at all.
@@ -14,7 +14,7 @@
  * byte after the previous '<', then the byte after the previous copy of the current digit), so
  * its targets weigh like the answer's: that dense short-range signal is what lets a tiny model
  * learn retrieval in a couple of million tokens (at 256 positions, 2000 steps of 4: 17% exact,
- * 70% of digits, against about 8% exact with the key said once, PASSKEY_NOTES.md), and the length
+ * 70% of digits, against about 8% exact with the key said once), and the length
  * warm-up of the trainer carries it to the whole context. Digits appear only in the key and answer. */
 #include "train/data.h"
 #include "train/text.h"

@@ -14,7 +14,7 @@
 
 dft_train_config dft_train_defaults(void) {
     /* The demo (scripts/demo): passkey retrieval at 2048 positions on 2 ranks in about 7 minutes
-       on 2 cores; how these values were found: bench/train/PASSKEY_NOTES.md and BENCHMARKS.md. */
+       on 2 cores: the values are chosen for that task on such a machine. */
     dft_train_config c;
     memset(&c, 0, sizeof c);
     c.model = (dft_model_config){.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 4, .ffn = 256,

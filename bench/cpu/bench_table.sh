@@ -8,7 +8,7 @@
 set -euo pipefail
 build=${1:-build}
 wait_s=${WAIT:-900}
-bin="$build/tools/distflash"
+bin="$build/cli/distflash"
 idle() { # CPUs busy over one second, from /proc/stat
     read -r _ a b c d e f g h _ < /proc/stat; sleep 1
     read -r _ A B C D E F G H _ < /proc/stat

@@ -77,7 +77,7 @@ if has sanitize; then
 fi
 if has bench; then
   stamp bench
-  $B/tools/distflash-bench bench --device cuda ${BENCH_ARGS:-} --json "$JSON_DIR/ours.json" 2>&1 | tee "$OUT/bench.log"
+  $B/cli/distflash bench --device cuda ${BENCH_ARGS:-} --json "$JSON_DIR/ours.json" 2>&1 | tee "$OUT/bench.log"
 fi
 if has peers; then
   stamp peers
@@ -87,12 +87,12 @@ if has peers; then
 fi
 if has det; then   # deterministic dq: speed at d=128 32k, and the longest sequence that fits without dq_acc
   stamp det
-  $B/tools/distflash-bench bench --device cuda --deterministic --dims 128 --seqlens 32k 2>&1 | tee -a "$OUT/bench.log"
-  $B/tools/distflash-bench bench --device cuda --deterministic --fit auto 2>&1 | tee -a "$OUT/bench.log"
+  $B/cli/distflash bench --device cuda --deterministic --dims 128 --seqlens 32k 2>&1 | tee -a "$OUT/bench.log"
+  $B/cli/distflash bench --device cuda --deterministic --fit auto 2>&1 | tee -a "$OUT/bench.log"
 fi
 if has fit; then
   stamp fit
-  $B/tools/distflash-bench bench --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
+  $B/cli/distflash bench --device cuda --fit "${FIT_S:-auto}" 2>&1 | tee -a "$OUT/bench.log"
 fi
 if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, causal: one forward, one backward
   stamp profile
@@ -100,7 +100,7 @@ if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, c
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
       --section ComputeWorkloadAnalysis --section InstructionStats --section SourceCounters \
       --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-      $B/tools/distflash-bench bench --device cuda --dims 128 --seqlens 32768 --causal 1 --warmup 0 --reps 1 \
+      $B/cli/distflash bench --device cuda --dims 128 --seqlens 32768 --causal 1 --warmup 0 --reps 1 \
       > "$OUT/profile.txt" 2>&1
   summary+=("profile rc=$?: $(grep -cE 'Duration|Warp Cycles' "$OUT/profile.txt") lines of timings")
   # pipe utilisation (tensor, XU = MUFU ex2, FMA, ALU) says which unit bounds the softmax overlap
@@ -108,9 +108,9 @@ if has profile; then   # Nsight Compute on the Hopper kernels at d=128, S=32k, c
 fi
 if has shapes; then   # issue 11: GQA 4 and 8, f16, the distributed schedule's block kinds, next to square MHA
   stamp shapes
-  $B/tools/distflash-bench bench --device cuda --dims 64,128 --seqlens 8k,32k --causal 1 --kv-ratio 1,4,8 \
+  $B/cli/distflash bench --device cuda --dims 64,128 --seqlens 8k,32k --causal 1 --kv-ratio 1,4,8 \
       --blocks square,below,half --json "$JSON_DIR/shapes.json" 2>&1 | tee "$OUT/shapes.log"
-  $B/tools/distflash-bench bench --device cuda --dims 128 --seqlens 8k,32k --causal 1 --dtype f16 2>&1 | tee -a "$OUT/shapes.log"
+  $B/cli/distflash bench --device cuda --dims 128 --seqlens 8k,32k --causal 1 --dtype f16 2>&1 | tee -a "$OUT/shapes.log"
   PYTHONUNBUFFERED=1 python3 bench/gpu/peers.py --dims 64,128 --seqlens 8192,32768 --causal 1 --kv-ratio 1,4,8 \
       --json "$JSON_DIR/shapes_peers.json" >> "$OUT/shapes.log" 2>&1
   python3 bench/gpu/table.py "$JSON_DIR/shapes.json" "$JSON_DIR/shapes_peers.json" | tee -a "$OUT/shapes.log"

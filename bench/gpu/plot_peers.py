@@ -5,7 +5,7 @@ JSON, distflash against FlexAttention with documents and a sliding window (visib
 
     python3 bench/gpu/plot_peers.py ours.json peers.json [masks.json] out.png     (needs matplotlib)
 
-ours.json: `distflash-bench bench --device cuda --json`; peers.json: `bench/gpu/peers.py --json`;
+ours.json: `distflash bench --device cuda --json`; peers.json: `bench/gpu/peers.py --json`;
 masks.json: `bench/gpu/masks_bench.py --json` from a run that timed Flex (no --no-flex).
 """
 import json

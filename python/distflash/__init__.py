@@ -20,7 +20,7 @@ from ._capi import (
     library_path,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__  # CMakeLists.txt's (_version.py)
 
 __all__ = [
     "DistflashError", "DistflashInvalidArgument", "DistflashUnsupported", "DistflashOutOfMemory",

@@ -29,6 +29,8 @@
 #define DFA__PART_OMP "no openmp"
 #endif
 
+unsigned dfa_version(void) { return DFA_VERSION; }
+
 const char *dfa_version_string(void) {
     return DFA__STR(DFA_VERSION_MAJOR) "." DFA__STR(DFA_VERSION_MINOR) "." DFA__STR(DFA_VERSION_PATCH)
         " (cpu, " DFA__PART_OMP DFA__PART_CUDA DFA__PART_MPI DFA__PART_NCCL ")";

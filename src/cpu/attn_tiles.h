@@ -10,8 +10,8 @@
 #include "kernels.h"
 
 /* Forward: query rows per task (a multiple of 16: the transposed score tile's
-   columns fill whole vectors) and keys per step. 96 x 96 measured best in the
-   kernel lab (bench/cpu) on AVX-512 at D = 64 and 128, S = 1k..16k. */
+   columns fill whole vectors) and keys per step. 96 x 96 is the fastest the
+   CPU kernel lab (lab/) finds on AVX-512 at D = 64 and 128, S = 1k..16k. */
 #define DFA__FWD_BR 96
 #define DFA__FWD_BC 96
 /* Backward: query rows and keys of one (query tile, key tile) pair. */

@@ -1,6 +1,6 @@
 /* Internal: what is behind the opaque dfa_comm.
  *
- * The executor (executor.c) talks to the other ranks only through this small
+ * The executor (executor.h) talks to the other ranks only through this small
  * table, and touches buffers only through a compute table (compute.h), so
  * that one executor serves every backend: MPI with host memory
  * (comm_mpi.c + compute_cpu.c) and NCCL with device memory and streams
@@ -14,8 +14,8 @@
  * whole pass without waiting for the device. They add the `async` operations
  * below, which the executor uses instead of a host agreement on every call.
  */
-#ifndef DFA_DIST_COMM_H
-#define DFA_DIST_COMM_H
+#ifndef DFA_SEQPAR_COMM_H
+#define DFA_SEQPAR_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -50,7 +50,7 @@ typedef struct {
        the memory of the communicator's compute table (host memory for MPI, the device for
        NCCL: send is read in the call stream's order, and recv is complete in that order when
        this returns; the host waits for it, with the communicator's deadline). The masked
-       calls exchange their document ids with it (executor.c, setup_mask). */
+       calls exchange their document ids with it (exec_mask.c, setup_mask). */
     dfa_status (*allgather)(dfa_comm *c, const void *send, void *recv, size_t bytes);
     /* Frees the backend's state and c itself. */
     void (*destroy)(dfa_comm *c);
@@ -97,7 +97,7 @@ struct dfa_comm {
     size_t mask_ids_bytes;
     /* Masked calls: the last plan's chunk-pair counts (schedule.h) and what they were counted
        from (the mask's fields of the descriptor, every rank's ids on the host). A training step
-       repeats one mask in every layer and in the backward: a match skips the count (executor.c). */
+       repeats one mask in every layer and in the backward: a match skips the count (exec_mask.c). */
     dfa__pair_counts mask_cache; /* all NULL until a masked call (prefix: NULL when its plan did not need it) */
     dfa_attn_desc mask_key;
     int32_t *mask_key_ids;
@@ -114,7 +114,7 @@ struct dfa_comm {
     int fold_cost;    /* tests: the masked plans' fold cost per row plus 1 (0: DFA__PLAN_FOLD_COST) */
     int split_mode;   /* tests, benchmarks: dfa__dist_set_split_pairs's on, less 1 (0: the default) */
     int force_direct; /* tests: 1 host backends write the diagonal's direct parts too, -1 no backend does
-                         (executor.c, use_direct); 0 the default */
+                         (exec_io.c, use_direct); 0 the default */
 };
 
 /* Frees the cached scratch (dfa_comm_destroy calls it before the backend's destroy). */

@@ -245,7 +245,7 @@ static dfa_status nccl_start(dfa_comm *c, const dfa__xfer *x, int n, void **pend
         if (!m->comm) abort_locked(m, "the transfers of a step did not start in time");
     }
     if (!st && !is_capturing(s)) {
-        /* the step of these transfers is in their tags (executor.c tag_of) */
+        /* the step of these transfers is in their tags (exec_steps.c tag_of) */
         char what[160], peers[96] = "";
         int len = 0;
         for (int i = 0; i < n && len < (int)sizeof peers - 8; i++) {

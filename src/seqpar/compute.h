@@ -13,8 +13,8 @@
  *   a chunk's lse           [batch, heads, n]        float32
  *   a window's packed rows  [batch, r, heads, D] and lse [batch, heads, r]
  */
-#ifndef DFA_DIST_COMPUTE_H
-#define DFA_DIST_COMPUTE_H
+#ifndef DFA_SEQPAR_COMPUTE_H
+#define DFA_SEQPAR_COMPUTE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,8 +23,8 @@
 
 /* Results a block writes in the storage type straight into the caller's outputs, same layouts
    as its float32 ones ([batch, rows, heads, D] from the block's first row): the rows no other
-   block adds to, which then need no float32 accumulator and no rounding pass (executor.c,
-   narrow_direct, use_direct). The float32 outputs' elements there are undefined afterwards. */
+   block adds to, which then need no float32 accumulator and no rounding pass (exec_plan.c
+   narrow_direct, exec_io.c use_direct). The float32 outputs' elements there are undefined afterwards. */
 typedef struct {
     void *o;       /* fwd: rows [o_from, seqlen_q) of every (batch, head); NULL: none */
     int o_from;
@@ -73,7 +73,7 @@ typedef struct {
 
     /* --- optional (NULL: not needed) --- */
     /* Bytes of memory free for a workspace now (device backends: the device's free memory),
-       which decides how many head groups a call runs in (executor.c). */
+       which decides how many head groups a call runs in (exec_plan.c). */
     size_t (*free_memory)(void);
     /* Device scratch the blocks of per-rank descriptor d need (the backward's per-row sums;
        under a mask, the visible intervals of a block's rows and keys). */
@@ -87,7 +87,7 @@ typedef struct {
     /* Copies `bytes` bytes of the backend's memory at src into host memory at dst and waits
        for them (device backends: in the order of the call's stream, which it synchronises);
        NULL when the backend's memory is the host's. Masked calls read every rank's document
-       ids on the host with it to plan (executor.c, setup_mask). */
+       ids on the host with it to plan (exec_mask.c, setup_mask). */
     dfa_status (*to_host)(void *ctx, void *dst, const void *src, size_t bytes);
     /* Timing on the device: mark(ctx, step, point) records point 0 / 1 before / after the
        step's block and 2 / 3 before / after its wait; read_marks waits for the call and fills

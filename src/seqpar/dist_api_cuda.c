@@ -39,7 +39,7 @@ static dfa_status check_desc(const dfa_dist_desc *user, dfa__sched_kind *kind, d
 
 /* Document ids are device memory on this device, 4-byte aligned, like the buffers (whether
    they are non-decreasing is checked on the host once the executor has copied them there:
-   executor.c, setup_mask). */
+   exec_mask.c, setup_mask). */
 static dfa_status check_docs(const dfa_dist_desc *nd, const char *fn) {
     const dfa__dev_ptr p[] = {{nd->attn.q_doc, "d->attn.q_doc", 4}};
     return nd->attn.q_doc ? dfa__cuda_check_device_ptrs(p, 1, fn) : DFA_OK;

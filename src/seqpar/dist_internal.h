@@ -3,8 +3,8 @@
  * the public wrappers and by `distflash dist-bench` for its comparison. d->schedule is
  * ignored here (kind replaces it; the public wrappers pass a private value of dist_api.c
  * that means "d->schedule, once the descriptor is imported"). */
-#ifndef DFA_DIST_INTERNAL_H
-#define DFA_DIST_INTERNAL_H
+#ifndef DFA_SEQPAR_DIST_INTERNAL_H
+#define DFA_SEQPAR_DIST_INTERNAL_H
 
 #include "distflash.h"
 #include "schedule.h"

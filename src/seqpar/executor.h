@@ -17,11 +17,11 @@
  *      untouched on every rank when any rank failed.
  * Device backends have no closing agreement (step 3 happens on the device, gating the
  * stores): there, once every rank has passed the agreement on the host, the step-0 diagonal
- * writes the rows no other block adds to straight into the outputs (executor.c, use_direct),
+ * writes the rows no other block adds to straight into the outputs (exec_io.c, use_direct),
  * and a rank whose kernels fail midway returns its failure with those rows written.
  */
-#ifndef DFA_DIST_EXECUTOR_H
-#define DFA_DIST_EXECUTOR_H
+#ifndef DFA_SEQPAR_EXECUTOR_H
+#define DFA_SEQPAR_EXECUTOR_H
 
 #include <stdint.h>
 
@@ -71,7 +71,7 @@ void dfa__dist_set_fold_cost(dfa_comm *c, int per_row);
 void dfa__dist_set_split_pairs(dfa_comm *c, int on);
 
 /* Tests: on = 1: the following calls on c write the step-0 diagonal's direct parts straight into
-   the outputs on host backends too, as device backends do (executor.c, use_direct); -1: no
+   the outputs on host backends too, as device backends do (exec_io.c, use_direct); -1: no
    backend does; 0 goes back. The results are the same bits either way. */
 void dfa__dist_force_direct(dfa_comm *c, int on);
 
@@ -105,7 +105,7 @@ dfa_status dfa__dist_reserve(dfa_comm *c, const dfa_dist_desc *d, dfa__pass pass
  * dfa_last_error()); d may be NULL when local != DFA_OK. Collective: every rank of c calls
  * it, whatever its local status; fn names the public call in messages. Device backends
  * (asynchronous communicators) pass d only when the descriptor itself passed this rank's
- * checks: then a failure in the buffers alone lets the rank run as a ghost (executor.c,
+ * checks: then a failure in the buffers alone lets the rank run as a ghost (exec_agree.c,
  * agree_device) when the descriptor was agreed before.
  */
 dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *d, dfa__sched_kind kind, dfa__pass pass,

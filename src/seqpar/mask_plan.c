@@ -76,9 +76,9 @@ void dfa__sched_plan_free(dfa__sched_plan *p) {
 
 /* What lent rows of tile cost c cost the rank that computes them. A lent block is a small
    triangle: its key blocks' loops over query blocks are short, so it runs less efficiently than
-   the big diagonal it came from; on an H200 (plan-blocks, runs 37 and 39: 32 x 128 heads, 128k
-   documents on 2 ranks) the 14k rows lent took 12.9-13.1 ms where they saved the owner 9.3-10.8.
-   With the folds costed (the GPU model) a lent block counts a quarter more; without (pairs, the
+   the big diagonal it came from (`distflash plan-blocks` times both: on an H200, with 32 heads x
+   128 and documents over 128k tokens on 2 ranks, lent rows take about a quarter longer than
+   they save their owner). With the folds costed (the GPU model) a lent block counts a quarter more; without (pairs, the
    plans' tests) as it is. */
 static int64_t lent_cost(int64_t c, int fold) { return fold > 0 ? c + c / 4 : c; }
 

@@ -33,8 +33,8 @@
  *    r+P/2 (first ceil(n/2) rows) and rank r (the rest), which already holds
  *    k_r and only needs those query rows. No rank idles for any P.
  */
-#ifndef DFA_DIST_SCHEDULE_H
-#define DFA_DIST_SCHEDULE_H
+#ifndef DFA_SEQPAR_SCHEDULE_H
+#define DFA_SEQPAR_SCHEDULE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -62,11 +62,11 @@ typedef struct {
 /* What folding a partial result costs the rank it lands on, per row, in tile-cost units (pairs
    of one head): a float32 read-add-write of the row's heads. A pair off the diagonal sends its
    query rows' results to the query owner and (backward) the whole key chunk's dk, dv to the key
-   owner, wherever it is computed; lent rows send x rows of each back to the owner. Measured on
-   two H200s (run 20, BENCHMARKS.md issue 14: 32 heads x 128, 64k rows a rank): the pair (1, 0)
-   took 6.2 ms of rank 0 for a tile cost of 1.5e7, against 38.9 ms for 3.2e8 on its diagonal;
-   the difference is about 384 units per row of its query window plus its key chunk. Small
-   chunks are memory-bound: there, lending costs more in folds than it saves. */
+   owner, wherever it is computed; lent rows send x rows of each back to the owner. The value
+   is fitted to the times of a pair off the diagonal and of a diagonal against their tile costs
+   on two H200s (32 heads x 128, 64k rows a rank): the pair takes about 384 units per row of its
+   query window plus its key chunk more than its tile cost says. Small chunks are memory-bound:
+   there, lending costs more in folds than it saves. */
 #define DFA__PLAN_FOLD_COST 384
 
 /* One block of work: query rows [row0, row1) of chunk q_chunk against the key rows
@@ -143,7 +143,7 @@ int64_t dfa__msg_bytes(const dfa__msg *m, int bwd, const dfa__msg_shape *sh, int
 int64_t dfa__task_pairs(const dfa__task *t, int rows);
 
 /*
- * Masked plans (documents and sliding windows, issue 14). Under a mask many (query chunk,
+ * Masked plans (documents and sliding windows). Under a mask many (query chunk,
  * key chunk) pairs have no visible key at all: a window shorter than a chunk leaves only the
  * diagonal and its neighbour, packed documents leave the diagonal and the pairs that one
  * document straddles. A masked plan computes exactly the pairs with a visible key, each once
@@ -159,7 +159,7 @@ int64_t dfa__task_pairs(const dfa__task *t, int rows);
  *    diagonal covers only those rows: a window shorter than a chunk leaves its first `window`
  *    rows, a document straddling two chunks the rows of that document, so the query rows, the
  *    partial results and their folds shrink alike (the diagonal stays whole: its results are
- *    the accumulators' first, executor.c); with `keys` also only the keys they see, widened to
+ *    the accumulators' first, exec_plan.c first_is_diagonal); with `keys` also only the keys they see, widened to
  *    whole DFA__PLAN_TILE tiles (one batch row: contiguous rows of k and v).
  * work[q * P + k] = visible pairs of query chunk q against key chunk k (0: skip the pair);
  * rows[2 (q * P + k)], rows[2 (q * P + k) + 1] = the first and one past the last query row of
@@ -276,7 +276,7 @@ void dfa__mask_pair_work(const dfa_attn_desc *d, int P, const int32_t *ids, int6
                          int64_t *cost, int64_t *diag_prefix);
 
 /* A masked call's chunk-pair counts for P ranks, as dfa__mask_pair_work fills them: the
-   executor's, for its plan, and the communicator's copy of the last call's (executor.c). */
+   executor's, for its plan, and the communicator's copy of the last call's (exec_mask.c). */
 typedef struct {
     int64_t *work;   /* [P][P] visible pairs per chunk pair */
     int *rows;       /* [P][P][2] their visible query rows */

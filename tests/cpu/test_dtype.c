@@ -1,7 +1,7 @@
 /* The storage-type conversions of src/common/dtype.h (bf16 and f16 to and from float32)
  * against an exact reference written independently here: decoding by the definition of the
  * formats (ldexp), rounding by searching the two neighbouring codes, ties to even, IEEE
- * overflow to infinity. The test harness (support/testlib.c) and the oracle convert through
+ * overflow to infinity. The test harness (harness/testlib.c) and the oracle convert through
  * dtype.h, so this program is what keeps them honest. Every 16-bit code is decoded; every
  * code's value, the midpoints between neighbours and one float32 step either side of them,
  * and random float32 bit patterns are rounded. */

@@ -1,7 +1,7 @@
 /* One rank's outputs of a distributed call against references on the whole sequence (the GPU
  * distributed tests: test_dist_gpu, test_dist_replay). */
-#ifndef DFA_TEST_GPU_DIST_CHECK_H
-#define DFA_TEST_GPU_DIST_CHECK_H
+#ifndef DFA_TESTS_GPU_DIST_CHECK_H
+#define DFA_TESTS_GPU_DIST_CHECK_H
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Device-memory helpers shared by the GPU tests (a test may abort on a CUDA failure). */
-#ifndef DFA_TEST_GPU_UTIL_H
-#define DFA_TEST_GPU_UTIL_H
+#ifndef DFA_TESTS_GPU_GPU_UTIL_H
+#define DFA_TESTS_GPU_GPU_UTIL_H
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>

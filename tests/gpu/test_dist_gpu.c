@@ -528,7 +528,7 @@ static void test_masks(dfa_comm *c, cudaStream_t s) {
     dfa__dist_set_fold_cost(c, -1);
 }
 
-/* The step-0 diagonal's direct 16-bit writes (every masked call on the device, executor.c
+/* The step-0 diagonal's direct 16-bit writes (every masked call on the device, exec_io.c
    use_direct) give the bits of the float32 accumulators' rounding: documents, a window, lent
    rows, the deterministic backward (atomics would sum dq in any order). */
 static void test_direct_bits(dfa_comm *c, cudaStream_t s) {

@@ -533,7 +533,7 @@ static const shape cases[] = {
     {3, 640, 640, 16, 4, 128, DFA_F16, 1, 0, 600, 0},
 };
 
-/* Documents and sliding windows (issue 14): random packed layouts (lengths 1, short, longer
+/* Documents and sliding windows: random packed layouts (lengths 1, short, longer
    than a block), windows of 0, 1, a block and the whole sequence, causal and not, chunk
    offsets, every kernel family, against the float64 oracle and the CPU calls. */
 static void random_docs(int32_t *ids, int n) {

@@ -224,7 +224,7 @@ static void run_case(dfa_comm *c, const dcase *k) {
     check_slice("dv vs single", cfg, t, ldv, x = tl_slice_rows_f64(s1v, B, N, r0, n, wk), nk, tol_dv);
     free(x);
 
-    /* the step-0 diagonal's direct writes (device backends: executor.c, use_direct), forced
+    /* the step-0 diagonal's direct writes (device backends: exec_io.c, use_direct), forced
        here: the same bits as the accumulators' rounding, every element written */
     {
         void *xo = tl_alloc(t, nq), *xq = tl_alloc(t, nq), *xk = tl_alloc(t, nk), *xv = tl_alloc(t, nk);

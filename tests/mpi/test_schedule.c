@@ -3,7 +3,7 @@
  * every receive matched by a send at the same step; steps, work per rank and idle
  * fraction as designed (ours: zero idle for every P; the paper's: 1/(P+1) for even P
  * under the unit model where a diagonal block is half a block); dfa_dist_position; the
- * calibrated machine (issue 15): it reproduces the measured 2-GPU runs within 10%, its
+ * calibrated machine: it reproduces the 2-GPU runs it was fitted to within 10%, its
  * two-level network and the head-parallel two-level model behave as described. */
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 #include "seqpar/compute.h"
 #include "seqpar/executor.h"
 #include "seqpar/schedule.h"
-#include "seqpar/simulate.h"
+#include "sim/simulate.h"
 
 static const dfa__sched_kind kinds[] = {DFA__SCHED_BALANCED, DFA__SCHED_RING, DFA__SCHED_PAPER};
 
@@ -145,7 +145,7 @@ static void test_machine_model(void) {
 }
 
 
-/* The h200-nvlink preset against the 2-GPU medians of 2026-12-01 (dist.json; overlap on,
+/* The h200-nvlink preset against the 2-GPU medians it was fitted to (dist-bench; overlap on,
    causal, batch 1, 32 heads x 128, bf16), inline here so that a change of the preset's
    constants cannot move the reference: fwd and fwd+bwd ms of ring and balanced. */
 static void test_calibration(void) {
@@ -160,7 +160,7 @@ static void test_calibration(void) {
         {262144, DFA__SCHED_RING, 925.6312, 3801.8945},  {262144, DFA__SCHED_BALANCED, 637.0909, 2590.2437},
     };
     static const double single_fb_ms[] = {78.6449, 318.1783, 1257.0859, 5038.6177}; /* 1 GPU, same S */
-    const double tol = 0.10; /* issue 15's bar; the model is within 7.3% of every run (BENCHMARKS.md) */
+    const double tol = 0.10; /* the bar the calibration is held to */
     const dfa__sim_machine *mc = dfa__sim_machine_preset("h200-nvlink");
     CHECK(mc != NULL && dfa__sim_machine_preset("h200-cluster") != NULL && dfa__sim_machine_preset("nope") == NULL,
           "presets");
@@ -242,7 +242,7 @@ static void test_two_level_network(void) {
 }
 
 /* Head-parallel across nodes: one node is the inner schedule itself; heads that do not
-   divide are refused; at 1M tokens on 64 GPUs it beats flat balanced (BENCHMARKS.md). */
+   divide are refused; at 1M tokens on 64 GPUs it beats flat balanced. */
 static void test_heads_across_nodes(void) {
     const dfa__sim_machine *mc = dfa__sim_machine_preset("h200-cluster");
     const dfa__msg_shape sh = {1, 32, 32, 128, 2};

@@ -1,5 +1,5 @@
 """The safetensors export as a PyTorch user meets it (pytest; scripts/python-test runs it with the
-cached venv when build/tools/distflash exists):
+cached venv when build/cli/distflash exists):
 
   1. `distflash train --data FILE ... --save CKPT --export OUT.safetensors` on a file of exactly two
      windows (so its one training window and its one held-out window are known), then
@@ -11,7 +11,7 @@ cached venv when build/tools/distflash exists):
      rotate_half RoPE, RMSNorm, SwiGLU, GQA) computes the held-out window's loss, which must match
      the trainer's final eval loss from its CSV log.
 
-DISTFLASH_CLI names the binary (default: build/tools/distflash in the repository).
+DISTFLASH_CLI names the binary (default: build/cli/distflash in the repository).
 """
 import csv
 import math
@@ -26,7 +26,7 @@ st = pytest.importorskip("safetensors.torch")
 F = torch.nn.functional
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CLI = os.environ.get("DISTFLASH_CLI", os.path.join(REPO, "build", "tools", "distflash"))
+CLI = os.environ.get("DISTFLASH_CLI", os.path.join(REPO, "build", "cli", "distflash"))
 pytestmark = pytest.mark.skipif(not os.access(CLI, os.X_OK), reason=f"no distflash binary at {CLI}")
 
 L, D, H, KV, FFN, T = 2, 32, 4, 2, 48, 256

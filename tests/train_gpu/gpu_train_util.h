@@ -1,6 +1,6 @@
 /* Helpers of the GPU model tests: bf16 on the host, device copies, relative errors. */
-#ifndef DFT_TEST_GPU_TRAIN_UTIL_H
-#define DFT_TEST_GPU_TRAIN_UTIL_H
+#ifndef DFA_TESTS_TRAIN_GPU_GPU_TRAIN_UTIL_H
+#define DFA_TESTS_TRAIN_GPU_GPU_TRAIN_UTIL_H
 
 #include <cuda_runtime_api.h>
 #include <math.h>

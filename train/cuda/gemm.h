@@ -2,8 +2,8 @@
  * bf16 operands, float32 accumulation (CUBLAS_COMPUTE_32F); the output is bf16 (activations)
  * or float32 (weight gradients, accumulated with beta = 1). One handle, workspace and stream
  * per dft_blas; the algorithm of each shape is chosen once (cuBLASLt's heuristic) and kept. */
-#ifndef DFT_CUDA_GEMM_H
-#define DFT_CUDA_GEMM_H
+#ifndef DFT_TRAIN_CUDA_GEMM_H
+#define DFT_TRAIN_CUDA_GEMM_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>

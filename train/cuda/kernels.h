@@ -4,8 +4,8 @@
  * the math is float32 (double where a sum must not depend on the launch shape). Sums over
  * rows never use atomics: per-block partials and a second pass in a fixed order, so every
  * call gives the same bits (bitwise resume, every rank the same parameters). */
-#ifndef DFT_CUDA_KERNELS_H
-#define DFT_CUDA_KERNELS_H
+#ifndef DFT_TRAIN_CUDA_KERNELS_H
+#define DFT_TRAIN_CUDA_KERNELS_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>

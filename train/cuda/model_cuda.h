@@ -5,8 +5,8 @@
  * Attention runs through dfa_attn_*_cuda (one rank) or dfa_dist_attn_*_cuda (at->comm, an NCCL
  * communicator). Everything is enqueued on the model's stream; the forward synchronises once to
  * return the loss. */
-#ifndef DFT_CUDA_MODEL_CUDA_H
-#define DFT_CUDA_MODEL_CUDA_H
+#ifndef DFT_TRAIN_CUDA_MODEL_CUDA_H
+#define DFT_TRAIN_CUDA_MODEL_CUDA_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>

@@ -7,8 +7,8 @@
  *   layer:        x (the layer's input) is its own
  *   attn-output:  x, o and lse are its own
  * The forward writes through the pointers the same way under every policy. */
-#ifndef DFT_MODEL_ACTS_H
-#define DFT_MODEL_ACTS_H
+#ifndef DFT_TRAIN_MODEL_ACTS_H
+#define DFT_TRAIN_MODEL_ACTS_H
 
 #include "train/model/model.h"
 

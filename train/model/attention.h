@@ -1,7 +1,7 @@
 /* The model's attention calls: causal attention of one layer through the library's public
  * API, single-process (dfa_attn_*) or sequence-parallel (dfa_dist_attn_*), counted and timed. */
-#ifndef DFT_MODEL_ATTENTION_H
-#define DFT_MODEL_ATTENTION_H
+#ifndef DFT_TRAIN_MODEL_ATTENTION_H
+#define DFT_TRAIN_MODEL_ATTENTION_H
 
 #include <stddef.h>
 

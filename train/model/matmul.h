@@ -11,8 +11,8 @@
  *         Its results differ from the own backend's in the last bits, so a checkpoint resumes
  *         bitwise only with the backend that wrote it.
  * Both are deterministic run to run. */
-#ifndef DFT_MODEL_MATMUL_H
-#define DFT_MODEL_MATMUL_H
+#ifndef DFT_TRAIN_MODEL_MATMUL_H
+#define DFT_TRAIN_MODEL_MATMUL_H
 
 /* C[M,N] (+)= A[M,K] B[K,N]; accumulate = 0 overwrites C. (Forward: y = x W.) */
 void dft_gemm_nn(float *C, const float *A, const float *B, int M, int K, int N, int accumulate);

@@ -1,5 +1,8 @@
 /* The matmul micro-kernel, included by each ISA's translation unit (matmul_avx2.c is built
  * with -mavx2 -mfma, matmul.c with the default flags) as the kernel object DFA_MM_KERNEL. */
+#ifndef DFT_TRAIN_MODEL_MATMUL_BLOCK_H
+#define DFT_TRAIN_MODEL_MATMUL_BLOCK_H
+
 #include <string.h>
 
 /* With AVX: a 6 x 16 block of C in twelve 8-float vectors, which with the two vectors of B
@@ -76,3 +79,5 @@ static void block(float *C, int ldc, const float *A, long ars, long aks, const f
 
 
 const dft_mm_kernel DFA_MM_KERNEL = {block, ROWS, COLS};
+
+#endif

@@ -1,6 +1,6 @@
 /* Internal to matmul.c: the micro-kernel's signature and its builds. */
-#ifndef DFT_MODEL_MATMUL_IMPL_H
-#define DFT_MODEL_MATMUL_IMPL_H
+#ifndef DFT_TRAIN_MODEL_MATMUL_IMPL_H
+#define DFT_TRAIN_MODEL_MATMUL_IMPL_H
 
 typedef void (*dft_mm_block_fn)(float *C, int ldc, const float *A, long ars, long aks, const float *B, int ldb,
                                  int K, int rows, int cols, int accumulate);

@@ -10,8 +10,8 @@
  * calls the library's single-process or sequence-parallel entry points. Each rank holds
  * `rows` consecutive positions of each of `batch` sequences; everything but attention is
  * token-local. All float32 on the CPU. */
-#ifndef DFT_MODEL_MODEL_H
-#define DFT_MODEL_MODEL_H
+#ifndef DFT_TRAIN_MODEL_MODEL_H
+#define DFT_TRAIN_MODEL_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* The model's token-local operations, forward and backward, on rows of float32.
  * Each works row by row (n rows of width d), so every rank applies them to its own rows. */
-#ifndef DFT_MODEL_OPS_H
-#define DFT_MODEL_OPS_H
+#ifndef DFT_TRAIN_MODEL_OPS_H
+#define DFT_TRAIN_MODEL_OPS_H
 
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /* Named model shapes for `distflash train --preset NAME` (the options after it override). */
-#ifndef DFT_MODEL_PRESET_H
-#define DFT_MODEL_PRESET_H
+#ifndef DFT_TRAIN_MODEL_PRESET_H
+#define DFT_TRAIN_MODEL_PRESET_H
 
 #include "train/model/model.h"
 

@@ -1,20 +1,28 @@
 /* `distflash export CKPT OUT.safetensors [--dtype f32|bf16]`: a checkpoint's weights as a
  * safetensors file with Hugging Face LLaMA names (train/safetensors.h). It reads only the
- * trainer's files: the model's shape comes from the checkpoint's configuration fields. */
+ * trainer's files: the model's shape comes from the checkpoint's configuration fields,
+ * validated as a resume validates them (dft_train_config_of_fields). The output path is
+ * checked before the checkpoint is read, and may not name the checkpoint. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
 #include "train/checkpoint.h"
+#include "train/outfile.h"
 #include "train/safetensors.h"
 #include "train/text.h"
+#include "train/trainer.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: distflash export CHECKPOINT OUT.safetensors [--dtype f32|bf16]\n\n"
                "Writes the weights of a `distflash train --save` checkpoint as safetensors, named and shaped like\n"
                "Hugging Face's LLaMA (torch Linear weights [out, in]); the metadata holds the model's shape, the\n"
-               "RoPE convention and the checkpoint's configuration. Load it with safetensors.torch.load_file.\n");
+               "RoPE convention and the checkpoint's configuration. Load it with safetensors.torch.load_file.\n\n"
+               "The checkpoint must be a regular file written by distflash train (its fields are validated as\n"
+               "--resume does); OUT's folder must exist and be writable, and OUT may not name the checkpoint\n"
+               "(both are checked before anything is read). OUT is written under a temporary name beside it and\n"
+               "renamed; Ctrl-C removes the temporary file.\n");
 }
 
 int cmd_export(int argc, char **argv) {
@@ -35,6 +43,18 @@ int cmd_export(int argc, char **argv) {
         else return fprintf(stderr, "distflash export: one checkpoint and one output file\n"), 2;
     }
     if (!in || !out) return usage(stderr), 2;
+    /* before reading anything: the output can be written, and it is not the input */
+    char err[1024] = "";
+    if (dft_same_file(in, out)) {
+        fprintf(stderr, "distflash export: %s and %s are the same file; the export would destroy the checkpoint\n", in,
+                out);
+        return 2;
+    }
+    if (dft_outfile_check(out, "output", 1, err, sizeof err)) {
+        fprintf(stderr, "distflash export: %s\n", err);
+        return 2;
+    }
+    dft_outfile_cleanup_on_signals();
 
     enum { MAXF = 64 };
     dft_ckpt_named f[MAXF];
@@ -42,41 +62,18 @@ int cmd_export(int argc, char **argv) {
     int64_t step = 0;
     size_t nfloats = 0;
     float *params = NULL;
-    char err[1024] = "";
     if (dft_ckpt_read_any(in, f, MAXF, &nf, &step, &nfloats, &params, err, sizeof err)) {
         fprintf(stderr, "distflash export: %s\n", err);
         return 1;
     }
-    if (nf > MAXF) nf = MAXF;
-    dft_model_config c = {0};
-    struct {
-        const char *name;
-        int *i;
-        float *x;
-        int seen;
-    } want[] = {{"layers", &c.n_layers, NULL, 0}, {"d_model", &c.d_model, NULL, 0}, {"heads", &c.n_heads, NULL, 0},
-                {"kv_heads", &c.n_kv_heads, NULL, 0}, {"ffn", &c.ffn, NULL, 0}, {"context", &c.context, NULL, 0},
-                {"rope_base", NULL, &c.rope_base, 0}, {"init_std", NULL, &c.init_std, 0}};
-    for (int i = 0; i < nf; i++)
-        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
-            if (!strcmp(f[i].name, want[k].name)) {
-                double v = f[i].value;
-                if (want[k].i) *want[k].i = (v >= -2147483648.0 && v <= 2147483647.0) ? (int)v : 0;
-                else *want[k].x = (float)v;
-                want[k].seen = 1;
-            }
     int rc = 1;
-    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
-        if (!want[k].seen) {
-            fprintf(stderr, "distflash export: %s has no '%s' field: not a distflash train checkpoint\n", in,
-                    want[k].name);
-            goto done;
-        }
-    char why[256];
-    if (dft_model_config_check(&c, 1, why, sizeof why)) {
-        fprintf(stderr, "distflash export: %s: the model in it is not valid: %s\n", in, why);
+    /* validated as a resume would: a checkpoint of distflash train, its values what it writes */
+    dft_train_config tc;
+    if (dft_train_config_of_fields(f, nf, step, &tc, err, sizeof err)) {
+        fprintf(stderr, "distflash export: %s: not a valid distflash train checkpoint: %s\n", in, err);
         goto done;
     }
+    const dft_model_config c = tc.model;
     size_t total = dft_param_layout_of(&c).total;
     if (total != nfloats) {
         fprintf(stderr, "distflash export: %s holds %zu floats per section but its model has %zu parameters\n", in,

@@ -9,6 +9,8 @@
 
 #include "commands.h"
 #include "train_args.h"
+#include "train_paths.h"
+#include "train/outfile.h"
 #include "train/model/matmul.h"
 #include "train/model/preset.h"
 #include "train/safetensors.h"
@@ -51,7 +53,7 @@ static void usage(FILE *f) {
             "  --checkpoint none|layer|attn-output   activation checkpointing [%s]\n"
             "  --sp balanced|ring     sequence-parallel attention schedule   [balanced]\n"
             "  --overlap 0|1          overlap communication with compute     [%d]\n"
-            "  --threads N            OpenMP threads per rank                [cores / ranks]\n"
+            "  --threads N            OpenMP threads per rank, at most 4 per CPU [cores / ranks]\n"
             "  --device cpu|cuda      where the model runs (cuda: one GPU per rank, bf16) [cpu]\n"
             "  --deterministic 0|1    cuda: bitwise reproducible steps (slower attention backward) [0]\n"
             "  --profile 0|1          cuda: per-phase GPU time breakdown at the end [0]\n"
@@ -60,11 +62,12 @@ static void usage(FILE *f) {
             "  --answer-weight W      passkey: loss weight of the key's digits [%g]\n"
             "  --length-warmup F      this fraction of the steps trains on shorter sequences, from 256\n"
             "                         positions doubling up to the context (0: off)            [%g]\n"
-            "  --eval-every N --eval-seqs N   held-out evaluation            [%d, %d]\n"
+            "  --eval-every N --eval-seqs N   held-out evaluation (eval-seqs <= %d) [%d, %d]\n"
             "output:\n"
             "  --log FILE.csv --plot FILE.png   per-step log and its plot (gnuplot)\n"
             "  --save FILE [--save-every N]     checkpoint file (at the end, and every N steps)\n"
-            "  --resume FILE                    continue from a checkpoint (bitwise as if never stopped)\n"
+            "  --resume FILE                    continue from a checkpoint (bitwise as if never stopped);\n"
+            "                                   --save may name the same file\n"
             "  --stop-after N                   stop after step N of the schedule (then --resume)\n"
             "  --export FILE.safetensors        the final weights as safetensors (Hugging Face LLaMA names;\n"
             "                                   also: distflash export CKPT OUT.safetensors)\n"
@@ -73,11 +76,16 @@ static void usage(FILE *f) {
             "                                   under mpirun the ranks see a terminal even when mpirun's output\n"
             "                                   goes to a file: say lines                    [auto]\n"
             "  --quiet                          no progress\n"
+            "  Every output path is checked before training: its folder must exist and take a new file, it\n"
+            "  may not be a directory, two outputs may not name one file, nor an output the --data or\n"
+            "  --resume file (compared as files, through links). Checkpoints and exports are written under\n"
+            "  a temporary name beside the target and renamed; Ctrl-C (SIGINT, SIGTERM) removes it.\n"
+            "  --data and --resume read regular files only (their size is known before reading).\n"
             "CPU matmuls: %s (DFA_MM_BACKEND=own|blas picks the backend at run time); GPU: cuBLASLt\n",
             d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.n_kv_heads, d.model.ffn, d.model.context,
             d.model.rope_base, d.model.init_std, d.steps, d.batch, d.lr, d.lr_min, d.warmup, d.weight_decay, d.clip,
-            (unsigned long long)d.seed, dft_ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup, d.eval_every,
-            d.eval_seqs, dft_gemm_describe());
+            (unsigned long long)d.seed, dft_ckpt_policy_name(d.policy), d.overlap, d.answer_weight, d.length_warmup,
+            DFT_EVAL_SEQS_MAX, d.eval_every, d.eval_seqs, dft_gemm_describe());
 }
 
 /* Threads per rank: an explicit --threads, else OMP_NUM_THREADS, else the cores shared
@@ -103,7 +111,10 @@ int cmd_train(int argc, char **argv) {
     dft_train_config c = a.cfg;
     int threads = a.threads >= 0 ? a.threads : default_threads();
     if (threads > 0) {
-        dfa_set_num_threads(threads);
+        if (dfa_set_num_threads(threads) != DFA_OK) {
+            fprintf(stderr, "distflash train: --threads %d: %s\n", threads, dfa_last_error());
+            return 2;
+        }
 #ifdef _OPENMP
         omp_set_num_threads(threads);
 #endif
@@ -114,6 +125,15 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "distflash train: %s\n", err);
         return 1;
     }
+    /* the files before the work (rank 0 writes them); a signal then takes the temporary
+       files along (train/outfile.h) */
+    const int bad_paths = g.rank == 0 && train_paths_check(&a, err, sizeof err);
+    if (dft_group_any(&g, bad_paths)) {
+        if (bad_paths) fprintf(stderr, "distflash train: %s\n", err);
+        dft_group_close(&g);
+        return 2;
+    }
+    dft_outfile_cleanup_on_signals();
     c.out = g.rank == 0 ? stdout : NULL;
     c.progress = a.quiet ? DFT_PROGRESS_NONE : a.progress;
     dft_train_report rep;
@@ -138,7 +158,7 @@ int cmd_train(int argc, char **argv) {
                passkey ? "passkey exact-match accuracy" : "next-byte accuracy", rep.eval_acc,
                passkey ? " (chance 1e-5)" : "");
         if (passkey) printf("; digits right %.4f (chance 0.1)", rep.eval_digit_acc);
-        printf(" over %d held-out sequences\n", (c.eval_seqs + c.batch - 1) / c.batch * c.batch);
+        printf(" over %lld held-out sequences\n", ((long long)c.eval_seqs + c.batch - 1) / c.batch * c.batch);
         printf("attention: %.1f forward and %.1f backward calls per step (checkpoint %s), %.3f s per step on rank 0\n",
                rep.attn_fwd_calls_per_step, rep.attn_bwd_calls_per_step, dft_ckpt_policy_name(c.policy),
                rep.attn_seconds_per_step);

@@ -79,7 +79,10 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
  *
  *  - struct_size: sizeof the descriptor as the caller compiled it. 0 (a zero-initialised
  *    descriptor) means this header's size (DFA_ATTN_DESC_SIZE_V1 / DFA_DIST_DESC_SIZE_V1).
- *    Otherwise it must be at least that size, at most 4096 and a multiple of 8.
+ *    Otherwise it must be the size of a descriptor version the library knows: the library
+ *    reads that many bytes of the caller's memory, so it takes no size on trust. A size
+ *    larger than this library's descriptor (a newer header whose descriptor grew) is refused
+ *    with DFA_ERR_UNSUPPORTED before any byte past this library's size is read.
  *  - magic: 0 when struct_size is 0, DFA_DESC_MAGIC otherwise (catches descriptors that
  *    were never initialised).
  *  - version: DFA_DESC_VERSION of the caller's header (0 in a zero-initialised descriptor).
@@ -90,7 +93,7 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
  *    missing fields at their defaults.
  *
  * The library refuses (DFA_ERR_INVALID_ARGUMENT) a struct_size or magic that is neither of
- * the above, and refuses (DFA_ERR_UNSUPPORTED) non-zero bytes where it knows no field: a
+ * the above (DFA_ERR_UNSUPPORTED for a larger descriptor size, as said), and refuses (DFA_ERR_UNSUPPORTED) non-zero bytes where it knows no field: a
  * descriptor that was not zero-initialised, or one from a newer header that sets fields
  * this library does not know. Either way dfa_last_error() names the field or byte range.
  *
@@ -123,7 +126,8 @@ typedef enum { DFA_F32 = 0, DFA_BF16 = 1, DFA_F16 = 2 } dfa_dtype;
  * lse = sink_h with sinks.
  *
  * Limits: all sizes >= 1; num_heads a multiple of num_kv_heads; head_dim and
- * head_dim_v multiples of 8, at most 256; |q_start|, |k_start| < 2^62;
+ * head_dim_v multiples of 8, at most 256; |q_start|, |k_start| and |q_start - k_start|
+ * < 2^62 (every position sum is then exact; beyond, refused naming the field);
  * element counts and byte sizes must fit in int64/size_t.
  */
 typedef struct {
@@ -256,7 +260,10 @@ DFA_API unsigned dfa_version(void);
 
 /* Threads used by each CPU call: n >= 1, or 0 for the OpenMP default
    (OMP_NUM_THREADS or the core count). Process-wide; not thread safe against
-   calls running at the same moment. */
+   calls running at the same moment. At most 4 threads per online CPU
+   (sysconf(_SC_NPROCESSORS_ONLN)): a larger n is refused with
+   DFA_ERR_INVALID_ARGUMENT naming the bound, since OpenMP ends the process
+   when it cannot create a team's threads. */
 DFA_API dfa_status dfa_set_num_threads(int n);
 
 /* The SIMD path the CPU kernels use on this processor: "avx512", "avx2" or "scalar".

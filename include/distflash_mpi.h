@@ -46,6 +46,23 @@ extern "C" {
 DFA_API dfa_status dfa_comm_create_mpi(MPI_Comm comm, dfa_comm **out);
 
 /*
+ * Timeouts. A rank that never makes a call (it crashed, or took another branch) would
+ * leave its peers waiting in MPI forever. Every wait of an MPI communicator's calls
+ * (transfers and the collective agreements, all nonblocking MPI) has a deadline: when its
+ * peers have not answered `seconds` after a wait began, the call returns DFA_ERR_BACKEND on
+ * every rank still waiting, naming the MPI call and the timeout. The communicator is then
+ * unusable (every later call says so): destroy it. MPI cannot take back an unfinished
+ * collective nor, reliably, a send, so buffers MPI may still use stay with the
+ * communicator; a peer's late messages never land in the caller's memory, but sends from
+ * it may still be read. The usual next step is MPI_Abort.
+ *
+ * seconds > 0 and finite (DFA_ERR_INVALID_ARGUMENT otherwise, or for c NULL); default 600.
+ * Not collective; set the same value on every rank. NCCL communicators take it too (see
+ * distflash_nccl.h, which declares it as well).
+ */
+DFA_API dfa_status dfa_comm_set_timeout(dfa_comm *c, double seconds);
+
+/*
  * A communicator for the distributed calls on GPUs (distflash_nccl.h), started from MPI:
  * collective over comm, one rank per GPU. Makes `device` current (cudaSetDevice), has rank 0
  * make an NCCL unique id, broadcasts it over comm, and joins a new non-blocking NCCL

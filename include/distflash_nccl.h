@@ -124,8 +124,8 @@ DFA_API dfa_status dfa_dist_attn_bwd_cuda(dfa_comm *c, const dfa_dist_desc *d, c
                                   cudaStream_t stream);
 
 /* Seconds a transfer (or a host-side agreement) may wait before the communicator is aborted:
-   > 0 and finite. Default 600. Not collective; set the same value on every rank. NCCL
-   communicators only (DFA_ERR_UNSUPPORTED for MPI ones). */
+   > 0 and finite. Default 600. Not collective; set the same value on every rank. MPI
+   communicators take it too (distflash_mpi.h, which declares it as well). */
 DFA_API dfa_status dfa_comm_set_timeout(dfa_comm *c, double seconds);
 
 /* DFA_OK, or a failure that earlier calls on c left behind and that has come to light by

@@ -1,7 +1,10 @@
 /* Checkpoint files (layout in checkpoint.h). Saving streams the file through a small
- * buffer while hashing it; loading reads the whole file into memory, checks it completely
- * and only then decodes into the caller's sections, so a refused file changes nothing. */
+ * buffer while hashing it (train/outfile.h: a temporary file, renamed); loading reads the
+ * header, checks that the file is as long as the header says, reads the whole file, checks
+ * it completely and only then decodes into the caller's sections, so a refused file changes
+ * nothing. */
 #include "train/checkpoint.h"
+#include "train/outfile.h"
 #include "train/text.h"
 
 #include <errno.h>
@@ -9,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char ckpt_magic[8] = {'D', 'F', 'A', 'C', 'K', 'P', 'T', '\n'};
@@ -121,26 +125,17 @@ static void write_sections(writer *w, float *const *sections, int nsections, siz
     }
 }
 
-static const char *write_error(int failed) { return failed > 0 ? strerror(failed) : "I/O error"; }
-
 int dft_ckpt_save(const char *path, const dft_ckpt_field *fields, int nfields, int64_t step,
                    float *const *sections, int nsections, size_t nfloats, char *err, size_t errlen) {
     if (check_args(path, fields, nfields, sections, nsections, nfloats, err, errlen)) return -1;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
-        dft_train_msg(err, errlen, "checkpoint %s: out of memory", path);
+    if (nfields > DFT_CKPT_MAX_FIELDS) {
+        dft_train_msg(err, errlen, "checkpoint %s: %d configuration fields (at most %d)", path, nfields,
+                      DFT_CKPT_MAX_FIELDS);
         return -1;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    writer w = {fopen(tmp, "wb"), FNV_OFFSET_BASIS, 0};
-    if (!w.f) {
-        dft_train_msg(err, errlen, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
+    dft_outfile out;
+    if (dft_outfile_open(&out, path, "checkpoint", err, errlen)) return -1;
+    writer w = {out.f, FNV_OFFSET_BASIS, 0};
     uint8_t b[8];
     emit(&w, ckpt_magic, sizeof ckpt_magic);
     put_u32(b, DFT_CKPT_VERSION);
@@ -164,74 +159,14 @@ int dft_ckpt_save(const char *path, const dft_ckpt_field *fields, int nfields, i
     uint64_t sum = w.hash;
     put_u64(b, sum);
     emit(&w, b, 8);
-
-    /* The data must be on disk before the rename makes it the checkpoint, or a crash could
-       leave a complete-looking name over incomplete contents. */
-    if (!w.failed && fflush(w.f) != 0) w.failed = errno ? errno : -1;
-    if (!w.failed && fsync(fileno(w.f)) != 0) w.failed = errno ? errno : -1;
-    if (fclose(w.f) != 0 && !w.failed) w.failed = errno ? errno : -1;
-    if (w.failed) {
-        dft_train_msg(err, errlen, "checkpoint %s: writing %s failed: %s", path, tmp, write_error(w.failed));
-        remove(tmp);
-        free(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        dft_train_msg(err, errlen, "checkpoint %s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        remove(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
+    return dft_outfile_commit(&out, w.failed, "checkpoint", err, errlen);
 }
 
 /* ---- loading ---- */
 
-/* Reads the whole file; returns NULL with a message on failure. */
-static uint8_t *slurp(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dft_train_msg(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        dft_train_msg(err, errlen, "checkpoint %s: out of memory", path);
-        return NULL;
-    }
-    for (;;) {
-        if (n == cap) {
-            uint8_t *bigger = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-            if (!bigger) {
-                free(buf);
-                fclose(f);
-                dft_train_msg(err, errlen, "checkpoint %s: out of memory reading %zu bytes", path, n);
-                return NULL;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int read_failed = ferror(f);
-    int saved = errno;
-    if (fclose(f) != 0 && !read_failed) {
-        read_failed = 1;
-        saved = errno;
-    }
-    if (read_failed) {
-        free(buf);
-        dft_train_msg(err, errlen, "checkpoint %s: read failed: %s", path, strerror(saved));
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
+/* The longest header a file may have: magic, version and count, DFT_CKPT_MAX_FIELDS fields
+   of the longest name, the step/nfloats/nsections block. */
+#define HEADER_MAX (8 + 8 + (size_t)DFT_CKPT_MAX_FIELDS * (FIELD_FIXED + 255) + TAIL_BLOCK)
 
 /* Where the parts of a structurally sound file lie; filled by parse_layout. */
 typedef struct {
@@ -271,6 +206,11 @@ static int parse_layout(const char *path, const uint8_t *buf, size_t len, layout
     }
     lo->nfields = get_u32(buf + pos + 4);
     pos += 8;
+    if (lo->nfields > DFT_CKPT_MAX_FIELDS) {
+        dft_train_msg(err, errlen, "checkpoint %s: %u configuration fields, more than any checkpoint has (%d; file corrupt)",
+                      path, lo->nfields, DFT_CKPT_MAX_FIELDS);
+        return -1;
+    }
     lo->fields_at = pos;
     for (uint32_t i = 0; i < lo->nfields; i++) {
         if (len - pos < 1 || len - pos - 1 < (size_t)buf[pos] + 8) {
@@ -305,6 +245,67 @@ static int parse_layout(const char *path, const uint8_t *buf, size_t len, layout
         return -1;
     }
     return 0;
+}
+
+/* Reads a checkpoint whose layout fits its size: the file must be a regular file, its header
+   is read first (at most HEADER_MAX bytes) and checked against the file's size, and only
+   then is the whole file read. Returns the bytes (malloc'd), with *len and *lo; NULL with a
+   message on failure. Bounded by the file: a device or a pipe is refused, not read. */
+static uint8_t *read_checked(const char *path, size_t *len, layout *lo, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dft_train_msg(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        dft_train_msg(err, errlen, "checkpoint %s: not a regular file (a checkpoint is read whole, by its size)", path);
+        fclose(f);
+        return NULL;
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX - 1) {
+        dft_train_msg(err, errlen, "checkpoint %s: %lld bytes is too large", path, (long long)st.st_size);
+        fclose(f);
+        return NULL;
+    }
+    const size_t size = (size_t)st.st_size, head = size < HEADER_MAX ? size : HEADER_MAX;
+    uint8_t *buf = malloc(head ? head : 1);
+    if (!buf) {
+        dft_train_msg(err, errlen, "checkpoint %s: out of memory", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t got = fread(buf, 1, head, f);
+    /* the layout as the header describes it, against the file's size: a header that does not
+       fit is refused before the data is read (parse_layout reads only the header's bytes) */
+    if (got == head && parse_layout(path, buf, size, lo, err, errlen)) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    if (got == head && size > head) {
+        uint8_t *all = realloc(buf, size);
+        if (!all) {
+            free(buf);
+            fclose(f);
+            dft_train_msg(err, errlen, "checkpoint %s: out of memory for %zu bytes", path, size);
+            return NULL;
+        }
+        buf = all;
+        got += fread(buf + head, 1, size - head, f);
+    }
+    const int more = got == size && fgetc(f) != EOF, failed = ferror(f);
+    const int saved = errno;
+    fclose(f);
+    if (got != size || more || failed) {
+        free(buf);
+        if (failed) dft_train_msg(err, errlen, "checkpoint %s: read failed: %s", path, strerror(saved));
+        else dft_train_msg(err, errlen, "checkpoint %s: changed while being read (%zu bytes, then %s)", path, size,
+                           more ? "more" : "fewer");
+        return NULL;
+    }
+    *len = size;
+    return buf;
 }
 
 /* A field name read from the file, fit for a one-line message: the file is untrusted, so a
@@ -380,12 +381,11 @@ int dft_ckpt_load(const char *path, const dft_ckpt_field *fields, int nfields, i
         return -1;
     }
     size_t len = 0;
-    uint8_t *buf = slurp(path, &len, err, errlen);
+    layout lo;
+    uint8_t *buf = read_checked(path, &len, &lo, err, errlen);
     if (!buf) return -1;
 
     int rc = -1;
-    layout lo;
-    if (parse_layout(path, buf, len, &lo, err, errlen)) goto done;
     /* The checksum comes before any comparison so a corrupt byte is reported as corruption,
        not as a configuration that seems to differ. */
     if (dft_ckpt_checksum(buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
@@ -428,11 +428,10 @@ int dft_ckpt_read_any(const char *path, dft_ckpt_named *fields, int max_fields, 
         return -1;
     }
     size_t len = 0;
-    uint8_t *buf = slurp(path, &len, err, errlen);
+    layout lo;
+    uint8_t *buf = read_checked(path, &len, &lo, err, errlen);
     if (!buf) return -1;
     int rc = -1;
-    layout lo;
-    if (parse_layout(path, buf, len, &lo, err, errlen)) goto done;
     if (dft_ckpt_checksum(buf, len - CHECKSUM_BYTES) != get_u64(buf + len - CHECKSUM_BYTES)) {
         dft_train_msg(err, errlen, "checkpoint %s: checksum mismatch (file corrupt)", path);
         goto done;

@@ -8,7 +8,10 @@
  *   i64 step     u64 nfloats  u32 nsections
  *   nsections x { nfloats f32 }                           -- params, adam m, adam v
  *   u64 checksum (FNV-1a 64 of every byte before it)
- * Files are written to "<path>.tmp" and renamed, so a crash never leaves half a file. */
+ * Files are written under a fresh temporary name beside the target and renamed
+ * (train/outfile.h), so a crash never leaves half a file and nothing planted at a
+ * predictable name is followed. Readers take regular files only, and read the data only
+ * once the header's sizes match the file's. */
 #ifndef DFT_TRAIN_CHECKPOINT_H
 #define DFT_TRAIN_CHECKPOINT_H
 
@@ -17,6 +20,7 @@
 
 #define DFT_CKPT_VERSION 1u
 #define DFT_CKPT_MAX_SECTIONS 4
+#define DFT_CKPT_MAX_FIELDS 1024 /* configuration fields a file may hold (refused above, as corrupt) */
 
 /* A configuration value that must match for a resume (model shape, seed, schedule...). */
 typedef struct {

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A counter-based stream: draw i is hash(key + i * DFT_RNG_GOLDEN), the splitmix64 sequence from key. */
 typedef struct {
@@ -159,35 +160,37 @@ int dft_data_file(dft_data *d, const char *path, int context, uint64_t seed, cha
         dft_train_msg(err, errlen, "file data %s: context %d must be >= 1", path, context);
         return -1;
     }
+    /* The whole file is read (windows are drawn anywhere in it), so its size must be known
+       first: a regular file, read up to the size it had when opened. */
     FILE *f = fopen(path, "rb");
     if (!f) {
         dft_train_msg(err, errlen, "file data %s: unreadable: %s", path, strerror(errno));
         return -1;
     }
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
-            uint8_t *nb = realloc(buf, ncap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                dft_train_msg(err, errlen, "file data %s: out of memory after %zu bytes", path, len);
-                return -1;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        dft_train_msg(err, errlen, "file data %s: not a regular file (the whole file is read, by its size)", path);
+        return -1;
     }
-    int read_error = ferror(f);
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        fclose(f);
+        dft_train_msg(err, errlen, "file data %s: %lld bytes is too large", path, (long long)st.st_size);
+        return -1;
+    }
+    const size_t len = (size_t)st.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        fclose(f);
+        dft_train_msg(err, errlen, "file data %s: out of memory for %zu bytes", path, len);
+        return -1;
+    }
+    const size_t got = fread(buf, 1, len, f);
+    int read_error = ferror(f) || got != len;
     int close_error = fclose(f);
     if (read_error || close_error) {
         free(buf);
-        dft_train_msg(err, errlen, "file data %s: unreadable: read error", path);
+        dft_train_msg(err, errlen, "file data %s: unreadable: read error (%zu of %zu bytes)", path, got, len);
         return -1;
     }
     if (len == 0) {

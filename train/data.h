@@ -32,8 +32,10 @@ typedef struct {
 int dft_data_passkey(dft_data *d, int context, uint64_t seed, float answer_weight, char *err, size_t errlen);
 
 /* Random windows of a byte file: the train split reads the first 90% of the file, the
-   eval split the last 10%. Returns 0, or -1 with a message naming the path and the reason
-   (unreadable, empty, shorter than 2 * (context + 1) bytes). */
+   eval split the last 10%. The whole file is read into memory, so it must be a regular file
+   (its size known before reading; a device or a pipe is refused). Returns 0, or -1 with a
+   message naming the path and the reason (unreadable, not a regular file, out of memory,
+   empty, shorter than 2 * (context + 1) bytes). */
 int dft_data_file(dft_data *d, const char *path, int context, uint64_t seed, char *err, size_t errlen);
 
 void dft_data_close(dft_data *d);

@@ -2,6 +2,7 @@
  * memory, then the tensors stream through a small buffer, transposed where torch wants
  * [out, in]. */
 #include "train/safetensors.h"
+#include "train/outfile.h"
 #include "train/text.h"
 
 #include <errno.h>
@@ -156,6 +157,21 @@ int dft_export_safetensors(const char *path, const dft_model_config *c, const fl
         dft_train_msg(err, errlen, "export %s: invalid metadata list", path);
         return -1;
     }
+    /* JSON leaves duplicate keys undefined (readers keep the first or the last): refuse them */
+    static const char *const builtin[] = {"format", "producer", "architecture", "vocab_size", "num_hidden_layers",
+                                          "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                          "intermediate_size", "max_position_embeddings", "rope_theta",
+                                          "rms_norm_eps", "hidden_act", "rope", "layout"};
+    for (int i = 0; i < nextra; i++) {
+        if (!extra[i].key || !extra[i].value) continue;
+        int dup = 0;
+        for (size_t b = 0; b < sizeof builtin / sizeof builtin[0]; b++) dup |= !strcmp(extra[i].key, builtin[b]);
+        for (int j = 0; j < i; j++) dup |= extra[j].key && extra[j].value && !strcmp(extra[i].key, extra[j].key);
+        if (dup) {
+            dft_train_msg(err, errlen, "export %s: metadata key \"%s\" appears twice", path, extra[i].key);
+            return -1;
+        }
+    }
     const size_t esize = bf16 ? 2 : 4;
     const char *dtype = bf16 ? "BF16" : "F32";
     int n = dft_export_tensor_count(c);
@@ -212,21 +228,12 @@ int dft_export_safetensors(const char *path, const dft_model_config *c, const fl
         return -1;
     }
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
+    dft_outfile out;
+    if (dft_outfile_open(&out, path, "export", err, errlen)) {
         free(h.s);
-        dft_train_msg(err, errlen, "export %s: out of memory", path);
         return -1;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        dft_train_msg(err, errlen, "export %s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(h.s), free(tmp);
-        return -1;
-    }
+    FILE *f = out.f;
     int bad = 0;
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
@@ -259,20 +266,6 @@ int dft_export_safetensors(const char *path, const dft_model_config *c, const fl
             }
         }
     }
-    int saved = errno;
-    if (!bad && fflush(f) != 0) bad = 1, saved = errno;
-    if (!bad && fsync(fileno(f)) != 0) bad = 1, saved = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, saved = errno;
-    if (bad) {
-        dft_train_msg(err, errlen, "export %s: writing %s failed: %s", path, tmp, saved ? strerror(saved) : "I/O error");
-        remove(tmp), free(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        dft_train_msg(err, errlen, "export %s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        remove(tmp), free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
+    return dft_outfile_commit(&out, bad ? (errno ? errno : -1) : 0, "export", err, errlen);
 }
+

@@ -40,8 +40,9 @@ typedef struct {
 
 /* Writes params (dft_param_layout_of(c).total floats) to path as float32 or, with bf16 != 0,
    bfloat16 (rounded to nearest even). The metadata holds the model's shape and conventions
-   plus `extra` (e.g. the training step). Written to "<path>.tmp" and renamed. 0, or -1 with
-   the reason in err. */
+   plus `extra` (e.g. the training step; a key that repeats another, or one of the shape's, is
+   refused). Written under a fresh temporary name and renamed (train/outfile.h). 0, or -1
+   with the reason in err. */
 int dft_export_safetensors(const char *path, const dft_model_config *c, const float *params, int bf16,
                            const dft_export_meta *extra, int nextra, char *err, size_t errlen);
 

@@ -42,6 +42,7 @@ static int check_config(const dft_train_config *c, int ranks, char *err, size_t 
     if (!(c->clip >= 0) || !isfinite(c->clip)) BAD("clip = %g; it must be finite and >= 0 (0: no clipping)", c->clip);
     if (c->policy < DFT_CKPT_NONE || c->policy > DFT_CKPT_ATTN_OUTPUT) BAD("unknown checkpoint policy %d", (int)c->policy);
     if (c->eval_every < 0 || c->eval_seqs < 0) BAD("eval-every and eval-seqs must be >= 0");
+    if (c->eval_seqs > DFT_EVAL_SEQS_MAX) BAD("eval-seqs = %d; it must be at most %d", c->eval_seqs, DFT_EVAL_SEQS_MAX);
     if (c->save_every < 0) BAD("save-every = %d; it must be >= 0", c->save_every);
     if (!(c->length_warmup >= 0 && c->length_warmup < 1))
         BAD("length-warmup = %g; it must be a fraction of the steps in [0, 1)", c->length_warmup);
@@ -141,7 +142,7 @@ static double fill_batch(run *r, dft_split split, uint64_t first_index) {
    (digit_out NaN). */
 static int evaluate(run *r, double *loss_out, double *acc_out, double *digit_out) {
     const dft_train_config *c = r->cfg;
-    int batches = (c->eval_seqs + c->batch - 1) / c->batch;
+    const int batches = (int)(((int64_t)c->eval_seqs + c->batch - 1) / c->batch); /* eval_seqs is bounded */
     if (dft_group_any(r->g, use_span(r, c->model.context))) return -1; /* evaluation is always at the whole context */
     double stats[4] = {0, 0, 0, 0}; /* weighted nll, weight, correct (sequences or bytes), wrong digits */
     double *wrong = calloc((size_t)c->batch, sizeof(double));
@@ -204,6 +205,59 @@ static int fields_of(const dft_train_config *c, const dft_data *data, dft_ckpt_f
     FIELD("length_warmup", c->length_warmup);
 #undef FIELD
     return n;
+}
+
+int dft_train_config_of_fields(const dft_ckpt_named *f, int nf, int64_t step, dft_train_config *out, char *err,
+                               size_t errlen) {
+#define BAD(...) return (snprintf(err, errlen, __VA_ARGS__), -1)
+    dft_train_config c = dft_train_defaults();
+    int data_kind = 0;
+    double seed = 0;
+    /* Every field of fields_of, in its order, where it goes and what it holds. */
+    const struct {
+        const char *name;
+        int *i;
+        float *x;
+        double *d;
+    } to[] = {{"layers", &c.model.n_layers, NULL, NULL}, {"d_model", &c.model.d_model, NULL, NULL},
+              {"heads", &c.model.n_heads, NULL, NULL}, {"kv_heads", &c.model.n_kv_heads, NULL, NULL},
+              {"ffn", &c.model.ffn, NULL, NULL}, {"context", &c.model.context, NULL, NULL},
+              {"rope_base", NULL, &c.model.rope_base, NULL}, {"init_std", NULL, &c.model.init_std, NULL},
+              {"batch", &c.batch, NULL, NULL}, {"steps", &c.steps, NULL, NULL}, {"lr", NULL, &c.lr, NULL},
+              {"lr_min", NULL, &c.lr_min, NULL}, {"warmup", &c.warmup, NULL, NULL}, {"beta1", NULL, &c.beta1, NULL},
+              {"beta2", NULL, &c.beta2, NULL}, {"weight_decay", NULL, &c.weight_decay, NULL},
+              {"clip", NULL, &c.clip, NULL}, {"seed", NULL, NULL, &seed}, {"data", &data_kind, NULL, NULL},
+              {"answer_weight", NULL, &c.answer_weight, NULL}, {"length_warmup", NULL, &c.length_warmup, NULL}};
+    const int n = (int)(sizeof to / sizeof to[0]);
+    dft_ckpt_field ref[32];
+    dft_data passkey = {0};
+    if (fields_of(&c, &passkey, ref) != n) BAD("internal: the checkpoint fields and their readers disagree");
+    if (!f || nf != n)
+        BAD("%d configuration fields where distflash train writes %d (%s ... %s)", nf, n, ref[0].name, ref[n - 1].name);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(f[i].name, ref[i].name) || strcmp(to[i].name, ref[i].name))
+            BAD("configuration field %d is '%.64s' where distflash train writes '%s'", i, f[i].name, ref[i].name);
+        const double v = f[i].value;
+        if (to[i].i) {
+            if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != (double)(int)v)
+                BAD("%s = %.17g is not an integer of the int range", f[i].name, v);
+            *to[i].i = (int)v;
+        } else if (to[i].x) {
+            if (!isfinite(v) || (double)(float)v != v) BAD("%s = %.17g is not a finite float32 value", f[i].name, v);
+            *to[i].x = (float)v;
+        } else if (!(v >= 0 && v < 9007199254740992.0) || v != floor(v)) {
+            BAD("%s = %.17g is not an integer in [0, 2^53)", f[i].name, v);
+        } else {
+            *to[i].d = v;
+        }
+    }
+    if (data_kind != DFT_DATA_PASSKEY && data_kind != DFT_DATA_FILE) BAD("data = %d; it must be 0 or 1", data_kind);
+    c.seed = (uint64_t)seed;
+    if (check_config(&c, 1, err, errlen)) return -1;
+    if (step < 0 || step > c.steps) BAD("step %lld is outside the checkpoint's %d steps", (long long)step, c.steps);
+    *out = c;
+    return 0;
+#undef BAD
 }
 
 static double peak_rss_mib(void) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "train/checkpoint.h"
 #include "train/model/model.h"
 #include "train/device.h"
 #include "train/group.h"
@@ -27,7 +28,7 @@ typedef struct {
     float answer_weight;         /* passkey: loss weight of the key's digits */
     float length_warmup;         /* fraction of the steps, in [0, 1), that train on shorter sequences
                                     (from 256 positions, doubling) before the whole context; 0: off */
-    int eval_every, eval_seqs;   /* 0: evaluate only at the end */
+    int eval_every, eval_seqs;   /* 0: evaluate only at the end; eval_seqs at most DFT_EVAL_SEQS_MAX */
     const char *csv_path, *plot_path;
     const char *save_path;       /* checkpoint written at the end (and every save_every steps) */
     int save_every;
@@ -43,6 +44,8 @@ typedef struct {
 } dft_train_config;
 
 enum { DFT_PROGRESS_NONE = 0, DFT_PROGRESS_AUTO = 1, DFT_PROGRESS_LINES = 2, DFT_PROGRESS_LIVE = 3 };
+
+#define DFT_EVAL_SEQS_MAX (1 << 24) /* held-out sequences an evaluation may take (more is refused) */
 
 /* Defaults of the CLI: a tiny model on passkey retrieval. */
 dft_train_config dft_train_defaults(void);
@@ -62,6 +65,14 @@ typedef struct {
                                          optimizer (rank 0; dft_device_phase_name) */
     size_t params;
 } dft_train_report;
+
+/* The configuration a checkpoint's fields describe (dft_ckpt_read_any), validated as a resume
+   would: exactly the fields this trainer writes, in its order; integers where it writes
+   integers (of the int range), float32 values where floats, the seed an integer below 2^53;
+   the configuration then passes the same checks as a run's (one rank), and step lies in
+   0..steps. 0 with *out set, or -1 with the reason in err (naming the field). */
+int dft_train_config_of_fields(const dft_ckpt_named *f, int nf, int64_t step, dft_train_config *out, char *err,
+                               size_t errlen);
 
 /* Runs the training. final_params (optional) receives a malloc'd copy of the parameters
    at the end (the caller frees it). 0, or -1 with a message in err (the same on every

@@ -47,9 +47,13 @@ typedef struct {
 static const desc_name TOP = {"d", "d->"}, NESTED = {"d->attn", "d->attn."};
 
 /* Checks the versioning header at p (the caller's bytes); *size gets the caller's
-   descriptor size (v1_size for a zero-initialised one). */
-static dfa_status read_header(const unsigned char *p, uint32_t v1_size, desc_name n, uint32_t *size,
-                              uint32_t *version, const char *fn) {
+   descriptor size (v1_size for a zero-initialised one). The size is one this library has
+   known (v1_size or my_size, the sizes of the first and of this version): the library reads
+   that many bytes of the caller's, and a larger claim cannot be checked against the caller's
+   memory, so a descriptor from a newer header that grew is refused before any byte past
+   my_size is read. */
+static dfa_status read_header(const unsigned char *p, uint32_t v1_size, uint32_t my_size, desc_name n,
+                              uint32_t *size, uint32_t *version, const char *fn) {
     uint32_t h[4]; /* struct_size, magic, version, reserved_header */
     memcpy(h, p, sizeof h);
     if (h[0] == 0) { /* zero-initialised: the whole header is 0 */
@@ -69,6 +73,16 @@ static dfa_status read_header(const unsigned char *p, uint32_t v1_size, desc_nam
                              "%sstruct_size = %u is not a descriptor size: 0 (zero-initialised) or the caller's "
                              "sizeof, a multiple of 8 from %u to %u (uninitialised memory?)",
                              n.field, h[0], v1_size, DESC_MAX_SIZE);
+        if (h[0] > my_size)
+            return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                             "%sstruct_size = %u is larger than any descriptor this library knows (%u bytes, "
+                             "descriptor version %u): the caller was built against a newer distflash.h with a "
+                             "larger descriptor, which this library cannot read",
+                             n.field, h[0], my_size, DFA_DESC_VERSION);
+        if (h[0] != v1_size && h[0] != my_size)
+            return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                             "%sstruct_size = %u is not the size of any descriptor version (%u or %u bytes)",
+                             n.field, h[0], v1_size, my_size);
         if (h[1] != DFA_DESC_MAGIC)
             return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                              "%smagic = 0x%08x, expected DFA_DESC_MAGIC (0x%08x) with %sstruct_size = %u "
@@ -137,7 +151,7 @@ dfa_status dfa__attn_desc_import(const dfa_attn_desc *user, dfa_attn_desc *out, 
     if (!user) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
     const unsigned char *p = (const unsigned char *)user;
     uint32_t size, version;
-    dfa_status st = read_header(p, DFA_ATTN_DESC_SIZE_V1, TOP, &size, &version, fn);
+    dfa_status st = read_header(p, DFA_ATTN_DESC_SIZE_V1, sizeof(dfa_attn_desc), TOP, &size, &version, fn);
     return st ? st : import_attn(p, size, version, TOP, out, fn);
 }
 
@@ -145,8 +159,10 @@ dfa_status dfa__dist_desc_import(const dfa_dist_desc *user, dfa_dist_desc *out, 
     if (!user) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d (the descriptor) is NULL");
     const unsigned char *p = (const unsigned char *)user;
     uint32_t size, attn_size, version, attn_version;
-    dfa_status st = read_header(p, DFA_DIST_DESC_SIZE_V1, TOP, &size, &version, fn);
-    if (!st) st = read_header(p + HEADER_BYTES, DFA_ATTN_DESC_SIZE_V1, NESTED, &attn_size, &attn_version, fn);
+    dfa_status st = read_header(p, DFA_DIST_DESC_SIZE_V1, sizeof(dfa_dist_desc), TOP, &size, &version, fn);
+    if (!st)
+        st = read_header(p + HEADER_BYTES, DFA_ATTN_DESC_SIZE_V1, sizeof(dfa_attn_desc), NESTED, &attn_size,
+                         &attn_version, fn);
     if (st) return st;
     /* The caller's attn has its own size; the distributed fields follow it (8-byte aligned). */
     const size_t at = offsetof(dfa_dist_desc, attn);
@@ -257,6 +273,13 @@ dfa_status dfa__check_desc(const dfa_attn_desc *d, dfa__desc_use use, const char
     if (full && (d->k_start <= -DFA__MAX_OFFSET || d->k_start >= DFA__MAX_OFFSET))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->k_start = %lld is out of range (|k_start| < 2^62)",
                          (long long)d->k_start);
+    /* Every backend works with the relative offset q_start - k_start (plus a row or a key
+       index): bounding it keeps those sums exact in int64. Both within 2^62 alone would
+       still let it reach 2^63. */
+    if (full && (d->q_start - d->k_start <= -DFA__MAX_OFFSET || d->q_start - d->k_start >= DFA__MAX_OFFSET))
+        return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
+                         "d->q_start - d->k_start = %lld - (%lld) is out of range (|q_start - k_start| < 2^62)",
+                         (long long)d->q_start, (long long)d->k_start);
     if (d->flags & ~(DFA_FLAG_DETERMINISTIC | DFA_FLAG_WINDOW | DFA_FLAG_SAME_DOCS))
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "d->flags = 0x%x has unknown bits", d->flags);
     if (full && (d->flags & DFA_FLAG_SAME_DOCS) && !d->q_doc)

@@ -32,6 +32,9 @@
 #include "comm_nccl.h"
 #include "distflash_nccl.h"
 #include "kernels.cuh"
+#ifdef DFA_HAVE_MPI
+#include "mpi_error.h" /* dfa_comm_set_timeout also sets the MPI communicators' */
+#endif
 
 #define WATCH_MAX 1024  /* transfers watched at once (more in flight go unwatched) */
 #define SLOTS 256       /* per-call agreement slots */
@@ -582,6 +585,9 @@ int dfa__comm_nccl_device(const dfa_comm *c) { return ((const nccl_impl *)c->imp
 dfa_status dfa_comm_set_timeout(dfa_comm *c, double seconds) {
     static const char fn[] = "dfa_comm_set_timeout";
     dfa__clear_error();
+#ifdef DFA_HAVE_MPI
+    if (dfa__comm_is_mpi(c)) return dfa__mpi_set_timeout(c, seconds, fn);
+#endif
     nccl_impl *m = nccl_of(c, fn);
     if (!m) return c ? DFA_ERR_UNSUPPORTED : DFA_ERR_INVALID_ARGUMENT;
     if (!(seconds > 0.0) || !isfinite(seconds))

@@ -3,11 +3,14 @@
  * paper's internal one), causal and not, MHA/GQA/MQA, f32 and bf16, overlap on and off,
  * batch 1 and 2, chunks of 1 row up; outputs poisoned beforehand.
  *
- * Rank 0 draws the whole sequence's inputs and broadcasts them; every rank then computes
- * the references itself (the float64 oracle, the naive same-precision path that sets the
- * error budget, and the single-process library call) and checks its own rows: within the
- * core's tolerance of the oracle (at most 2x the naive path's error plus about an ulp at
- * the largest value; see tolerance()), and as close to the single-process result. */
+ * Rank 0 draws the whole sequence's inputs and computes the references (the float64
+ * oracle, the naive same-precision path that sets the error budget, and the single-process
+ * library call) and broadcasts them; every rank checks its own rows: within the core's
+ * tolerance of the oracle (at most 2x the naive path's error plus about an ulp at the
+ * largest value; see tolerance()), and as close to the single-process result.
+ *
+ * The cases come in groups (test_dist --group dense|masked|lend; all without the option), so
+ * that each ctest is short enough for a 2-core machine under the sanitizers. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -105,22 +108,41 @@ static void run_case(dfa_comm *c, const dcase *k) {
         full.window_left = k->left;
         full.window_right = k->right;
     }
+    /* The references are rank 0's and travel to the others: every rank would compute the
+       same (the oracle is quadratic in the whole sequence, the costliest part of a case). */
     void *o1 = tl_alloc(t, NQ), *dq1 = tl_alloc(t, NQ), *dk1 = tl_alloc(t, NK), *dv1 = tl_alloc(t, NK);
     float *l1 = malloc(sizeof(float) * (size_t)NL);
-    CHECK(dfa_attn_fwd(&full, q, kk, v, o1, l1) == DFA_OK, "single fwd: %s", dfa_last_error());
-    CHECK(dfa_attn_bwd(&full, q, kk, v, o1, l1, dout, dq1, dk1, dv1) == DFA_OK, "single bwd: %s", dfa_last_error());
-    double *fq = tl_to_f64(t, q, NQ), *fk = tl_to_f64(t, kk, NK), *fv = tl_to_f64(t, v, NK), *fdo = tl_to_f64(t, dout, NQ);
     double *oref = malloc(8 * (size_t)NQ), *lref = malloc(8 * (size_t)NL);
     double *gq = malloc(8 * (size_t)NQ), *gk = malloc(8 * (size_t)NK), *gv = malloc(8 * (size_t)NK);
-    oracle_fwd(&full, fq, fk, fv, oref, lref);
-    oracle_bwd(&full, fq, fk, fv, fdo, gq, gk, gv);
-    void *on = tl_alloc(t, NQ), *dqn = tl_alloc(t, NQ), *dkn = tl_alloc(t, NK), *dvn = tl_alloc(t, NK);
-    naive_fwd_lowp(&full, q, kk, v, on);
-    naive_bwd_lowp(&full, q, kk, v, dout, dqn, dkn, dvn);
-    const double tol_o = tolerance("o", cfg, t, on, o1, oref, NQ);
-    const double tol_dq = tolerance("dq", cfg, t, dqn, dq1, gq, NQ);
-    const double tol_dk = tolerance("dk", cfg, t, dkn, dk1, gk, NK);
-    const double tol_dv = tolerance("dv", cfg, t, dvn, dv1, gv, NK);
+    double tols[4] = {0, 0, 0, 0}; /* o, dq, dk, dv */
+    if (rank == 0) {
+        CHECK(dfa_attn_fwd(&full, q, kk, v, o1, l1) == DFA_OK, "single fwd: %s", dfa_last_error());
+        CHECK(dfa_attn_bwd(&full, q, kk, v, o1, l1, dout, dq1, dk1, dv1) == DFA_OK, "single bwd: %s", dfa_last_error());
+        double *fq = tl_to_f64(t, q, NQ), *fk = tl_to_f64(t, kk, NK), *fv = tl_to_f64(t, v, NK);
+        double *fdo = tl_to_f64(t, dout, NQ);
+        oracle_fwd(&full, fq, fk, fv, oref, lref);
+        oracle_bwd(&full, fq, fk, fv, fdo, gq, gk, gv);
+        void *on = tl_alloc(t, NQ), *dqn = tl_alloc(t, NQ), *dkn = tl_alloc(t, NK), *dvn = tl_alloc(t, NK);
+        naive_fwd_lowp(&full, q, kk, v, on);
+        naive_bwd_lowp(&full, q, kk, v, dout, dqn, dkn, dvn);
+        tols[0] = tolerance("o", cfg, t, on, o1, oref, NQ);
+        tols[1] = tolerance("dq", cfg, t, dqn, dq1, gq, NQ);
+        tols[2] = tolerance("dk", cfg, t, dkn, dk1, gk, NK);
+        tols[3] = tolerance("dv", cfg, t, dvn, dv1, gv, NK);
+        free(fq); free(fk); free(fv); free(fdo); free(on); free(dqn); free(dkn); free(dvn);
+    }
+    MPI_Bcast(o1, (int)(NQ * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(dq1, (int)(NQ * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(dk1, (int)(NK * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(dv1, (int)(NK * es), MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(l1, (int)NL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(oref, (int)NQ, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(lref, (int)NL, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(gq, (int)NQ, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(gk, (int)NK, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(gv, (int)NK, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(tols, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    const double tol_o = tols[0], tol_dq = tols[1], tol_dk = tols[2], tol_dv = tols[3];
 
     /* this rank's rows */
     const int r0 = (int)dfa_dist_position(k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED,
@@ -289,8 +311,7 @@ static void run_case(dfa_comm *c, const dcase *k) {
     check_slice("o (lse NULL) vs oracle", cfg, t, lo, so, nq, tol_o);
 
     free(q); free(kk); free(v); free(dout); free(o1); free(dq1); free(dk1); free(dv1); free(l1);
-    free(fq); free(fk); free(fv); free(fdo); free(oref); free(lref); free(gq); free(gk); free(gv);
-    free(on); free(dqn); free(dkn); free(dvn);
+    free(oref); free(lref); free(gq); free(gk); free(gv);
     free(lq); free(lk); free(lv); free(ldo); free(lo); free(ldq); free(ldk); free(ldv); free(ll);
     free(so); free(sdq); free(sdk); free(sdv); free(s1o); free(s1q); free(s1k); free(s1v);
     free(ids); free(lids);
@@ -345,8 +366,19 @@ static void check_head_groups(dfa_comm *c) {
     }
 }
 
+/* The group of cases to run (--group NAME), or NULL for all. */
+static const char *only;
+static int group(const char *name) { return !only || !strcmp(only, name); }
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--group")) only = argv[i + 1];
+    if (only && strcmp(only, "dense") && strcmp(only, "masked") && strcmp(only, "lend")) {
+        fprintf(stderr, "test_dist: --group takes dense, masked or lend\n");
+        MPI_Finalize();
+        return 2;
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     if (rank == 0) tl_init("test_dist");
@@ -359,7 +391,7 @@ int main(int argc, char **argv) {
     static const int heads[][2] = {{4, 4}, {4, 2}, {6, 2}, {4, 1}};
     static const int rows[] = {9, 16, 1, 13, 24, 2};
     int ncase = 0;
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 2 && group("dense"); ti++)
         for (int causal = 0; causal <= 1; causal++)
             for (int ki = 0; ki < 2; ki++)
                 for (int overlap = 0; overlap <= 1; overlap++) {
@@ -370,13 +402,13 @@ int main(int argc, char **argv) {
                     run_case(c, &k);
                 }
     /* the paper's published schedule (internal; dist-bench compares it) */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && group("dense"); i++) {
         dcase k = {2, 10 + i, 4, 2, 16, i ? DFA_BF16 : DFA_F32, 1, i, DFA__SCHED_PAPER, 0, 0, 0, 0, 1};
         run_case(c, &k);
         ncase++;
     }
     /* documents and sliding windows: windows of 0, 1, a chunk and wider, one and two sided */
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 12 && group("masked"); i++) {
         const int n = rows[i % 6] + 2, w[] = {0, 1, n, n / 2, 2 * n + 1, -1};
         dcase k = {1 + (i % 4 == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 3 ? DFA_BF16 : DFA_F32,
                    i % 5 != 4, i % 2, i % 3 == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i % 3 != 1, i % 3 != 0,
@@ -389,7 +421,7 @@ int main(int argc, char **argv) {
        Chunks this small are memory-bound: with the folds costed (DFA__PLAN_FOLD_COST) no lending
        would pay, so the plans here leave them out. */
     dfa__dist_set_fold_cost(c, 0);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 8 && group("lend"); i++) {
         /* tiles of 128 rows: lending needs n >= 256; at 1024 the plan lends as many rows as a
            lent block may take (dfa__lend_rows: the workspace bound's limit, checked below) */
         const int n = (int[]){nranks <= 3 ? 1024 : 640, 300, 24, 37}[i % 4];
@@ -400,7 +432,7 @@ int main(int argc, char **argv) {
     }
     /* a dense pair of the last two chunks is split (its last rows on a third rank from P = 3):
        both passes, float32 and bf16, GQA, overlap on and off; B = 2 and the ring do not split */
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 5 && group("lend"); i++) {
         const int n = i == 4 ? 300 : 384;
         dcase k = {1 + (i == 3), n, heads[i % 4][0], heads[i % 4][1], 16, i % 2 ? DFA_BF16 : DFA_F32, 1, i % 3 != 1,
                    i == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, 3, 0, 0, 0, i % 2 ? 1 : 2};
@@ -411,16 +443,16 @@ int main(int argc, char **argv) {
     /* the same shapes and mask fields with fresh ids, three times: the communicator keeps the last
        masked plan's pair work for calls with the same ids (the backward after its forward) and
        must count again when only the ids' values change */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 && group("masked"); i++) {
         dcase k = {1, 9, 4, 2, 16, DFA_BF16, 1, 1, DFA__SCHED_BALANCED, 1, 0, 0, 0, 1};
         run_case(c, &k);
         ncase++;
     }
-    check_head_groups(c);
+    if (group("dense")) check_head_groups(c);
     dfa_comm_destroy(c);
     int fails = tl_failures, all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("test_dist: %d ranks, %d cases\n", nranks, ncase);
+    if (rank == 0) printf("test_dist: %d ranks, %d cases (%s)\n", nranks, ncase, only ? only : "every group");
     const int rc = tl_finish("test_dist");
     MPI_Finalize();
     return rc || all ? 1 : 0;

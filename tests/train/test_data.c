@@ -222,7 +222,10 @@ static void test_bad_args(void) {
     expect_error(dft_data_file(&d, missing, 64, 1, err, sizeof err), err, missing, "missing file (path)");
     expect_error(dft_data_file(&d, missing, 64, 1, err, sizeof err), err, "unreadable", "missing file (reason)");
     err[0] = 0;
-    expect_error(dft_data_file(&d, "/", 64, 1, err, sizeof err), err, "unreadable", "a directory");
+    expect_error(dft_data_file(&d, "/", 64, 1, err, sizeof err), err, "not a regular file", "a directory");
+    /* a device without end: refused by its kind, not read until memory runs out */
+    err[0] = 0;
+    expect_error(dft_data_file(&d, "/dev/zero", 64, 1, err, sizeof err), err, "not a regular file", "/dev/zero");
 
     char path[] = "/tmp/dfa_test_data_XXXXXX";
     int fd = mkstemp(path);

@@ -31,7 +31,7 @@ __all__ = ["attention", "dist_attention", "dist_position", "checkpoint", "checkp
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, return_lse=False, doc_ids=None,
-              window=None):
+              window=None, softcap=None, sinks=None, deterministic=False):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on one device.
 
     causal: key j is visible to query i iff k_start + j <= q_start + i (q_start, k_start: the
@@ -43,10 +43,16 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
     key j is visible to query i only if pos_i - pos_j <= left and pos_j - pos_i <= right (None or
     -1: unlimited on that side; with causal=True, (w, None) is the usual w-token look-back).
     Masked blocks are skipped, so the cost follows the visible pairs.
-    Returns o [B, Sq, H, D], or (o, lse) with lse [B, H, Sq] float32 if return_lse (lse is
-    differentiable too: its gradient costs one more forward and backward call).
-    Backward: dfa_attn_bwd / dfa_attn_bwd_cuda (deterministic dq on CUDA when
-    torch.use_deterministic_algorithms(True) is set).
+    softcap: logit soft-capping (Gemma 2): s = softcap * tanh(s / softcap) on the scaled
+    logits s = softmax_scale * q.k (None or 0: off). sinks: learnable attention sinks (gpt-oss's
+    s_aux), a float tensor [H] on q's device: one logit per query head that joins every row's
+    softmax normaliser and carries no value (lse includes it; a row that sees no key gets o = 0
+    and lse = sink); differentiable. v may have a head_dim of its own (o then has it). These
+    three need a library with descriptor version 3 (NotImplementedError otherwise).
+    Returns o [B, Sq, H, Dv], or (o, lse) with lse [B, H, Sq] float32 if return_lse (lse is
+    differentiable too: its gradient costs one more backward call).
+    Backward: dfa_attn_bwd / dfa_attn_bwd_cuda (deterministic dq on CUDA when deterministic=True
+    or torch.use_deterministic_algorithms(True) is set).
     """
     fn = "distflash.torch.attention"
     # The usual call (checked tensors, int offsets in range, no mask) in a few comparisons; the
@@ -63,7 +69,11 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
         wl = wr = _ops.NO_WINDOW
     else:
         q_doc, k_doc, wl, wr = _ops.check_mask(q, k, doc_ids, window, fn)
-    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start, q_doc, k_doc, wl, wr)
+    cap = 0.0 if softcap is None else _ops.check_softcap(softcap, fn)
+    if sinks is not None:
+        sinks = _ops.check_sinks(sinks, q, fn)
+    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start, q_doc, k_doc, wl, wr, cap, sinks,
+                                bool(deterministic))
     return (o, lse) if return_lse else o
 
 

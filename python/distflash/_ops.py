@@ -421,15 +421,19 @@ def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_
         d = desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, *mask, dsinks)
         bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv)
     if grad_lse is not None:
-        dq, dk, dsinks = lse_grad(lambda *t: bwd_into(
-            desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, *mask), *t),
-            q, k, v, o, lse, grad_lse, dq, dk, dsinks, sinks)
+        def bwd(v_l, o_l, dout_l):
+            tq, tk, tv = _empty_like(q), _empty_like(k), _empty_like(v)
+            bwd_into(desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, *mask),
+                     q, k, v_l, o_l, lse, dout_l, tq, tk, tv)
+            return tq, tk
+        dq, dk, dsinks = lse_grad(bwd, q, k, v, o, lse, grad_lse, dq, dk, dsinks, sinks)
     return dq, dk, dv, dsinks
 
 
 def lse_grad(bwd, q, k, v, o, lse, grad_lse, dq, dk, dsinks, sinks):
-    """dq, dk, dsinks with the gradient g of lse added, by one more backward call bwd(q, k, v, o,
-    lse, dout, dq, dk, dv) of the same attention (softcap, masks and sinks included).
+    """dq, dk, dsinks with the gradient g of lse added, by one more backward call of the same
+    attention (softcap, masks and sinks included): bwd(v, o, dout) -> (dq, dk) with q, k, lse
+    those of the forward.
     d lse_i / d s_ij = P_ij, so lse's share of dS is g_i P_ij. The backward computes
     dS_ij = P_ij (dout_i . v_j - dout_i . o_i): with v_j = e_0 (1 in the first column), o = 0 and
     dout_i = g_i e_0 that is exactly g_i P_ij, and its dq and dk are lse's (its dv is dropped).
@@ -440,8 +444,7 @@ def lse_grad(bwd, q, k, v, o, lse, grad_lse, dq, dk, dsinks, sinks):
         dout_l[..., 0] = g.transpose(1, 2)
         v_l = v.new_zeros(v.shape)
         v_l[..., 0] = 1
-        tq, tk, tv = _empty_like(q), _empty_like(k), _empty_like(v)
-        bwd(q, k, v_l, o.new_zeros(o.shape), lse, dout_l, tq, tk, tv)
+        tq, tk = bwd(v_l, o.new_zeros(o.shape), dout_l)
         dq = (dq.float() + tq.float()).to(q.dtype)
         dk = (dk.float() + tk.float()).to(k.dtype)
     if sinks is not None:

@@ -421,12 +421,13 @@ def docs_from_cu_seqlens(cu, schedule, rank, nranks, local_rows, q, fn):
         raise ValueError(f"{fn}: cu_seqlens must have shape [ndocs + 1]; it has {tuple(cu.shape)}")
     if cu.device != q.device:
         raise ValueError(f"{fn}: cu_seqlens must be on q's device {q.device}, not {cu.device}")
-    key = (cu.data_ptr(), cu._version, cu.shape[0], cu.dtype, schedule, rank, nranks, local_rows, q.shape[0],
-           str(q.device))
+    compiling = torch.compiler.is_compiling()  # traced: no cache, no host check
+    key = None if compiling else (cu.data_ptr(), cu._version, cu.shape[0], cu.dtype, schedule, rank, nranks,
+                                  local_rows, q.shape[0], str(q.device))
     hit = _cu_ids.get("last")
-    if hit is not None and hit[0] == key and hit[1] is cu:
+    if key is not None and hit is not None and hit[0] == key and hit[1] is cu:
         return hit[2]
-    if not cu.is_cuda:
+    if not cu.is_cuda and not compiling:
         c = cu.tolist()
         if c[0] != 0 or any(b < a for a, b in zip(c, c[1:])):
             raise ValueError(f"{fn}: cu_seqlens = {c[:8]}{'...' if len(c) > 8 else ''} must start at 0 and never "
@@ -434,5 +435,6 @@ def docs_from_cu_seqlens(cu, schedule, rank, nranks, local_rows, q, fn):
     pos = device_positions(schedule, rank, nranks, local_rows, q.device)
     ids = torch.searchsorted(cu.to(torch.int32).contiguous(), pos, right=True, out_int32=True)
     ids = ids.expand(q.shape[0], local_rows).contiguous()
-    _cu_ids["last"] = (key, cu, ids)
+    if key is not None:
+        _cu_ids["last"] = (key, cu, ids)
     return ids

@@ -80,6 +80,8 @@ def _cached(key_tensor, tag, make):
     """make() once per (tensor, its version, tag): every layer of a forward passes the same
     position_ids or mask, and gets the same ids tensor (which also lets dist_attention reuse its
     plan, same_doc_ids=None)."""
+    if torch.compiler.is_compiling():  # traced once into the graph: nothing to cache (nor data_ptr to read)
+        return make()
     key = (tag, key_tensor.data_ptr(), key_tensor._version, tuple(key_tensor.shape), key_tensor.device)
     hit = _ids_cache.get("last")
     if hit is not None and hit[0] == key and hit[1] is key_tensor:

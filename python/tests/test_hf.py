@@ -253,3 +253,17 @@ def test_import_needs_no_torch_until_used():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert distflash.attention is distflash.torch.attention
+
+
+def test_compiled_training_step_of_a_packed_row():
+    """torch.compile(fullgraph=True) of the whole model with packed position_ids: no graph break
+    (no host read of the ids), the eager loss and gradients."""
+    torch._dynamo.reset()
+    ours, _ = _pair(_llama)
+    _, ids, pos, _ = _packed([10, 1, 13], seed=11)
+    la, ga = _loss_and_grads(ours, input_ids=ids, position_ids=pos, labels=ids, use_cache=False)
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    lb, gb = _loss_and_grads(compiled, input_ids=ids, position_ids=pos, labels=ids, use_cache=False)
+    _assert_same(lb, la, "compiled logits")
+    for n in ga:
+        _assert_same(gb[n.replace("_orig_mod.", "")] if n in gb else gb["_orig_mod." + n], ga[n], f"compiled grad {n}")

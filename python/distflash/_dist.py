@@ -411,8 +411,9 @@ _cu_ids = {}
 
 def docs_from_cu_seqlens(cu, schedule, rank, nranks, local_rows, q, fn):
     """This rank's int32 document ids [batch, local_rows] (contiguous, as check_mask keeps them)
-    from cu_seqlens of the whole sequence (one packing for every batch row): the index of the document holding each local row's global
-    position, by searchsorted on the device (no synchronisation)."""
+    from cu_seqlens of the whole sequence (one packing for every batch row): the index of the
+    document holding each local row's global position, by searchsorted on the device (no
+    synchronisation)."""
     if not isinstance(cu, Tensor):
         raise TypeError(f"{fn}: cu_seqlens must be a torch.Tensor (int32 [ndocs + 1]), not {type(cu).__name__}")
     if cu.dtype not in (torch.int32, torch.int64):

@@ -114,7 +114,8 @@ def _check_cu(cu, name, total, q, fn):
     if cu.device != q.device:
         raise ValueError(f"{fn}: {name} must be on q's device {q.device}, not {cu.device}")
     cu = cu.to(torch.int32).contiguous()
-    if not cu.is_cuda and not torch.compiler.is_compiling():  # host values: checking them costs nothing here (on CUDA it would synchronise)
+    # host values cost nothing to check here (on CUDA reading them would synchronise)
+    if not cu.is_cuda and not torch.compiler.is_compiling():
         c = cu.tolist()
         if c[0] != 0 or any(b < a for a, b in zip(c, c[1:])) or c[-1] > total:
             raise ValueError(f"{fn}: {name} = {c[:8]}{'...' if len(c) > 8 else ''} must start at 0, never "

@@ -33,7 +33,8 @@ def _cu(lengths):
 def test_flash_attn_func_bf16(case):
     B, Sq, Sk, H, Hkv, D, causal, window = case
     g = torch.Generator().manual_seed(Sq * 7 + Sk)
-    q, k, v, dout = (randn(s, BF16, DEV, gen=g) for s in ((B, Sq, H, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D), (B, Sq, H, D)))
+    shapes = ((B, Sq, H, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D), (B, Sq, H, D))
+    q, k, v, dout = (randn(s, BF16, DEV, gen=g) for s in shapes)
     q1, k1, v1 = leaves(q, k, v, device=DEV)
     o, lse, _ = distflash.flash_attn_func(q1, k1, v1, causal=causal, window_size=window, return_attn_probs=True)
     grads = torch.autograd.grad(o, (q1, k1, v1), dout)

@@ -1,11 +1,14 @@
 """distflash: exact, memory-efficient attention (FlashAttention, DistFlashAttn) from Python.
 
 A thin ctypes binding over libdistflash (the C library of this repository). The PyTorch API
-lives in distflash.torch (imported on first use, so `import distflash` needs no torch):
+lives in distflash.torch; its functions and flash-attn's two entry points are also here at the
+top level, imported on first use (so `import distflash` needs no torch):
 
-    import distflash.torch as dft
-    o = dft.attention(q, k, v, causal=True)           # q [B, S, H, D], k/v [B, S, Hkv, D]
-    o = dft.dist_attention(q, k, v, group=None)        # each rank's local rows, NCCL
+    import distflash
+    o = distflash.attention(q, k, v, causal=True)       # q [B, S, H, D], k/v [B, S, Hkv, D]
+    o = distflash.dist_attention(q, k, v, group=None)    # each rank's local rows, NCCL
+    from distflash import flash_attn_func, flash_attn_varlen_func   # flash-attn's semantics
+    import distflash.hf   # registers attn_implementation="distflash" with transformers
 
 Library: $DISTFLASH_LIB, else the copy installed with the package, else
 <repo>/build/src/libdistflash.so, else the system path (see distflash._capi).
@@ -59,9 +62,28 @@ def has_nccl():
     return _capi.has("dfa_comm_create_nccl") and _capi.has("dfa_dist_attn_fwd_cuda")
 
 
+# Names served by __getattr__ on first use: (module, attribute or None for the module itself).
+_LAZY = {
+    "torch": (".torch", None),
+    "attention": (".torch", "attention"),
+    "dist_attention": (".torch", "dist_attention"),
+    "flash_attn_func": ("._flash", "flash_attn_func"),
+    "flash_attn_varlen_func": ("._flash", "flash_attn_varlen_func"),
+}
+
+
 def __getattr__(name):
-    # `import distflash; distflash.torch.attention(...)` works without importing torch up front.
-    if name == "torch":
-        import importlib
-        return importlib.import_module(".torch", __name__)
-    raise AttributeError(f"module 'distflash' has no attribute {name!r}")
+    # `import distflash; distflash.attention(...)` works without importing torch up front.
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'distflash' has no attribute {name!r}")
+    import importlib
+    mod = importlib.import_module(where[0], __name__)
+    value = mod if where[1] is None else getattr(mod, where[1])
+    if where[1] is not None:
+        globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -34,9 +34,13 @@ DFA_FLAG_SAME_DOCS = 4
 DFA_SCHEDULE_BALANCED, DFA_SCHEDULE_RING = 0, 1
 
 DFA_DESC_MAGIC = 0x31414644
-DFA_DESC_VERSION = 2
+# The newest descriptor version this mirror knows (3: softcap, head_dim_v, sinks). A descriptor
+# says min(this, the loaded library's version) (desc_version()), so an older library still takes
+# it as long as no field it lacks is set; the callers check that first (needs_desc()).
+DFA_DESC_VERSION = 3
 DFA_ATTN_DESC_SIZE_V1 = 136
 DFA_ATTN_DESC_SIZE_V2 = 136
+DFA_ATTN_DESC_SIZE_V3 = 136
 DFA_DIST_DESC_SIZE_V1 = 192
 
 _STATUS_NAMES = {
@@ -113,8 +117,16 @@ class AttnDesc(ctypes.Structure):
         ("k_doc", ctypes.c_void_p),
         ("window_left", ctypes.c_int32),  # with DFA_FLAG_WINDOW
         ("window_right", ctypes.c_int32),
-        ("reserved", ctypes.c_uint64 * 5),
+        ("softcap", ctypes.c_float),  # version 3: 0 = off, else s = softcap * tanh(s / softcap)
+        ("head_dim_v", ctypes.c_int32),  # 0 = head_dim; else v, o, dout, dv have this last dim
+        ("sinks", ctypes.c_void_p),  # const float * [num_heads] on the tensors' device, or NULL
+        ("dsinks", ctypes.c_void_p),  # float * [num_heads], the backward's sink gradient, or NULL
+        ("reserved", ctypes.c_uint64 * 2),
     ]
+
+# The fields of each descriptor version after the first (a library of an older version refuses
+# them as reserved bytes; needs_desc() says so first, in words).
+V3_FIELDS = ("softcap", "head_dim_v", "sinks", "dsinks")
 
 
 class DistDesc(ctypes.Structure):
@@ -133,17 +145,46 @@ class DistDesc(ctypes.Structure):
 def _fill_header(desc):
     desc.struct_size = ctypes.sizeof(desc)
     desc.magic = DFA_DESC_MAGIC
-    desc.version = DFA_DESC_VERSION
+    desc.version = desc_version()
     desc.reserved_header = 0
+
+
+_lib_desc_version = None
+
+
+def library_desc_version():
+    """The descriptor version of the loaded library: the version field of the descriptor its
+    dfa_attn_desc_init makes (its header's DFA_DESC_VERSION)."""
+    global _lib_desc_version
+    if _lib_desc_version is None:
+        _lib_desc_version = int(fn("dfa_attn_desc_init")(1, 1, 1, 1, 1, 8).version)
+    return _lib_desc_version
+
+
+def desc_version():
+    """The version our descriptors say: the newest that both this mirror and the library know."""
+    return min(DFA_DESC_VERSION, library_desc_version())
+
+
+def needs_desc(version, what, fn_name):
+    """Raises NotImplementedError naming `what` when the loaded library's descriptors are older
+    than `version` (it would refuse the field as reserved bytes)."""
+    have = library_desc_version()
+    if have < version:
+        raise NotImplementedError(
+            f"{fn_name}: {what} needs a libdistflash with descriptor version >= {version}; "
+            f"{_lib_path} has version {have} ({version_string()})")
 
 
 def attn_desc(batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, dtype=DFA_F32,
               causal=False, q_start=0, k_start=0, softmax_scale=0.0, flags=0, q_doc=None, k_doc=None,
-              window=None):
+              window=None, softcap=0.0, head_dim_v=0, sinks=None, dsinks=None):
     """A dfa_attn_desc with its versioning header filled in and the reserved space zero (a
     ctypes.Structure starts zeroed), as dfa_attn_desc_init makes it. q_doc, k_doc: addresses of
     int32 document ids (or None); window: None or (left, right), -1 for unlimited (sets
-    DFA_FLAG_WINDOW)."""
+    DFA_FLAG_WINDOW). Version 3: softcap (0 = off), head_dim_v (0 = head_dim), sinks / dsinks
+    (addresses of float32 [num_heads], or None); left at their defaults they are zero bytes, which
+    every library version takes."""
     d = AttnDesc()
     _fill_header(d)
     d.batch, d.seqlen_q, d.seqlen_k = batch, seqlen_q, seqlen_k
@@ -155,19 +196,22 @@ def attn_desc(batch, seqlen_q, seqlen_k, num_heads, num_kv_heads, head_dim, dtyp
     if window is not None:
         d.flags |= DFA_FLAG_WINDOW
         d.window_left, d.window_right = window
+    d.softcap, d.head_dim_v = softcap, head_dim_v
+    d.sinks, d.dsinks = sinks, dsinks
     return d
 
 
 def dist_desc(batch, local_rows, num_heads, num_kv_heads, head_dim, dtype=DFA_F32, causal=True,
-              softmax_scale=0.0, schedule=DFA_SCHEDULE_BALANCED, overlap=1, flags=0, doc=None, window=None):
+              softmax_scale=0.0, schedule=DFA_SCHEDULE_BALANCED, overlap=1, flags=0, doc=None, window=None,
+              softcap=0.0, head_dim_v=0):
     """A dfa_dist_desc with both versioning headers filled in, as dfa_dist_desc_init makes it.
     doc: the address of this rank's int32 document ids [batch, local_rows] (attn.q_doc and
-    attn.k_doc both point there), or None; window: as in attn_desc."""
+    attn.k_doc both point there), or None; window, softcap, head_dim_v: as in attn_desc."""
     d = DistDesc()
     _fill_header(d)
     d.attn = attn_desc(batch, local_rows, local_rows, num_heads, num_kv_heads, head_dim, dtype=dtype,
                        causal=causal, softmax_scale=softmax_scale, flags=flags, q_doc=doc, k_doc=doc,
-                       window=window)
+                       window=window, softcap=softcap, head_dim_v=head_dim_v)
     d.schedule, d.overlap = schedule, overlap
     return d
 

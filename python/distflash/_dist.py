@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from . import _capi
-from ._ops import DTYPES, NO_WINDOW, as_dout, check_qkv, check_window, cuda_stream
+from ._ops import DTYPES, NO_WINDOW, as_dout, check_qkv, check_window, cuda_stream, lse_grad
 
 SCHEDULES = {"balanced": _capi.DFA_SCHEDULE_BALANCED, "ring": _capi.DFA_SCHEDULE_RING}
 
@@ -201,14 +201,15 @@ atexit.register(destroy_comms)
 # --- the ops --------------------------------------------------------------------------------
 
 def dist_desc_for(q, k, schedule, causal, scale, deterministic=False, doc=None, window_left=NO_WINDOW,
-                  window_right=NO_WINDOW, same_docs=False):
+                  window_right=NO_WINDOW, same_docs=False, softcap=0.0):
     B, S, H, D = q.shape
     flags = (_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0) | (
         _capi.DFA_FLAG_SAME_DOCS if same_docs else 0)
     return _capi.dist_desc(B, S, H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal, softmax_scale=scale,
                            schedule=schedule, overlap=1, flags=flags,
                            doc=None if doc is None else doc.data_ptr(),
-                           window=None if window_left == NO_WINDOW else (window_left, window_right))
+                           window=None if window_left == NO_WINDOW else (window_left, window_right),
+                           softcap=softcap)
 
 
 def check_mask(q, doc_ids, window, fn):
@@ -268,12 +269,14 @@ def _p(t):
 # doc: this rank's int32 document ids [batch, local_rows] (the descriptor's q_doc and k_doc), or
 # None; window_left/right: as in distflash::attn_fwd (NO_WINDOW: no window); same_docs:
 # DFA_FLAG_SAME_DOCS (doc equals the ids of the communicator's last call with documents): 1 the
-# caller's promise, -1 never, 0 when doc is that call's tensor, unwritten since (docs_unchanged).
-# Defaults keep the calls of the unmasked schema valid.
+# caller's promise, -1 never, 0 when doc is that call's tensor, unwritten since (docs_unchanged);
+# deterministic: the backward's choice, saved for it; softcap: 0.0 off. Defaults keep the calls
+# of the older schemas valid.
 @torch.library.custom_op("distflash::dist_attn_fwd", mutates_args=())
 def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, causal: bool,
                   softmax_scale: float, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
-                  window_right: int = NO_WINDOW, same_docs: int = 0) -> Tuple[Tensor, Tensor]:
+                  window_right: int = NO_WINDOW, same_docs: int = 0, deterministic: bool = False,
+                  softcap: float = 0.0) -> Tuple[Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_fwd", contiguous=False)
     doc = check_doc(doc, q, "distflash::dist_attn_fwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -281,7 +284,7 @@ def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, ca
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     c = get_comm(group, q.device)
     d = dist_desc_for(q, k, schedule, causal, softmax_scale, False, doc, window_left, window_right,
-                      same_docs_flag(c, doc, same_docs))
+                      same_docs_flag(c, doc, same_docs), softcap)
     c.last_doc = None  # until the call has gone through
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_fwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
@@ -292,7 +295,7 @@ def dist_attn_fwd(q: Tensor, k: Tensor, v: Tensor, group: str, schedule: int, ca
 
 @dist_attn_fwd.register_fake
 def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW,
-      same_docs=0):
+      same_docs=0, deterministic=False, softcap=0.0):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -300,7 +303,8 @@ def _(q, k, v, group, schedule, causal, softmax_scale, doc=None, window_left=NO_
 def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, group: str,
                   schedule: int, causal: bool, softmax_scale: float,
                   deterministic: bool, doc: Optional[Tensor] = None, window_left: int = NO_WINDOW,
-                  window_right: int = NO_WINDOW, same_docs: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+                  window_right: int = NO_WINDOW, same_docs: int = 0,
+                  softcap: float = 0.0) -> Tuple[Tensor, Tensor, Tensor]:
     check_local(q, k, v, "distflash::dist_attn_bwd", contiguous=False)
     doc = check_doc(doc, q, "distflash::dist_attn_bwd")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -308,7 +312,7 @@ def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     c = get_comm(group, q.device)
     d = dist_desc_for(q, k, schedule, causal, softmax_scale, deterministic, doc, window_left, window_right,
-                      same_docs_flag(c, doc, same_docs))
+                      same_docs_flag(c, doc, same_docs), softcap)
     c.last_doc = None  # until the call has gone through
     with torch.cuda.device(q.device):
         _capi.call("dfa_dist_attn_bwd_cuda", c.dfa_comm, ctypes.byref(d), _p(q), _p(k), _p(v), _p(o), _p(lse),
@@ -319,27 +323,35 @@ def dist_attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
 
 @dist_attn_bwd.register_fake
 def _(dout, q, k, v, o, lse, group, schedule, causal, softmax_scale, deterministic, doc=None,
-      window_left=NO_WINDOW, window_right=NO_WINDOW, same_docs=0):
+      window_left=NO_WINDOW, window_right=NO_WINDOW, same_docs=0, softcap=0.0):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, group, schedule, causal, softmax_scale, doc, window_left, window_right, same_docs = inputs
+    (q, k, v, group, schedule, causal, softmax_scale, doc, window_left, window_right, same_docs, deterministic,
+     softcap) = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, doc)  # the backward needs the forward's mask
     ctx.args = (group, schedule, causal, softmax_scale)
     ctx.window = (window_left, window_right)
-    ctx.same_docs = same_docs
+    ctx.same_docs, ctx.deterministic, ctx.softcap = same_docs, deterministic, softcap
+    ctx.set_materialize_grads(False)  # an unused lse (the usual case) gives None: no extra call
 
 
 def _backward(ctx, grad_o, grad_lse):
-    # lse is internal here (dist_attention returns o only), so its gradient is always zero.
     q, k, v, o, lse, doc = ctx.saved_tensors
-    deterministic = torch.are_deterministic_algorithms_enabled()
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
     # the forward's choice: a promise holds for its backward (a step that passes one packing to
     # every layer calls the backwards after the last forward, in reverse, with the same ids)
-    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, deterministic, doc, *ctx.window, ctx.same_docs)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    tail = (deterministic, doc, *ctx.window, ctx.same_docs, ctx.softcap)
+    dq, dk, dv = dist_attn_bwd(grad_o, q, k, v, o, lse, *ctx.args, *tail)
+    if grad_lse is not None:  # lse's share: one more distributed backward (see _ops.lse_grad)
+        def bwd(v_l, o_l, dout_l):
+            return dist_attn_bwd(dout_l, q, k, v_l, o_l, lse, *ctx.args, *tail)[:2]
+        dq, dk, _ = lse_grad(bwd, q, k, v, o, lse, grad_lse, dq, dk, None, None)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 dist_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -360,3 +372,70 @@ def position_table(schedule, rank, nranks, local_rows):
         t = torch.tensor([f(schedule, rank, nranks, local_rows, i) for i in range(local_rows)], dtype=torch.int64)
         _tables[key] = t
     return t
+
+
+_device_tables = {}
+
+
+def device_positions(schedule, rank, nranks, local_rows, device):
+    """position_table on `device`, copied there once (a host-to-device copy per call would be
+    one more transfer in front of every layer)."""
+    key = (schedule, rank, nranks, local_rows, str(device))
+    t = _device_tables.get(key)
+    if t is None:
+        t = position_table(schedule, rank, nranks, local_rows).to(device=device, dtype=torch.int32)
+        _device_tables[key] = t
+    return t
+
+
+def as_process_group(group, fn):
+    """group as a ProcessGroup (or None: the world): a 1-D DeviceMesh gives its group."""
+    if group is None:
+        return None
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+    except ImportError:  # a torch built without distributed
+        return group
+    if isinstance(group, DeviceMesh):
+        if group.ndim != 1:
+            raise ValueError(f"{fn}: group is a {group.ndim}-D DeviceMesh; pass a 1-D one (e.g. mesh['cp']) "
+                             "or its ProcessGroup")
+        return group.get_group()
+    return group
+
+
+# The ids last built from a cu_seqlens tensor, so that every layer of a step gets the same ids
+# tensor (which same_doc_ids=None recognises: no exchange after the first layer).
+_cu_ids = {}
+
+
+def docs_from_cu_seqlens(cu, schedule, rank, nranks, local_rows, q, fn):
+    """This rank's int32 document ids [batch, local_rows] (contiguous, as check_mask keeps them)
+    from cu_seqlens of the whole sequence (one packing for every batch row): the index of the
+    document holding each local row's global position, by searchsorted on the device (no
+    synchronisation)."""
+    if not isinstance(cu, Tensor):
+        raise TypeError(f"{fn}: cu_seqlens must be a torch.Tensor (int32 [ndocs + 1]), not {type(cu).__name__}")
+    if cu.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{fn}: cu_seqlens must hold int32 (or int64), not {cu.dtype}")
+    if cu.dim() != 1 or cu.shape[0] < 1:
+        raise ValueError(f"{fn}: cu_seqlens must have shape [ndocs + 1]; it has {tuple(cu.shape)}")
+    if cu.device != q.device:
+        raise ValueError(f"{fn}: cu_seqlens must be on q's device {q.device}, not {cu.device}")
+    compiling = torch.compiler.is_compiling()  # traced: no cache, no host check
+    key = None if compiling else (cu.data_ptr(), cu._version, cu.shape[0], cu.dtype, schedule, rank, nranks,
+                                  local_rows, q.shape[0], str(q.device))
+    hit = _cu_ids.get("last")
+    if key is not None and hit is not None and hit[0] == key and hit[1] is cu:
+        return hit[2]
+    if not cu.is_cuda and not compiling:
+        c = cu.tolist()
+        if c[0] != 0 or any(b < a for a, b in zip(c, c[1:])):
+            raise ValueError(f"{fn}: cu_seqlens = {c[:8]}{'...' if len(c) > 8 else ''} must start at 0 and never "
+                             "decrease")
+    pos = device_positions(schedule, rank, nranks, local_rows, q.device)
+    ids = torch.searchsorted(cu.to(torch.int32).contiguous(), pos, right=True, out_int32=True)
+    ids = ids.expand(q.shape[0], local_rows).contiguous()
+    if key is not None:
+        _cu_ids["last"] = (key, cu, ids)
+    return ids

@@ -67,8 +67,14 @@ def check_qkv(q, k, v, fn, contiguous=True):
         if contiguous and not t.is_contiguous():
             raise ValueError(f"{fn}: {name} must be contiguous (row-major [batch, seqlen, heads, head_dim]); "
                              f"it has shape {tuple(t.shape)} and strides {t.stride()}: call .contiguous()")
-    if k.shape != v.shape:
-        raise ValueError(f"{fn}: k and v must have one shape; k is {tuple(k.shape)}, v is {tuple(v.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"{fn}: k and v must have one [batch, seqlen_k, kv_heads]; k is {tuple(k.shape)}, "
+                         f"v is {tuple(v.shape)}")
+    if v.shape[3] != k.shape[3]:
+        if v.shape[3] < 1:
+            raise ValueError(f"{fn}: v's head_dim (v.shape[3]) = {v.shape[3]}; it must be >= 1")
+        _capi.needs_desc(3, f"a value head_dim different from q's and k's (v.shape[3] = {v.shape[3]}, "
+                            f"k.shape[3] = {k.shape[3]})", fn)
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"{fn}: q and k must have one batch size; q has {q.shape[0]}, k has {k.shape[0]}")
     if q.shape[3] != k.shape[3]:
@@ -98,6 +104,40 @@ def check_offset(value, name, fn):
         raise TypeError(f"{fn}: {name} must be an int, not {type(value).__name__}")
     if not -_OFFSET_MAX < value < _OFFSET_MAX:
         raise ValueError(f"{fn}: {name} = {value} is out of range (|{name}| < 2^62)")
+
+
+def check_softcap(softcap, fn):
+    """softcap as the ops take it: 0.0 for off (None or 0), else a finite float > 0; a library
+    without descriptor version 3 cannot apply it (NotImplementedError)."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"{fn}: softcap must be a float (0 or None: off), not {type(softcap).__name__}")
+    c = float(softcap)
+    if c == 0.0:
+        return 0.0
+    if not (math.isfinite(c) and c > 0.0):
+        raise ValueError(f"{fn}: softcap = {softcap!r}; it must be finite and > 0 (or 0 / None: off)")
+    _capi.needs_desc(3, "softcap", fn)
+    return c
+
+
+def check_sinks(sinks, q, fn):
+    """sinks as the ops take them: None, or a float32 [num_heads] tensor on q's device (a float
+    tensor of another dtype is converted; the conversion keeps its gradient). One learnable logit
+    per query head joins every row's normaliser and carries no value."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, Tensor):
+        raise TypeError(f"{fn}: sinks must be a torch.Tensor [num_heads] or None, not {type(sinks).__name__}")
+    if not sinks.dtype.is_floating_point:
+        raise TypeError(f"{fn}: sinks must be a floating-point tensor, not {sinks.dtype}")
+    if tuple(sinks.shape) != (q.shape[2],):
+        raise ValueError(f"{fn}: sinks must have shape [num_heads] = {(q.shape[2],)}; it has {tuple(sinks.shape)}")
+    if sinks.device != q.device:
+        raise ValueError(f"{fn}: sinks must be on q's device {q.device}, not {sinks.device}")
+    _capi.needs_desc(3, "sinks", fn)
+    return sinks.to(torch.float32).contiguous()
 
 
 # --- calls into the library ---------------------------------------------------------------
@@ -151,14 +191,18 @@ def check_window(window, fn):
 
 
 def desc_for(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=None, k_doc=None,
-             window_left=NO_WINDOW, window_right=NO_WINDOW):
-    """A fresh dfa_attn_desc for these tensors and arguments."""
+             window_left=NO_WINDOW, window_right=NO_WINDOW, softcap=0.0, head_dim_v=None, sinks=None,
+             dsinks=None):
+    """A fresh dfa_attn_desc for these tensors and arguments. head_dim_v: v's last dim (None or
+    q's: the descriptor's 0)."""
     B, Sq, H, D = q.shape
     return _capi.attn_desc(B, Sq, k.shape[1], H, k.shape[2], D, dtype=DTYPES[q.dtype], causal=causal,
                            q_start=q_start, k_start=k_start, softmax_scale=scale,
                            flags=_capi.DFA_FLAG_DETERMINISTIC if deterministic else 0,
                            q_doc=_p(q_doc), k_doc=_p(k_doc),
-                           window=None if window_left == NO_WINDOW else (window_left, window_right))
+                           window=None if window_left == NO_WINDOW else (window_left, window_right),
+                           softcap=softcap, head_dim_v=0 if head_dim_v in (None, D) else head_dim_v,
+                           sinks=_p(sinks), dsinks=_p(dsinks))
 
 
 # Descriptors by everything they hold (document ids by address): a training loop calls with the
@@ -171,15 +215,20 @@ _DESC_CACHE_MAX = 256
 
 
 def desc_ref(q, k, causal, scale, q_start, k_start, deterministic=False, q_doc=None, k_doc=None,
-             window_left=NO_WINDOW, window_right=NO_WINDOW):
-    """desc_for's descriptor, by reference (what the C calls take), from the cache when it can."""
+             window_left=NO_WINDOW, window_right=NO_WINDOW, softcap=0.0, head_dim_v=None, sinks=None,
+             dsinks=None):
+    """desc_for's descriptor, by reference (what the C calls take), from the cache when it can
+    (never with dsinks: a fresh output every backward)."""
+    if dsinks is not None:
+        return ctypes.byref(desc_for(q, k, causal, scale, q_start, k_start, deterministic, q_doc, k_doc,
+                                     window_left, window_right, softcap, head_dim_v, sinks, dsinks))
     key = (q.shape, k.shape, q.dtype, causal, scale, q_start, k_start, deterministic,
            None if q_doc is None else q_doc.data_ptr(), None if k_doc is None else k_doc.data_ptr(),
-           window_left, window_right)
+           window_left, window_right, softcap, head_dim_v, None if sinks is None else sinks.data_ptr())
     r = _desc_cache.get(key)
     if r is None:
         r = ctypes.byref(desc_for(q, k, causal, scale, q_start, k_start, deterministic, q_doc, k_doc,
-                                  window_left, window_right))
+                                  window_left, window_right, softcap, head_dim_v, sinks))
         if len(_desc_cache) >= _DESC_CACHE_MAX:
             _desc_cache.clear()
         _desc_cache[key] = r
@@ -286,6 +335,10 @@ def _lse_shape(q):
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
+def _o_shape(q, v):
+    return (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+
+
 def _degenerate(q, k):
     """Sizes the C descriptor refuses (a zero batch or sequence): handled here instead."""
     return q.shape[0] == 0 or q.shape[1] == 0 or k.shape[1] == 0
@@ -298,98 +351,149 @@ def as_dout(g, like):
     return g.contiguous()
 
 
+def _no_key_lse(lse, sinks):
+    """lse of rows that see no key: -inf, or the head's sink (the normaliser holds only it)."""
+    if sinks is None:
+        return lse.fill_(-math.inf)
+    return lse.copy_(sinks.view(1, -1, 1).expand(lse.shape))
+
+
 # --- the ops --------------------------------------------------------------------------------
 
 def fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None, window_left=NO_WINDOW,
-             window_right=NO_WINDOW):
+             window_right=NO_WINDOW, softcap=0.0, sinks=None):
     """o, lse of one forward, on checked inputs (the body of both paths below)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    B, Sq, H, _ = q.shape  # each .shape makes a torch.Size: read it once
-    o = _empty_like(q)
+    B, Sq, H, D = q.shape  # each .shape makes a torch.Size: read it once
+    Dv = v.shape[3]
+    o = _empty_like(q) if Dv == D else q.new_empty((B, Sq, H, Dv))
     lse = q.new_empty((B, H, Sq), dtype=torch.float32)  # new_empty: half torch.empty(..., device=)'s cost
-    if B == 0 or Sq == 0 or k.shape[1] == 0:  # _degenerate: no keys: o = 0, lse = -inf (fully masked rows)
+    if B == 0 or Sq == 0 or k.shape[1] == 0:  # _degenerate: no keys: o = 0 (fully masked rows)
         o.zero_()
-        lse.fill_(-math.inf)
+        _no_key_lse(lse, sinks)
         return o, lse
-    fwd_into(desc_ref(q, k, causal, softmax_scale, q_start, k_start, False, q_doc, k_doc, window_left, window_right),
-             q, k, v, o, lse)
+    fwd_into(desc_ref(q, k, causal, softmax_scale, q_start, k_start, False, q_doc, k_doc, window_left, window_right,
+                      softcap, Dv, sinks), q, k, v, o, lse)
     return o, lse
 
 
+def _check_options(q, softcap, sinks, fn):
+    """The ops' own check of softcap and sinks (a caller may use torch.ops.distflash directly)."""
+    if softcap:
+        check_softcap(softcap, fn)
+    return None if sinks is None else check_sinks(sinks, q, fn)
+
+
+# q_doc/k_doc: int32 document ids; window_left/right: NO_WINDOW for none; softcap 0.0: off;
+# sinks: float32 [num_heads] or None; deterministic: the backward's choice (the forward is
+# always deterministic), saved for it. Defaults keep the calls of the older schemas valid.
 @torch.library.custom_op("distflash::attn_fwd", mutates_args=())
 def attn_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, q_start: int,
              k_start: int, q_doc: Optional[Tensor] = None, k_doc: Optional[Tensor] = None,
-             window_left: int = NO_WINDOW, window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor]:
+             window_left: int = NO_WINDOW, window_right: int = NO_WINDOW, softcap: float = 0.0,
+             sinks: Optional[Tensor] = None, deterministic: bool = False) -> Tuple[Tensor, Tensor]:
     check_qkv(q, k, v, "distflash::attn_fwd", contiguous=False)
-    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right)
+    sinks = _check_options(q, softcap, sinks, "distflash::attn_fwd")
+    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right,
+                    softcap, sinks)
 
 
 @attn_fwd.register_fake
 def _(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None, window_left=NO_WINDOW,
-      window_right=NO_WINDOW):
-    return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
+      window_right=NO_WINDOW, softcap=0.0, sinks=None, deterministic=False):
+    return q.new_empty(_o_shape(q, v)), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
 def bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic, q_doc=None,
-             k_doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW):
-    """dq, dk, dv of one backward, on checked inputs (the body of both paths)."""
+             k_doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW, softcap=0.0, sinks=None):
+    """dq, dk, dv, dsinks (None without sinks) of one backward, on checked inputs (the body of
+    both paths)."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dout, o, lse = as_dout(dout, q), o.contiguous(), lse.contiguous()
     dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    dsinks = None if sinks is None else q.new_empty((q.shape[2],), dtype=torch.float32)
+    mask = (q_doc, k_doc, window_left, window_right, softcap, v.shape[3], sinks)
     if _degenerate(q, k):
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    d = desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, q_doc, k_doc, window_left,
-                 window_right)
-    bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv)
+        dq.zero_(), dk.zero_(), dv.zero_()
+        if dsinks is not None:
+            dsinks.zero_()  # o = 0, so every D_i = dout_i . o_i is 0
+    else:
+        d = desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, *mask, dsinks)
+        bwd_into(d, q, k, v, o, lse, dout, dq, dk, dv)
     if grad_lse is not None:
-        # d lse_i / d s_ij = P_ij with s = scale q k^T, so the lse gradient g adds
-        #   dq_i += scale g_i sum_j P_ij k_j  = scale g_i * attention(q, k, k)_i
-        #   dk_j += scale sum_i P_ij g_i q_i  = the dv of a backward with dout = scale g q
-        # (dv = P^T dout depends on P only). Two more calls, only when lse's gradient is used.
-        g = grad_lse.to(torch.float32).transpose(1, 2).unsqueeze(-1)  # [B, Sq, H, 1]
-        ok = _empty(q.shape, q)
-        fwd_into(d, q, k, k, ok, None)
-        dq = (dq.float() + ok.float() * g * softmax_scale).to(q.dtype)
-        dout_l = (q.float() * g * softmax_scale).to(q.dtype).contiguous()
-        tq, tk, dk_l = _empty(q.shape, q), _empty(k.shape, k), _empty(k.shape, k)
-        bwd_into(d, q, k, v, o, lse, dout_l, tq, tk, dk_l)
-        dk = (dk.float() + dk_l.float()).to(k.dtype)
-    return dq, dk, dv
+        def bwd(v_l, o_l, dout_l):
+            tq, tk, tv = _empty_like(q), _empty_like(k), _empty_like(v)
+            bwd_into(desc_ref(q, k, causal, softmax_scale, q_start, k_start, deterministic, *mask),
+                     q, k, v_l, o_l, lse, dout_l, tq, tk, tv)
+            return tq, tk
+        dq, dk, dsinks = lse_grad(bwd, q, k, v, o, lse, grad_lse, dq, dk, dsinks, sinks)
+    return dq, dk, dv, dsinks
+
+
+def lse_grad(bwd, q, k, v, o, lse, grad_lse, dq, dk, dsinks, sinks):
+    """dq, dk, dsinks with the gradient g of lse added, by one more backward call of the same
+    attention (softcap, masks and sinks included): bwd(v, o, dout) -> (dq, dk) with q, k, lse
+    those of the forward.
+    d lse_i / d s_ij = P_ij, so lse's share of dS is g_i P_ij. The backward computes
+    dS_ij = P_ij (dout_i . v_j - dout_i . o_i): with v_j = e_0 (1 in the first column), o = 0 and
+    dout_i = g_i e_0 that is exactly g_i P_ij, and its dq and dk are lse's (its dv is dropped).
+    A sink's own share: d lse_i / d sink_h = exp(sink_h - lse_i)."""
+    g = grad_lse.to(torch.float32)
+    if not _degenerate(q, k):
+        dout_l = o.new_zeros(o.shape)
+        dout_l[..., 0] = g.transpose(1, 2)
+        v_l = v.new_zeros(v.shape)
+        v_l[..., 0] = 1
+        tq, tk = bwd(v_l, o.new_zeros(o.shape), dout_l)
+        dq = (dq.float() + tq.float()).to(q.dtype)
+        dk = (dk.float() + tk.float()).to(k.dtype)
+    if sinks is not None:
+        dsinks = dsinks + (g * torch.exp(sinks.view(1, -1, 1) - lse)).sum(dim=(0, 2))
+    return dq, dk, dsinks
 
 
 @torch.library.custom_op("distflash::attn_bwd", mutates_args=())
 def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, grad_lse: Optional[Tensor],
              causal: bool, softmax_scale: float, q_start: int, k_start: int,
              deterministic: bool, q_doc: Optional[Tensor] = None, k_doc: Optional[Tensor] = None,
-             window_left: int = NO_WINDOW, window_right: int = NO_WINDOW) -> Tuple[Tensor, Tensor, Tensor]:
+             window_left: int = NO_WINDOW, window_right: int = NO_WINDOW, softcap: float = 0.0,
+             sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """dq, dk, dv and dsinks (float32 [num_heads]; [0] without sinks)."""
     check_qkv(q, k, v, "distflash::attn_bwd", contiguous=False)
-    return bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic, q_doc,
-                    k_doc, window_left, window_right)
+    sinks = _check_options(q, softcap, sinks, "distflash::attn_bwd")
+    dq, dk, dv, dsinks = bwd_impl(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start,
+                                  deterministic, q_doc, k_doc, window_left, window_right, softcap, sinks)
+    return dq, dk, dv, q.new_empty((0,), dtype=torch.float32) if dsinks is None else dsinks
 
 
 @attn_bwd.register_fake
 def _(dout, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start, deterministic, q_doc=None,
-      k_doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+      k_doc=None, window_left=NO_WINDOW, window_right=NO_WINDOW, softcap=0.0, sinks=None):
+    n = 0 if sinks is None else q.shape[2]
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), q.new_empty((n,), dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right = inputs
+    (q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right, softcap, sinks,
+     deterministic) = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
+    ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc, sinks)
     ctx.args = (causal, softmax_scale, q_start, k_start)
-    ctx.window = (window_left, window_right)
+    ctx.mask = (window_left, window_right, softcap)
+    ctx.deterministic = deterministic
     # An unused lse (the usual case) then gives None instead of zeros: no extra calls.
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse, q_doc, k_doc = ctx.saved_tensors
+    q, k, v, o, lse, q_doc, k_doc, sinks = ctx.saved_tensors
     if grad_o is None:
         grad_o = torch.zeros_like(o)
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    dq, dk, dv = attn_bwd(grad_o, q, k, v, o, lse, grad_lse, *ctx.args, deterministic, q_doc, k_doc, *ctx.window)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv, dsinks = attn_bwd(grad_o, q, k, v, o, lse, grad_lse, *ctx.args, deterministic, q_doc, k_doc,
+                                  *ctx.mask, sinks)
+    return (dq, dk, dv, None, None, None, None, None, None, None, None, None, None if sinks is None else dsinks,
+            None)
 
 
 attn_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -401,18 +505,20 @@ class AttnEager(torch.autograd.Function):
     ops, which the compiler and the mode see).
     The custom-op machinery (dispatch, schema checks, aliasing checks) costs tens to hundreds
     of microseconds per call on the host; a plain autograd.Function costs a few.
-    apply(q, k, v, args): the non-tensor arguments and the document ids travel in one tuple,
-    args = (causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right):
-    apply and the engine handle every argument (and backward's None for each) one by one."""
+    apply(q, k, v, sinks, args): the non-tensor arguments and the document ids travel in one
+    tuple, args = (causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left,
+    window_right, softcap, deterministic): apply and the engine handle every argument (and
+    backward's None for each) one by one."""
 
     @staticmethod
-    def forward(ctx, q, k, v, args):
-        causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right = args
-        o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right)
-        if q_doc is None:
+    def forward(ctx, q, k, v, sinks, args):
+        causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right, softcap, _ = args
+        o, lse = fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, q_doc, k_doc, window_left, window_right,
+                          softcap, sinks)
+        if q_doc is None and sinks is None:
             ctx.save_for_backward(q, k, v, o, lse)
-        else:  # check_mask gives both or neither
-            ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc)
+        else:  # check_mask gives both ids or neither
+            ctx.save_for_backward(q, k, v, o, lse, q_doc, k_doc, sinks)
         ctx.args = args
         ctx.set_materialize_grads(False)
         return o, lse
@@ -421,13 +527,14 @@ class AttnEager(torch.autograd.Function):
     def backward(ctx, grad_o, grad_lse):
         saved = ctx.saved_tensors
         q, k, v, o, lse = saved[:5]
-        q_doc, k_doc = saved[5:] if len(saved) == 7 else (None, None)
-        causal, softmax_scale, q_start, k_start, _, _, window_left, window_right = ctx.args
+        q_doc, k_doc, sinks = saved[5:] if len(saved) == 8 else (None, None, None)
+        causal, softmax_scale, q_start, k_start, _, _, window_left, window_right, softcap, deterministic = ctx.args
         if grad_o is None:
             grad_o = torch.zeros_like(o)
-        dq, dk, dv = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start,
-                              torch.are_deterministic_algorithms_enabled(), q_doc, k_doc, window_left, window_right)
-        return dq, dk, dv, None
+        dq, dk, dv, dsinks = bwd_impl(grad_o, q, k, v, o, lse, grad_lse, causal, softmax_scale, q_start, k_start,
+                                      deterministic or torch.are_deterministic_algorithms_enabled(), q_doc, k_doc,
+                                      window_left, window_right, softcap, sinks)
+        return dq, dk, dv, dsinks, None
 
 
 # How many TorchDispatchModes are active (a C call of a few tens of nanoseconds). Private in
@@ -436,15 +543,19 @@ _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
 
 
 def attention_fwd(q, k, v, causal, softmax_scale, q_start, k_start, q_doc=None, k_doc=None,
-                  window_left=NO_WINDOW, window_right=NO_WINDOW):
+                  window_left=NO_WINDOW, window_right=NO_WINDOW, softcap=0.0, sinks=None, deterministic=False):
     """o, lse for checked inputs, by the cheapest path that keeps autograd, torch.compile and
     dispatch modes right: the op when the compiler traces or a TorchDispatchMode is active
     (selective activation checkpointing, FakeTensorMode, ...), since a mode sees the op as one
     call it can save or replay, where AttnEager's body shows it only allocations around an
-    opaque C call; else AttnEager, or plain fwd_impl when no gradient is wanted."""
+    opaque C call; else AttnEager, or plain fwd_impl when no gradient is wanted.
+    deterministic: the backward's DFA_FLAG_DETERMINISTIC (also set by
+    torch.use_deterministic_algorithms(True))."""
     mask = (q_doc, k_doc, window_left, window_right)
     if torch.compiler.is_compiling() or _dispatch_modes():
-        return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return AttnEager.apply(q, k, v, (causal, softmax_scale, q_start, k_start) + mask)
-    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, *mask)
+        return attn_fwd(q, k, v, causal, softmax_scale, q_start, k_start, *mask, softcap, sinks, deterministic)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                    or (sinks is not None and sinks.requires_grad)):
+        return AttnEager.apply(q, k, v, sinks, (causal, softmax_scale, q_start, k_start) + mask
+                               + (softcap, deterministic))
+    return fwd_impl(q, k, v, causal, softmax_scale, q_start, k_start, *mask, softcap, sinks)

@@ -31,7 +31,7 @@ __all__ = ["attention", "dist_attention", "dist_position", "checkpoint", "checkp
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, return_lse=False, doc_ids=None,
-              window=None):
+              window=None, softcap=None, sinks=None, deterministic=False):
     """Exact attention softmax(softmax_scale * q k^T + mask) v on one device.
 
     causal: key j is visible to query i iff k_start + j <= q_start + i (q_start, k_start: the
@@ -43,10 +43,16 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
     key j is visible to query i only if pos_i - pos_j <= left and pos_j - pos_i <= right (None or
     -1: unlimited on that side; with causal=True, (w, None) is the usual w-token look-back).
     Masked blocks are skipped, so the cost follows the visible pairs.
-    Returns o [B, Sq, H, D], or (o, lse) with lse [B, H, Sq] float32 if return_lse (lse is
-    differentiable too: its gradient costs one more forward and backward call).
-    Backward: dfa_attn_bwd / dfa_attn_bwd_cuda (deterministic dq on CUDA when
-    torch.use_deterministic_algorithms(True) is set).
+    softcap: logit soft-capping (Gemma 2): s = softcap * tanh(s / softcap) on the scaled
+    logits s = softmax_scale * q.k (None or 0: off). sinks: learnable attention sinks (gpt-oss's
+    s_aux), a float tensor [H] on q's device: one logit per query head that joins every row's
+    softmax normaliser and carries no value (lse includes it; a row that sees no key gets o = 0
+    and lse = sink); differentiable. v may have a head_dim of its own (o then has it). These
+    three need a library with descriptor version 3 (NotImplementedError otherwise).
+    Returns o [B, Sq, H, Dv], or (o, lse) with lse [B, H, Sq] float32 if return_lse (lse is
+    differentiable too: its gradient costs one more backward call).
+    Backward: dfa_attn_bwd / dfa_attn_bwd_cuda (deterministic dq on CUDA when deterministic=True
+    or torch.use_deterministic_algorithms(True) is set).
     """
     fn = "distflash.torch.attention"
     # The usual call (checked tensors, int offsets in range, no mask) in a few comparisons; the
@@ -63,15 +69,21 @@ def attention(q, k, v, causal=False, softmax_scale=None, q_start=0, k_start=0, r
         wl = wr = _ops.NO_WINDOW
     else:
         q_doc, k_doc, wl, wr = _ops.check_mask(q, k, doc_ids, window, fn)
-    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start, q_doc, k_doc, wl, wr)
+    cap = 0.0 if softcap is None else _ops.check_softcap(softcap, fn)
+    if sinks is not None:
+        sinks = _ops.check_sinks(sinks, q, fn)
+    o, lse = _ops.attention_fwd(q, k, v, bool(causal), scale, q_start, k_start, q_doc, k_doc, wl, wr, cap, sinks,
+                                bool(deterministic))
     return (o, lse) if return_lse else o
 
 
 def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softmax_scale=None, doc_ids=None,
-                   window=None, same_doc_ids=False):
+                   window=None, same_doc_ids=False, return_lse=False, deterministic=False, cu_seqlens=None,
+                   softcap=None):
     """DistFlashAttn over the ranks of a torch.distributed process group (NCCL, CUDA tensors).
 
-    Every rank of `group` (default: the world) calls it with its own local rows:
+    group: a ProcessGroup, a 1-D DeviceMesh (its group), or None for the world.
+    Every rank of `group` calls it with its own local rows:
     q [B, n, H, D], k/v [B, n, Hkv, D], the same n on every rank. Local row i of rank r sits at
     global position dist_position(schedule, r, nranks, n, i) of the sequence (feed the model
     its tokens and RoPE angles in that order). Returns this rank's o [B, n, H, D]; backward
@@ -110,30 +122,51 @@ def dist_attention(q, k, v, group=None, schedule="balanced", causal=True, softma
     pos_j - pos_i <= right over global positions (None or -1: unlimited on that side); with
     causal=True, (w, None) is the usual w-token look-back.
     Only the chunk pairs with a visible key are computed and moved, balanced by visible pairs.
+    cu_seqlens: the documents as flash-attn's cumulative lengths instead of doc_ids: an int32
+    [ndocs + 1] tensor on q's device over the WHOLE sequence (0 .. nranks * n, the same on
+    every rank and for every batch row); each rank takes its rows' document indices from it on
+    the device (searchsorted, no synchronisation). Ids built from one cu_seqlens tensor are
+    reused while it is unchanged, so same_doc_ids=None recognises them in every layer.
+    softcap: as in attention() (needs descriptor version 3; a library whose distributed path
+    lacks it refuses with DistflashUnsupported).
+    return_lse: (o, lse) with lse [B, H, n] float32, differentiable (its gradient costs one more
+    distributed backward). deterministic: this call's backward is deterministic (also set by
+    torch.use_deterministic_algorithms(True)).
 
     Without an initialised process group, or with a group of one rank, this is
     attention(q, k, v, causal=causal, softmax_scale=softmax_scale, doc_ids=doc_ids,
-    window=window) (doc_ids [n] expanded to [B, n]), which also runs on CPU tensors.
+    window=window, ...) (doc_ids [n] expanded to [B, n]), which also runs on CPU tensors.
     """
     fn = "distflash.torch.dist_attention"
     _ops.check_qkv(q, k, v, fn)
     sched = _dist.schedule_id(schedule, fn)
     scale = _ops.resolve_scale(softmax_scale, q.shape[3], fn)
+    cap = 0.0 if softcap is None else _ops.check_softcap(softcap, fn)
+    group = _dist.as_process_group(group, fn)
     if same_doc_ids is not None and not isinstance(same_doc_ids, bool):
         raise TypeError(f"{fn}: same_doc_ids must be None, True or False, not {type(same_doc_ids).__name__}")
-    if same_doc_ids and doc_ids is None:
+    if cu_seqlens is not None and doc_ids is not None:
+        raise ValueError(f"{fn}: pass doc_ids or cu_seqlens, not both")
+    if same_doc_ids and doc_ids is None and cu_seqlens is None:
         raise ValueError(f"{fn}: same_doc_ids=True promises that doc_ids did not change, but doc_ids is None")
-    if doc_ids is None and window is None:
-        doc, wl, wr = None, _ops.NO_WINDOW, _ops.NO_WINDOW
-    else:
+    # the mask's checks come before the group is used, so a bad one raises on each rank before
+    # anything collective
+    doc, wl, wr = None, _ops.NO_WINDOW, _ops.NO_WINDOW
+    if doc_ids is not None or window is not None:
         doc, wl, wr = _dist.check_mask(q, doc_ids, window, fn)
     import torch.distributed as dist
-    if (group is None and not (dist.is_available() and dist.is_initialized())) or dist.get_world_size(group) == 1:
-        return attention(q, k, v, causal=causal, softmax_scale=scale, doc_ids=doc, window=window)
+    alone = (group is None and not (dist.is_available() and dist.is_initialized())) or dist.get_world_size(group) == 1
+    if cu_seqlens is not None:
+        rank, nranks = (0, 1) if alone else (dist.get_rank(group), dist.get_world_size(group))
+        ids = _dist.docs_from_cu_seqlens(cu_seqlens, sched, rank, nranks, q.shape[1], q, fn)
+        doc, wl, wr = _dist.check_mask(q, ids, window, fn)
+    if alone:
+        return attention(q, k, v, causal=causal, softmax_scale=scale, doc_ids=doc, window=window, softcap=cap,
+                         return_lse=return_lse, deterministic=deterministic)
     _dist.check_local(q, k, v, fn)
-    o, _ = _dist.dist_attn_fwd(q, k, v, _dist.group_name(group), sched, bool(causal), scale, doc, wl, wr,
-                               0 if same_doc_ids is None else 1 if same_doc_ids else -1)
-    return o
+    o, lse = _dist.dist_attn_fwd(q, k, v, _dist.group_name(group), sched, bool(causal), scale, doc, wl, wr,
+                                 0 if same_doc_ids is None else 1 if same_doc_ids else -1, bool(deterministic), cap)
+    return (o, lse) if return_lse else o
 
 
 def dist_position(schedule, rank, nranks, local_rows, i=None):

@@ -15,6 +15,25 @@ ATTN_FIELDS = [f[0] for f in _capi.AttnDesc._fields_]
 DIST_FIELDS = [f[0] for f in _capi.DistDesc._fields_]
 
 
+def _header():
+    path = os.path.join(REPO, "include", "distflash.h")
+    return open(path).read() if os.path.exists(path) else None
+
+
+def _header_version(header):
+    line = next(l for l in header.splitlines() if l.startswith("#define DFA_DESC_VERSION "))
+    return int(line.split()[2].rstrip("uU"), 0)
+
+
+def _fields_of_header():
+    """The mirror's fields that the header beside this checkout declares: all of them, less the
+    newer version's when the header is older than the mirror (the mirror runs ahead of it)."""
+    header = _header()
+    if header is not None and _header_version(header) < 3:
+        return [f for f in ATTN_FIELDS if f not in _capi.V3_FIELDS]
+    return ATTN_FIELDS
+
+
 def test_sizes_match_the_header_constants():
     assert ctypes.sizeof(_capi.AttnDesc) == _capi.DFA_ATTN_DESC_SIZE_V1 == 136
     assert ctypes.sizeof(_capi.DistDesc) == _capi.DFA_DIST_DESC_SIZE_V1 == 192
@@ -22,15 +41,35 @@ def test_sizes_match_the_header_constants():
 
 
 def test_constants_match_the_header():
-    header = open(os.path.join(REPO, "include", "distflash.h")).read() if os.path.exists(
-        os.path.join(REPO, "include", "distflash.h")) else None
+    header = _header()
     if header is None:
         pytest.skip("include/distflash.h not beside this checkout")
-    for name in ("DFA_DESC_MAGIC", "DFA_DESC_VERSION", "DFA_ATTN_DESC_SIZE_V1", "DFA_DIST_DESC_SIZE_V1",
-                 "DFA_FLAG_DETERMINISTIC"):
+    names = ["DFA_DESC_MAGIC", "DFA_ATTN_DESC_SIZE_V1", "DFA_DIST_DESC_SIZE_V1", "DFA_FLAG_DETERMINISTIC",
+             "DFA_FLAG_WINDOW", "DFA_FLAG_SAME_DOCS"]
+    if _header_version(header) >= 3:
+        names.append("DFA_ATTN_DESC_SIZE_V3")
+    for name in names:
         line = next(l for l in header.splitlines() if l.startswith(f"#define {name} "))
         value = int(line.split()[2].rstrip("uU"), 0)
         assert getattr(_capi, name) == value, name
+    # the mirror knows every field of the header's version (and may run ahead of it)
+    assert _header_version(header) <= _capi.DFA_DESC_VERSION
+
+
+def test_descriptors_say_the_newest_version_both_sides_know():
+    lib = _capi.library_desc_version()
+    assert _capi.desc_version() == min(lib, _capi.DFA_DESC_VERSION)
+    assert _capi.attn_desc(1, 1, 1, 1, 1, 8).version == _capi.desc_version()
+    assert _capi.dist_desc(1, 1, 1, 1, 8).attn.version == _capi.desc_version()
+
+
+def test_the_version_3_fields_sit_where_the_layout_puts_them():
+    """softcap, head_dim_v, sinks, dsinks carved out of version 2's reserved[5] (bytes 96-136):
+    the size stays 136 and reserved keeps its last 16 bytes."""
+    want = {"softcap": (96, 4), "head_dim_v": (100, 4), "sinks": (104, 8), "dsinks": (112, 8), "reserved": (120, 16)}
+    for f, (off, size) in want.items():
+        assert (getattr(_capi.AttnDesc, f).offset, getattr(_capi.AttnDesc, f).size) == (off, size), f
+    assert ctypes.sizeof(_capi.AttnDesc) == _capi.DFA_ATTN_DESC_SIZE_V3 == 136
 
 
 def _c_offsets():
@@ -42,7 +81,7 @@ def _c_offsets():
              '  printf("attn sizeof %zu\\n", sizeof(dfa_attn_desc));',
              '  printf("dist sizeof %zu\\n", sizeof(dfa_dist_desc));']
     lines += [f'  printf("attn {f} %zu %zu\\n", offsetof(dfa_attn_desc, {f}), sizeof(((dfa_attn_desc *)0)->{f}));'
-              for f in ATTN_FIELDS]
+              for f in _fields_of_header()]
     lines += [f'  printf("dist {f} %zu %zu\\n", offsetof(dfa_dist_desc, {f}), sizeof(((dfa_dist_desc *)0)->{f}));'
               for f in DIST_FIELDS]
     lines += ["  return 0;", "}"]
@@ -61,9 +100,12 @@ def test_field_offsets_match_c(tmp_path):
         c[(which, field)] = tuple(int(n) for n in nums)
     assert c[("attn", "sizeof")] == (ctypes.sizeof(_capi.AttnDesc),)
     assert c[("dist", "sizeof")] == (ctypes.sizeof(_capi.DistDesc),)
-    for which, cls, fields in (("attn", _capi.AttnDesc, ATTN_FIELDS), ("dist", _capi.DistDesc, DIST_FIELDS)):
+    for which, cls, fields in (("attn", _capi.AttnDesc, _fields_of_header()), ("dist", _capi.DistDesc, DIST_FIELDS)):
         for f in fields:
             desc = getattr(cls, f)
+            if f == "reserved" and which == "attn" and fields is not ATTN_FIELDS:
+                assert c[(which, f)] == (96, 40)  # version 2's reserved[5], where version 3's fields now sit
+                continue
             assert c[(which, f)] == (desc.offset, desc.size), f"{which}.{f}: C {c[(which, f)]}, ctypes {(desc.offset, desc.size)}"
 
 
@@ -71,7 +113,7 @@ def test_attn_desc_bytes_match_dfa_attn_desc_init():
     ours = _capi.attn_desc(2, 3, 5, 8, 4, 64)
     theirs = _capi.fn("dfa_attn_desc_init")(2, 3, 5, 8, 4, 64)
     assert bytes(ours) == bytes(theirs)
-    assert ours.struct_size == 136 and ours.magic == _capi.DFA_DESC_MAGIC and ours.version == _capi.DFA_DESC_VERSION
+    assert ours.struct_size == 136 and ours.magic == _capi.DFA_DESC_MAGIC and ours.version == _capi.desc_version()
     assert bytes(ours)[4:8] == b"DFA1"  # little-endian, as the header says
 
 
@@ -103,7 +145,7 @@ def test_a_filled_descriptor_is_accepted_and_a_bad_header_refused():
         elif tweak == "struct_size":
             bad.struct_size = 7
         else:
-            bad.reserved[3] = 1
+            bad.reserved[1] = 1
         status = _capi.fn("dfa_attn_fwd")(ctypes.byref(bad), q.data_ptr(), q.data_ptr(), q.data_ptr(),
                                           o.data_ptr(), lse.data_ptr())
         if status == _capi.DFA_OK:

@@ -63,7 +63,7 @@ def test_non_contiguous(which):
 
 def test_shape_mismatches():
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="k and v must have one shape"):
+    with pytest.raises(ValueError, match=r"k and v must have one \[batch, seqlen_k, kv_heads\]"):
         dft.attention(q, k, v[:, :4].contiguous())
     with pytest.raises(ValueError, match="one batch size"):
         dft.attention(q, *qkv(B=2)[1:])

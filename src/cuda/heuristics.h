@@ -76,4 +76,86 @@ static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes
     return (int)(n < heads ? n : heads);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The Hopper backward (bwd_ws.cuh), per head dim D and mask (documents, windows).
+ *   BM             query rows per block of a CTA's walk (a CTA owns 128 keys)
+ *   MASKED         the mask's visible intervals decide the element test (mask.cuh); the unmasked
+ *                  kernel keeps the plain causal test, which costs the unmasked blocks less
+ *   FAST_EXP       P recomputed with ex2.approx.ftz alone (as the forward's FAST_EXP)
+ *   DEFER_DQ       block j's dQ product goes in with block j + 1's S^T, and its tile is staged
+ *                  for the dQ writer under S^T: the tensor pipe does not drain between blocks and
+ *                  no product is in flight across iterations; otherwise dQ goes in right behind
+ *                  dV/dK of its own block
+ *   DQ_WHOLE_TILE  (D = 128, with DEFER_DQ) each block's whole 64 x 128 dQ tile is one
+ *                  consumer's m64n128 product, the consumers taking turns: it reads dS^T and K
+ *                  once (48 KB of shared-memory operands where two m64n64 halves read 64 KB), and
+ *                  the other consumer has no dQ work in that block
+ *   TMA_DKV        dK and dV leave through shared memory and TMA (full 32-byte sectors, where
+ *                  direct stores from the accumulator layout use 16 bytes of each); float32
+ *                  instances: the key tiles handed whole to 16-bit outputs (dfa__cuda_dkv16)
+ * Every configuration walks a CTA's query blocks in runs: the blocks every row of which sees
+ * every key of the CTA skip the element test altogether. */
+template <int D, bool MASKED> struct dfa__bwd_ws_config;
+
+/* 128-row query blocks; P keeps exp2f (FAST_EXP does not pay at d = 64). */
+template <> struct dfa__bwd_ws_config<64, false> {
+    static constexpr int D = 64, BM = 128;
+    static constexpr bool MASKED = false, FAST_EXP = false, DEFER_DQ = true, DQ_WHOLE_TILE = false, TMA_DKV = false;
+    static constexpr bool TMA_DKV_SHORT_WALKS = false; /* see dfa__bwd_tma_dkv_for */
+};
+/* Masked at d = 64: deferring dQ does not pay against the masked step, so dQ goes in right behind
+   dV/dK. */
+template <> struct dfa__bwd_ws_config<64, true> : dfa__bwd_ws_config<64, false> {
+    static constexpr bool MASKED = true, DEFER_DQ = false;
+};
+
+/* 64-row query blocks (128 would be over the register budget beside dK and dV). */
+template <> struct dfa__bwd_ws_config<128, false> {
+    static constexpr int D = 128, BM = 64;
+    static constexpr bool MASKED = false, FAST_EXP = true, DEFER_DQ = true, DQ_WHOLE_TILE = true, TMA_DKV = false;
+    static constexpr bool TMA_DKV_SHORT_WALKS = true; /* see dfa__bwd_tma_dkv_for */
+};
+/* Masked at d = 128: a window's or a document's CTAs walk few blocks, so the epilogue is a large
+   share of their time: dK, dV by TMA. */
+template <> struct dfa__bwd_ws_config<128, true> : dfa__bwd_ws_config<128, false> {
+    static constexpr bool MASKED = true, TMA_DKV = true;
+};
+
+/* An unmasked configuration for short walks (dfa__bwd_tma_dkv_for): dK, dV by TMA. */
+template <class K> struct dfa__bwd_ws_short_walk : K {
+    static constexpr bool TMA_DKV = true;
+};
+
+/* CTAs per key tile for the Hopper kernel's float32 instances that add dq as it comes (bwd_ws.cuh
+   QSPLIT). A grid of fewer key tiles than SMs (the sequence-parallel executor's narrow blocks: a
+   document's tail against the next chunk's rows, a few key tiles per kv head, each CTA walking
+   thousands of query rows) leaves most SMs idle; splitting each tile's query blocks over several
+   CTAs, their dK, dV added into zeroed outputs, fills them, down to DFA__BWD_QSPLIT_MIN_ITERS
+   query blocks per CTA, below which a CTA's K/V load and pipeline fill are not paid back. ctas:
+   key tiles of the grid; iters: the most query blocks (times the group's heads) a tile walks;
+   sms: the device's SMs. Never with keys handed to 16-bit outputs (whole or not, they are written
+   once) nor in the deterministic modes (float32 additions in any order). A test may force the
+   count (dfa__cuda_force_bwd_qsplit). */
+#define DFA__BWD_QSPLIT_MIN_ITERS 8
+static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) {
+    const int forced = dfa__cuda_forced_bwd_qsplit();
+    if (forced > 0) return forced;
+    if (ctas <= 0 || ctas * 2 > sms) return 1;
+    long long n = sms / ctas, by_iters = iters / DFA__BWD_QSPLIT_MIN_ITERS;
+    n = n < by_iters ? n : by_iters;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* Whether the unmasked configuration with TMA_DKV_SHORT_WALKS, 16-bit outputs and dQ added as it
+   comes stores dK and dV by TMA (dfa__bwd_ws_short_walk): when a key tile's CTA walks at most
+   DFA__BWD_TMA_DKV_MAX_ROWS query rows (rows: seqlen_q times the group's heads). The epilogue is a
+   CTA's share in inverse proportion to the blocks it walks: large on short walks, where the
+   full-sector stores pay; on long walks it is a small share and the direct stores' main loop is
+   scheduled as well or better. A test may force either form (dfa__cuda_force_bwd_dkv_tma). */
+#define DFA__BWD_TMA_DKV_MAX_ROWS 4096
+static inline bool dfa__bwd_tma_dkv_for(long long rows) {
+    const int forced = dfa__cuda_forced_bwd_dkv_tma();
+    return forced ? forced == 2 : rows <= DFA__BWD_TMA_DKV_MAX_ROWS;
+}
+
 #endif

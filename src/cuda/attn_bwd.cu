@@ -10,14 +10,6 @@
 
 #include "launch_bwd.cuh"
 
-/* How the library's backward computes dq for this shape, given whether the Hopper kernel runs:
-   0 a dq pass after the key-block kernel, 1 the key-block kernel adds it in any order, 2 in a
-   fixed order. */
-static int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int wgmma) {
-    if (!(s->flags & DFA_FLAG_DETERMINISTIC)) return 1;
-    return wgmma && !s->masked ? 2 : 0; /* the in-order dq knows no masks (bwd_ws.cuh) */
-}
-
 static size_t dfa__align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* Scratch layout: D and lse2 [2 rows], the f32 dq accumulator (unless dq is float32 or a dq
@@ -149,12 +141,8 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 1, &wgmma, fn);
     if (st) return st;
     const int dq_mode = dfa__bwd_dq_mode(s, wgmma);
-    /* Every key handed to 16-bit outputs, and dq added by the key-block kernel: that is the 16-bit
-       kernel itself, with the caller's float32 dq as its accumulator (scaled on the way in, as
-       every dq contribution is) and no conversion after it. The float32 instances are scheduled
-       differently by ptxas and ran 2-3% slower (ncu, run 63). */
-    const int all16 = s->out_f32 && dq_mode != 0 && dkv16 && dkv16->dk && dkv16->dv && dkv16->from <= 0 &&
-                      dkv16->to >= s->seqlen_k;
+    /* every key handed to 16-bit outputs: the 16-bit kernel itself (heuristics.h) */
+    const int all16 = dfa__bwd_all_keys_16bit(s, dq_mode, dkv16);
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, all16 ? dkv16->dk : dk, all16 ? dkv16->dv : dv, scratch,
                               all16 ? NULL : dkv16,
                               dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16], dq_mode,

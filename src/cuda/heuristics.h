@@ -158,4 +158,56 @@ static inline bool dfa__bwd_tma_dkv_for(long long rows) {
     return forced ? forced == 2 : rows <= DFA__BWD_TMA_DKV_MAX_ROWS;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Which family runs a pass, and how the backward computes dq. */
+
+/* The Hopper kernels run a pass on sm_90 (their sm_90a code: wgmma, TMA, setmaxnreg, runs there
+   only) at the head dims they are built for: 64 and 128, and 256 in the forward (the backward's
+   dK, dV accumulators of 256 columns do not fit its consumers' registers). Elsewhere the
+   mma.sync kernels run (sm_80 on, any head dim). backward: 0 the forward, 1 the backward. */
+static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int backward) {
+    return cc == 90 && (head_dim == 64 || head_dim == 128 || (!backward && head_dim == 256));
+}
+
+/* How the backward computes dq: 0 a dq pass after the key-block kernel, 1 the key-block kernel
+   adds it in any order (float32 reduce-adds or atomics), 2 in key-block order. Without
+   DFA_FLAG_DETERMINISTIC, 1 (one pass, no second walk over K and V). Deterministic: 2 with the
+   Hopper kernel (its dQ writer adds the tiles of each query block in a fixed order), except under
+   a mask, whose order the in-order dq does not derive (it follows the causal structure); there,
+   and with the mma.sync kernels, 0. hopper: the Hopper kernels run the backward. */
+static inline int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int hopper) {
+    if (!(s->flags & DFA_FLAG_DETERMINISTIC)) return 1;
+    return hopper && !s->masked ? 2 : 0;
+}
+
+/* A float32 backward (out_f32) whose every key's dk, dv go to 16-bit outputs (dkv16 covering all
+   of them) with dq added by the key-block kernel runs as the 16-bit kernel itself, with the
+   caller's float32 dq as its accumulator (scaled on the way in, as every dq contribution is)
+   and no conversion after it: ptxas schedules the float32 instances' main loop apart, slower. */
+static inline bool dfa__bwd_all_keys_16bit(const dfa__cuda_shape *s, int dq_mode, const dfa__cuda_dkv16 *dkv16) {
+    return s->out_f32 && dq_mode != 0 && dkv16 && dkv16->dk && dkv16->dv && dkv16->from <= 0 &&
+           dkv16->to >= s->seqlen_k;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The mma.sync kernels (fwd_mma.cuh, bwd_mma.cuh), per padded head dim DP (64, 128 or 256: the
+ * head dim rounded up). The key blocks shrink as DP grows, so that the double-buffered tiles fit
+ * shared memory and the accumulators the registers. */
+/* The forward: NW warps of 16 query rows, key blocks of BN. */
+template <int DP> struct dfa__fwd_mma_config;
+template <> struct dfa__fwd_mma_config<64> { static constexpr int NW = 4, BN = 128; };
+template <> struct dfa__fwd_mma_config<128> { static constexpr int NW = 4, BN = 64; };
+template <> struct dfa__fwd_mma_config<256> { static constexpr int NW = 4, BN = 32; };
+/* The key-block kernel: BN keys per CTA, query blocks of BM; DSPLIT 2 splits dK, dV's columns
+   over two warps (d = 256: 256 accumulator columns of each would not fit one warp's registers). */
+template <int DP> struct dfa__bwd_kv_mma_config;
+template <> struct dfa__bwd_kv_mma_config<64> { static constexpr int BN = 128, BM = 64, DSPLIT = 1; };
+template <> struct dfa__bwd_kv_mma_config<128> { static constexpr int BN = 128, BM = 64, DSPLIT = 1; };
+template <> struct dfa__bwd_kv_mma_config<256> { static constexpr int BN = 64, BM = 32, DSPLIT = 2; };
+/* The deterministic dq pass: NW warps of 16 query rows, key blocks of BN. */
+template <int DP> struct dfa__bwd_dq_mma_config;
+template <> struct dfa__bwd_dq_mma_config<64> { static constexpr int NW = 4, BN = 64; };
+template <> struct dfa__bwd_dq_mma_config<128> { static constexpr int NW = 4, BN = 64; };
+template <> struct dfa__bwd_dq_mma_config<256> { static constexpr int NW = 4, BN = 32; };
+
 #endif

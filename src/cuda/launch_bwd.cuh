@@ -81,12 +81,18 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
 }
 
 /* The mma.sync key-block kernel, any head dim; ATOMIC: dq through float32 atomics too. */
+template <int DP, int ATOMIC, int BF16, int OUT32>
+static dfa_status dfa__bwd_kv_mma_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                     const char *fn) {
+    typedef dfa__bwd_kv_mma_config<DP> K;
+    return dfa__launch_bwd_kv<DP, K::BN, K::BM, K::DSPLIT, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
+}
 template <int ATOMIC, int BF16, int OUT32>
 static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                   const char *fn) {
-    if (p.sh.head_dim <= 64) return dfa__launch_bwd_kv<64, 128, 64, 1, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
-    if (p.sh.head_dim <= 128) return dfa__launch_bwd_kv<128, 128, 64, 1, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
-    return dfa__launch_bwd_kv<256, 64, 32, 2, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
+    if (p.sh.head_dim <= 64) return dfa__bwd_kv_mma_of<64, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__bwd_kv_mma_of<128, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
+    return dfa__bwd_kv_mma_of<256, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
 }
 
 /* The warp-specialised Hopper key-block kernel (bwd_ws.cuh) of one head dim: the masked
@@ -120,11 +126,16 @@ static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16
 }
 
 /* The deterministic dq pass (mma.sync), any head dim. */
+template <int DP, int BF16, int OUT32>
+static dfa_status dfa__bwd_dq_mma_of(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__bwd_dq_mma_config<DP> K;
+    return dfa__launch_bwd_dq<DP, K::NW, K::BN, BF16, OUT32>(p, st, fn);
+}
 template <int BF16, int OUT32>
 static dfa_status dfa__bwd_dq_mma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim <= 64) return dfa__launch_bwd_dq<64, 4, 64, BF16, OUT32>(p, st, fn);
-    if (p.sh.head_dim <= 128) return dfa__launch_bwd_dq<128, 4, 64, BF16, OUT32>(p, st, fn);
-    return dfa__launch_bwd_dq<256, 4, 32, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 64) return dfa__bwd_dq_mma_of<64, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__bwd_dq_mma_of<128, BF16, OUT32>(p, st, fn);
+    return dfa__bwd_dq_mma_of<256, BF16, OUT32>(p, st, fn);
 }
 
 /* One backward around the key-block kernel `kv`: scratch (the caller's, or stream-ordered), the

@@ -115,11 +115,16 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
 }
 
 /* The mma.sync forward, any head dim (padded to 64, 128 or 256). */
+template <int DP, int BF16, int OUT32>
+static dfa_status dfa__fwd_mma_of(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    typedef dfa__fwd_mma_config<DP> K;
+    return dfa__launch_fwd_mma<DP, K::NW, K::BN, BF16, OUT32>(p, st, fn);
+}
 template <int BF16, int OUT32>
 static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim <= 64) return dfa__launch_fwd_mma<64, 4, 128, BF16, OUT32>(p, st, fn);
-    if (p.sh.head_dim <= 128) return dfa__launch_fwd_mma<128, 4, 64, BF16, OUT32>(p, st, fn);
-    return dfa__launch_fwd_mma<256, 4, 32, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 64) return dfa__fwd_mma_of<64, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim <= 128) return dfa__fwd_mma_of<128, BF16, OUT32>(p, st, fn);
+    return dfa__fwd_mma_of<256, BF16, OUT32>(p, st, fn);
 }
 
 /* The Hopper forward, head dims 64, 128 and 256: each its configuration (heuristics.h). */

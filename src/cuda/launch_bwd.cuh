@@ -1,7 +1,7 @@
 /* Internal (CUDA sources only): the backward launchers, as templates. The library
- * (attn_bwd.cu) instantiates the kernels it ships; the kernel lab (bench/gpu)
- * instantiates the variants it measures them against and runs them through
- * dfa__cuda_bwd_with. */
+ * (attn_bwd.cu) instantiates the kernels it ships, chosen by heuristics.h; the kernel lab
+ * (lab/gpu) instantiates the same launchers with configurations of its own and runs them
+ * through dfa__cuda_bwd_with. */
 #ifndef DFA_CUDA_LAUNCH_BWD_CUH
 #define DFA_CUDA_LAUNCH_BWD_CUH
 

@@ -1,6 +1,6 @@
 /* Internal (CUDA sources only): the forward launchers, as templates. The library
- * (attn_fwd.cu) instantiates the kernels it ships; the kernel lab (bench/gpu)
- * instantiates the variants it measures them against. */
+ * (attn_fwd.cu) instantiates the kernels it ships, chosen by heuristics.h; the kernel lab
+ * (lab/gpu) instantiates the same launchers with configurations of its own. */
 #ifndef DFA_CUDA_LAUNCH_FWD_CUH
 #define DFA_CUDA_LAUNCH_FWD_CUH
 

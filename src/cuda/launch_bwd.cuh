@@ -95,16 +95,14 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, const dfa__cuda_dkv1
     return dfa__bwd_kv_mma_of<256, ATOMIC, BF16, OUT32>(p, dkv16, st, fn);
 }
 
-/* The warp-specialised Hopper key-block kernel (bwd_ws.cuh) of one head dim: the masked
-   configuration for masked calls, the unmasked one otherwise, with dK, dV by TMA for short walks
-   where the head dim has that form (heuristics.h). DQ_MODE: 0 no dQ (a dq pass follows: masked
-   deterministic calls only), 1 dQ added as it comes, 2 in key-block order (deterministic calls
-   without a mask: the in-order dQ knows no masks). */
-template <int D, int DQ_MODE, int BF16, int OUT32>
+/* The warp-specialised Hopper key-block kernel (bwd_ws.cuh) of one head dim: the configuration
+   Masked for masked calls, Plain otherwise, with dK, dV by TMA for short walks where Plain has
+   that form (heuristics.h). DQ_MODE: 0 no dQ (a dq pass follows: masked deterministic calls
+   only), 1 dQ added as it comes, 2 in key-block order (deterministic calls without a mask: the
+   in-order dQ knows no masks). */
+template <class Plain, class Masked, int DQ_MODE, int BF16, int OUT32>
 static dfa_status dfa__bwd_ws_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                  const char *fn) {
-    typedef dfa__bwd_ws_config<D, false> Plain;
-    typedef dfa__bwd_ws_config<D, true> Masked;
     if constexpr (DQ_MODE != 2)
         if (p.sh.masked) return dfa__launch_bwd_ws<Masked, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
     if constexpr (DQ_MODE == 0) {
@@ -117,12 +115,15 @@ static dfa_status dfa__bwd_ws_of(const dfa__bwd_params &p, const dfa__cuda_dkv16
     }
 }
 
-/* The Hopper key-block kernel, head dims 64 and 128. */
-template <int DQ_MODE, int BF16, int OUT32>
+/* The Hopper key-block kernel, head dims 64 and 128, in their configurations (heuristics.h; the
+   kernel lab passes configurations of its own). */
+template <int DQ_MODE, int BF16, int OUT32, class P64 = dfa__bwd_ws_config<64, false>,
+          class M64 = dfa__bwd_ws_config<64, true>, class P128 = dfa__bwd_ws_config<128, false>,
+          class M128 = dfa__bwd_ws_config<128, true>>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                  const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__bwd_ws_of<64, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
-    return dfa__bwd_ws_of<128, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+    if (p.sh.head_dim == 64) return dfa__bwd_ws_of<P64, M64, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+    return dfa__bwd_ws_of<P128, M128, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
 }
 
 /* The deterministic dq pass (mma.sync), any head dim. */

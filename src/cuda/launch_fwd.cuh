@@ -127,12 +127,14 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
     return dfa__fwd_mma_of<256, BF16, OUT32>(p, st, fn);
 }
 
-/* The Hopper forward, head dims 64, 128 and 256: each its configuration (heuristics.h). */
-template <int BF16, int OUT32>
+/* The Hopper forward, head dims 64, 128 and 256, each in its configuration (heuristics.h; the
+   kernel lab passes configurations of its own). */
+template <int BF16, int OUT32, class K64 = dfa__fwd_wgmma_config<64>, class K128 = dfa__fwd_wgmma_config<128>,
+          class K256 = dfa__fwd_wgmma_config<256>>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<dfa__fwd_wgmma_config<64>, BF16, OUT32>(p, st, fn);
-    if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<dfa__fwd_wgmma_config<256>, BF16, OUT32>(p, st, fn);
-    return dfa__launch_fwd_wgmma<dfa__fwd_wgmma_config<128>, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<K64, BF16, OUT32>(p, st, fn);
+    if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<K256, BF16, OUT32>(p, st, fn);
+    return dfa__launch_fwd_wgmma<K128, BF16, OUT32>(p, st, fn);
 }
 
 #endif

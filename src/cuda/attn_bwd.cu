@@ -1,22 +1,33 @@
-/* The backward as the library ships it: D and base-2 lse (the dq accumulator zeroed on the
- * way), the key-block kernel
- * (dK, dV and dQ added into a float32 accumulator: on sm_90 at head dims 64 and 128 the
- * warp-specialised Hopper kernel of bwd_ws.cuh, with TMA reduce-adds, in key-block order
- * under DFA_FLAG_DETERMINISTIC; elsewhere mma.sync with float32 atomics, or under
- * DFA_FLAG_DETERMINISTIC no dq there and the separate query-block dq kernel after it),
- * then the dq conversion. Scratch memory is the caller's or is taken and given back in
- * stream order (cudaMallocAsync / cudaFreeAsync). */
+/* The backward as the library ships it, as up to three launches on the caller's stream:
+ *   1. D = rowsum(dO * O) and lse2 = lse * log2(e) per (batch, head, query row), the float32 dq
+ *      accumulator zeroed on the way (bwd_mma.cuh, dfa__bwd_dsum_kernel; a memset before it
+ *      where the accumulator is not 16-byte aligned);
+ *   2. the key-block kernel: dK, dV and, in dq modes 1 and 2, dQ added into the accumulator
+ *      (bwd_ws.cuh where the Hopper kernels run, bwd_mma.cuh's dfa__bwd_kv_kernel otherwise);
+ *   3. in dq mode 0 the dq pass (bwd_mma.cuh, dfa__bwd_dq_kernel), else the conversion of the
+ *      accumulator to dq's storage type (none when dq is float32: it was its own accumulator).
+ * The dq mode (dfa__bwd_dq_mode, heuristics.h) follows DFA_FLAG_DETERMINISTIC:
+ *   - without it, mode 1: dQ tiles are added in whatever order the CTAs reach them (TMA
+ *     reduce-adds on the Hopper path, float32 atomics with mma.sync), so dq may differ in its
+ *     last bits from run to run; o, lse, dk and dv of the public calls never do.
+ *   - with it, on the Hopper path without a mask, mode 2: the same single key-block pass, whose
+ *     dQ writer warp adds the tiles of each query block in key-block order (a counter per
+ *     (batch, head, 64 query rows) in the scratch, waited on with acquire loads). No work is
+ *     added: the cost is the writers' waits for their turn, which stall a CTA's consumers only
+ *     once its dQ staging tiles are all waiting.
+ *   - with it under a mask, or where the mma.sync kernels run, mode 0: the key-block kernel
+ *     computes no dQ, and a second pass walks the keys again per query block and writes each dq
+ *     row once (S, dP and dQ: seven matrix products per pair of query and key blocks where the
+ *     other modes take five).
+ * Scratch (dfa__cuda_bwd_scratch; the caller's, or taken with cudaMallocAsync and given back
+ * with cudaFreeAsync on the stream): D and lse2, 8 bytes per (batch, head, query row), rounded
+ * up to 256 bytes; in modes 1 and 2 the float32 dq accumulator, 4 * head_dim bytes per (batch,
+ * head, query row), unless dq is float32 (the sequence-parallel executor's calls); in mode 2
+ * then, from the next multiple of 256 bytes, the counters: 4 bytes per (batch, head, 64 query
+ * rows). A masked call's intervals come on top (api.c, launch.h). */
 #include <stdint.h>
 
 #include "launch_bwd.cuh"
-
-/* How the library's backward computes dq for this shape, given whether the Hopper kernel runs:
-   0 a dq pass after the key-block kernel, 1 the key-block kernel adds it in any order, 2 in a
-   fixed order. */
-static int dfa__bwd_dq_mode(const dfa__cuda_shape *s, int wgmma) {
-    if (!(s->flags & DFA_FLAG_DETERMINISTIC)) return 1;
-    return wgmma && !s->masked ? 2 : 0; /* the in-order dq knows no masks (bwd_ws.cuh) */
-}
 
 static size_t dfa__align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -149,12 +160,8 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 1, &wgmma, fn);
     if (st) return st;
     const int dq_mode = dfa__bwd_dq_mode(s, wgmma);
-    /* Every key handed to 16-bit outputs, and dq added by the key-block kernel: that is the 16-bit
-       kernel itself, with the caller's float32 dq as its accumulator (scaled on the way in, as
-       every dq contribution is) and no conversion after it. The float32 instances are scheduled
-       differently by ptxas and ran 2-3% slower (ncu, run 63). */
-    const int all16 = s->out_f32 && dq_mode != 0 && dkv16 && dkv16->dk && dkv16->dv && dkv16->from <= 0 &&
-                      dkv16->to >= s->seqlen_k;
+    /* every key handed to 16-bit outputs: the 16-bit kernel itself (heuristics.h) */
+    const int all16 = dfa__bwd_all_keys_16bit(s, dq_mode, dkv16);
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, all16 ? dkv16->dk : dk, all16 ? dkv16->dv : dv, scratch,
                               all16 ? NULL : dkv16,
                               dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16], dq_mode,

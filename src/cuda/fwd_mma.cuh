@@ -28,10 +28,9 @@ typedef struct {
    chosen on the host so that their K and V fit in L2 together (dfa__fwd_l2_heads); within a
    section the last query blocks come first (under a causal mask they have the most work) and
    the heads alternate fastest. Every CTA resident at one time then streams the K/V of a few
-   heads, from the same first block on, instead of one head each: with one head per resident
-   CTA (the order until 2026-12-01, l2_heads = all of them) a 32k x 128 forward read its K/V
-   from DRAM at 64% of its bandwidth (ncu, bench/gpu/results/2026-12-01/run4_profile_fwd.txt).
-   unit: the tile's number in the grid; nmb: query blocks per head. */
+   heads, from the same first block on, instead of one head each (with one head per resident
+   CTA they would stream as many heads' K/V as there are SMs, more than the L2 holds, from
+   DRAM). unit: the tile's number in the grid; nmb: query blocks per head. */
 static __device__ __forceinline__ void dfa__fwd_tile_order(uint32_t unit, int nmb, int heads, int l2_heads,
                                                            int *mb, int *bh) {
     const uint32_t per = (uint32_t)l2_heads * (uint32_t)nmb, sec = unit / per, r = unit - sec * per;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "heuristics.h"
 #include "launch.h"
 #include "tmap.h"
 
@@ -76,7 +77,7 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
     if (cc < 80)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the current device has compute capability %d.%d; 8.0 or newer is needed",
                          cc / 10, cc % 10);
-    const int hd = s->head_dim, wgmma_ok = cc == 90 && (hd == 64 || hd == 128 || (!backward && hd == 256));
+    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, backward);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128%s",
                          backward ? "backward" : "forward", backward ? "" : " or 256");

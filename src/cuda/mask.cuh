@@ -1,4 +1,4 @@
-/* Internal: documents and sliding windows in the CUDA kernels (issue 14): the one place
+/* Internal: documents and sliding windows in the CUDA kernels: the one place
  * that says which (query, key) elements and which blocks a mask leaves visible. Every kernel
  * calls these helpers, so that a new kernel only has to call them too.
  *

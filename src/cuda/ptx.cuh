@@ -85,15 +85,6 @@ static __device__ __forceinline__ void dfa__ldmatrix_x4(uint32_t *r, uint32_t ad
                  : "r"(addr));
 }
 
-/* Four 8 x 8 16-bit matrices to shared memory: register i of every lane holds two elements of
-   matrix i (row lane / 4, columns 2 (lane % 4), + 1: an mma accumulator fragment's pair), lanes
-   8 i .. 8 i + 7 give the addresses of matrix i's rows (16 bytes each). */
-static __device__ __forceinline__ void dfa__stmatrix_x4(uint32_t addr, const uint32_t *r) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
-                 "r"(r[2]), "r"(r[3])
-                 : "memory");
-}
-
 static __device__ __forceinline__ void dfa__ldmatrix_x4_trans(uint32_t *r, uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -120,10 +111,6 @@ static __device__ __forceinline__ void dfa__mbar_init(uint32_t bar, uint32_t cou
 static __device__ __forceinline__ void dfa__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-/* Adds bytes to the transactions the barrier's current phase waits for, without arriving. */
-static __device__ __forceinline__ void dfa__mbar_expect_tx_only(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
 static __device__ __forceinline__ void dfa__mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
@@ -136,7 +123,7 @@ static __device__ __forceinline__ void dfa__mbar_wait(uint32_t bar, uint32_t par
         /* a wait of ~10 s means a lost copy or arrival: fail the launch instead of hanging, by a
            store to address 0 (an illegal-address fault) rather than a trap instruction: with a
            trap in a setmaxnreg region, ptxas 13.0 allocates that region's registers at the
-           kernel's even share and ignores the reallocation (bench/gpu/NOTES.md) */
+           kernel's even share and ignores the reallocation */
         if (clock64() - t0 > 20000000000LL)
             asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(0ull), "r"(1u) : "memory");
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
@@ -148,31 +135,6 @@ static __device__ __forceinline__ void dfa__mbar_wait(uint32_t bar, uint32_t par
 static __device__ __forceinline__ void dfa__fence_barrier_init(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-
-/* The global timer (ns) and the SM this thread runs on: the kernel lab's per-CTA stamps. */
-static __device__ __forceinline__ unsigned long long dfa__globaltimer(void) {
-    unsigned long long t = 0;
-#if defined(__CUDA_ARCH__)
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-#endif
-    return t;
-}
-static __device__ __forceinline__ unsigned dfa__smid(void) {
-    unsigned x = 0;
-#if defined(__CUDA_ARCH__)
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(x));
-#endif
-    return x;
-}
-
-/* Fetch a tensor map (a __grid_constant__ kernel parameter) ahead of its first copy. */
-static __device__ __forceinline__ void dfa__prefetch_tmap(const void *map) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-#else
-    (void)map;
 #endif
 }
 
@@ -248,49 +210,6 @@ static __device__ __forceinline__ void dfa__tma_store_rows64(const void *tmap, u
     for (int cb = 0; cb < D / 64; cb++) dfa__tma_store_4d(tmap, tile + cb * rows * 128 + row0 * 128, cb * 64, c1, c2, c3);
 }
 
-/* Clusters of CTAs (sm_90). */
-/* This CTA's rank in its cluster. */
-static __device__ __forceinline__ uint32_t dfa__cluster_rank(void) {
-    uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-/* Every thread of every CTA of the cluster meets here; shared-memory writes (barrier
-   initialisation included) before it are visible cluster-wide after it. */
-static __device__ __forceinline__ void dfa__cluster_sync(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-/* One arrival on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster
-   (a consumer telling a peer's producer that its copy of a stage is free). */
-static __device__ __forceinline__ void dfa__mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n\t.reg .b32 remote;\n\t"
-                 "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}" ::"r"(bar),
-                 "r"(rank)
-                 : "memory");
-#else
-    (void)bar; (void)rank;
-#endif
-}
-/* As dfa__tma_load_4d, written to the same offset in every CTA of the cluster whose bit is set
-   in mask, each counting the bytes on its own barrier at bar's offset. */
-static __device__ __forceinline__ void dfa__tma_load_4d_multicast(uint32_t dst, const void *tmap, uint32_t bar, int c0,
-                                                                  int c1, int c2, int c3, uint16_t mask) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
-                 ::"r"(dst), "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
-                 : "memory");
-#else
-    (void)dst; (void)tmap; (void)bar; (void)c0; (void)c1; (void)c2; (void)c3; (void)mask;
-#endif
-}
-
 static __device__ __forceinline__ void dfa__wgmma_fence(void) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -324,8 +243,7 @@ static __device__ __forceinline__ uint64_t dfa__wgmma_desc(uint32_t addr, uint32
    next 14) and the constant high word (SBO 1024, 128-byte swizzle). Every shared address of an
    sm_90 CTA is under 256 KB, so the descriptor of addr + off (off a multiple of 16) is
    dfa__wgmma_desc_at(dfa__wgmma_desc_lo(addr, lbo), off): one add on a base computed once,
-   where ptxas masks, shifts and ors every address again (10-13 instructions per wgmma in the
-   backward's main loop, ncu session 18). */
+   where ptxas masks, shifts and ors every address again (10-13 instructions per wgmma). */
 static __device__ __forceinline__ uint32_t dfa__wgmma_desc_lo(uint32_t addr, uint32_t lbo_bytes) {
     return ((addr & 0x3ffffu) >> 4) | (((lbo_bytes >> 4) & 0x3fffu) << 16);
 }

@@ -3,7 +3,7 @@
  * layer (y = x W, dW += x^T dy, dx = dy W^T) at the trainer's shapes, is checked against a
  * double-precision product, and is timed (median of runs), as GFLOP/s and as a fraction of
  * this machine's float32 FMA peak measured in the same run with the same threads.
- *   build/bench/train/matmul_lab [rows] [--threads N] [--d D --ffn F]
+ *   build/lab/train/matmul_lab [rows] [--threads N] [--d D --ffn F]
  *     rows: tokens per rank (default 8192); --d/--ffn: the shapes of one model (its four
  *     linear layers' K x N: d x d, d x F, F x d, d x 256) instead of the default list.
  * The own kernel's portable build is chosen with DFA_MM_PORTABLE=1 (the lab runs each backend

@@ -1,6 +1,6 @@
-/* Kernel lab: the two-warpgroup Hopper backward key-block kernel (wgmma, TMA) for
- * head dims 64 and 128 (sm_90a only). The library's until 2026-12-01, when the
- * warp-specialised kernel (src/cuda/bwd_ws.cuh) replaced it; kept to be measured.
+/* Kernel lab, experimental: a two-warpgroup Hopper backward key-block kernel (wgmma, TMA) for
+ * head dims 64 and 128 (sm_90a only), without the producer warpgroup of the library's
+ * warp-specialised kernel (src/cuda/bwd_ws.cuh), for comparison with it.
  *
  * A CTA owns BN = 128 keys of one (kv head, batch) and walks every query block
  * (BM rows) of every query head of its group. One thread loads K and V once and
@@ -17,9 +17,8 @@
  *
  * Each consumer warpgroup computes half of the dQ tile and adds it into the f32
  * accumulator with atomics (DQ_ATOMIC); without it the deterministic dq pass of
- * bwd_mma.cuh follows. VARIANT 0 was the library's kernel; in the others bit 0
- * issues dQ behind dV/dK under one wait and bit 1 adds dq with bulk reduce-adds from
- * shared memory. OUT32 writes dk, dv (and, in
+ * bwd_mma.cuh follows. DQ_FUSED issues dQ behind dV/dK under one wait; DQ_BULK
+ * adds dq with bulk reduce-adds from shared memory instead of atomics. OUT32 writes dk, dv (and, in
  * the atomic path, scale * dq straight into the caller's float32 dq) as float32.
  * Tiles are 64-column blocks of 128-byte rows in the 128-byte swizzle, as in the
  * forward; dS^T is stored [key][query] and read as an MN-major A operand. */
@@ -39,7 +38,7 @@ template <int D, int BM> struct dfa__bwd_wgmma_cfg {
     static constexpr int SMEM = OFF_BAR + 64 + 1024;
 };
 
-template <int D, int BM, int DQ_ATOMIC, int VARIANT, int BF16, int OUT32>
+template <int D, int BM, int DQ_ATOMIC, bool DQ_FUSED, bool DQ_BULK, int BF16, int OUT32>
 __global__ void __launch_bounds__(256, 1)
     dfa__bwd_wgmma_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -48,7 +47,7 @@ __global__ void __launch_bounds__(256, 1)
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_wgmma_cfg<D, BM> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
-    constexpr int SPLIT = !(VARIANT & 1), BULK = (VARIANT & 2) != 0;
+    constexpr int SPLIT = !DQ_FUSED, BULK = DQ_BULK;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t base = (dfa__smem_addr(dfa__smem) + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + C::OFF_V, sQ = base + C::OFF_Q, sO = base + C::OFF_DO, sS = base + C::OFF_DS;

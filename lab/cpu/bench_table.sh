@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The CPU table of BENCHMARKS.md, one `distflash bench` row at a time: before each
+# A table of CPU timings, one `distflash bench` row at a time: before each
 # row it waits (up to WAIT seconds, outside the lock) for the shared machine to go
 # idle, then measures under flock /tmp/dfa-bench.lock (one benchmark at a time).
-#   bench/cpu/bench_table.sh [build dir] > table.md
+#   lab/cpu/bench_table.sh [build dir] > table.md
 # Env: WAIT (seconds, 900), DTYPE (f32), PEAK (skip measuring it), ROWS (';'-separated
 # bench arguments replacing the default grid, e.g. "-s 16k -d 64 --causal 0;-s 1k -d 128 --causal 1").
 set -euo pipefail

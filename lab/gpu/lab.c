@@ -5,22 +5,18 @@
  *
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
  *                [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M]
- *                [--stamps DIR]
+ *                [--list]
  *
- * --only keeps the variants whose name contains one of the comma-separated strings.
- * --rounds R > 1 times every selected variant once per round, round after round, on each
- * shape, and prints the median round and the spread: run-to-run drift of the GPU moved
- * single measurements by up to 10% (bench/gpu/NOTES.md), so promotions compare rounds.
- * --stamps DIR (single rounds): "bwd ws stamps", "bwd ws early kv stamps" and "bwd ws dq alt stamps"
- * (the library's kernels since session 20) leave each shape's per-CTA stamps (the last timed run's)
- * in DIR/stamps[_early|_alt]_d*_s*_c*_w*_docs*.bin for
- * bench/gpu/bwd_stamps.py.
+ * --only keeps the variants whose name contains one of the comma-separated strings; --list
+ * prints the names. --rounds R > 1 times every selected variant once per round, round after
+ * round, on each shape, and prints the median round and the spread: a GPU's clocks drift
+ * between single measurements, so comparisons take rounds.
  *
- * Variants: the forward kernels (mma.sync; wgmma; wgmma with ping-pong consumers)
- * and the backward kernels (mma.sync; wgmma and its lab variants) with either dq
- * path (f32 atomics; deterministic dq pass). The library's kernels run through the
- * public calls with their family forced (dfa__cuda_force_family, the tests' hook);
- * the variants it does not ship come from lab_variants.cu. */
+ * Variants: the library's kernels of each family (mma.sync; the Hopper kernels), forward and
+ * backward with either dq path (added as it comes; deterministic), run through the public calls
+ * with their family forced (dfa__cuda_force_family, the tests' hook); then the lab's rows
+ * (lab_variants.cu): the library's Hopper kernels with one member of their configuration
+ * changed, other grid orders, and the lab's experimental kernels. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -45,94 +41,32 @@ typedef struct {
     const char *name;
     int family; /* DFA__FAMILY_MMA or DFA__FAMILY_WGMMA: the library's kernels of that family */
     int bwd, deterministic;
-    int lab; /* LAB_LIBRARY, or the lab variant (lab_variants.h) that replaces the measured pass */
+    int lab; /* -1: the library's kernels; else the lab row (lab_variants.h) that runs the measured pass */
     int check_min; /* the check's sequence length at least this (a persistent kernel needs more
                       tiles than SMs for a CTA to take a second tile) */
 } variant;
 
-static const variant variants[] = {
-    {"fwd mma.sync", DFA__FAMILY_MMA, 0, 0, LAB_LIBRARY, 0},
-    {"bwd mma atomic dq", DFA__FAMILY_MMA, 1, 0, LAB_LIBRARY, 0},
-    {"bwd mma determ. dq", DFA__FAMILY_MMA, 1, 1, LAB_LIBRARY, 0},
-    {"fwd wgmma", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PLAIN, 0},
-    {"fwd wgmma ping-pong", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PINGPONG, 0},
-    {"fwd wgmma pp+pipe", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PIPE, 0},
-    {"fwd wgmma pipe", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PIPE_ONLY, 0},
-    {"fwd wgmma late resc.", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_LATE, 0},
-    {"fwd wgmma m128", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_M128, 0},
-    {"fwd wgmma cluster", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_CLUSTER, 0},
-    {"fwd wgmma persist", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST, 8192},
-    {"fwd wgmma persist pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_PERSIST_PP, 8192},
-    {"fwd wgmma d256 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_D256_PP, 0},
-    {"fwd wgmma heads order", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_HEADS_ORDER, 0},
-    {"fwd wgmma l2 half", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_HALF, 0},
-    {"fwd wgmma l2 double", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_L2_DOUBLE, 0},
-    {"fwd wgmma exp2f", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EXP2F, 0},
-    {"fwd wgmma ex2 pp", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_EX2_PP, 0},
-    {"fwd wgmma tma o", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_TMA_O, 0},
-    {"fwd wgmma direct o", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_DIRECT_O, 0},
-    {"fwd wgmma keep max", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_KEEP_MAX, 8192},
-    {"fwd wgmma rescale always", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_RESCALE_ALWAYS, 8192},
-    {"fwd wgmma q regs", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_Q_REGS, 8192},
-    {"fwd wgmma owed pv", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_OWED_PV, 8192},
-    {"fwd wgmma desc add", DFA__FAMILY_WGMMA, 0, 0, LAB_FWD_WGMMA_DESC_ADD, 8192},
-    {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, LAB_LIBRARY, 8192},
-    {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_LIBRARY, 0},
-    {"bwd wgmma atomic fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_FUSED, 0},
-    {"bwd wgmma bulk-red dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK, 0},
-    {"bwd wgmma bulk fused", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_BULK_FUSED, 0},
-    {"bwd wgmma determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_LIBRARY, 0},
-    {"bwd wgmma v0 atomic dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WGMMA_V0, 0},
-    {"bwd wgmma v0 determ. dq", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WGMMA_V0, 0},
-    {"bwd ws + dq pass determ.", DFA__FAMILY_WGMMA, 1, 1, LAB_BWD_WS_DQ_PASS, 0},
-    {"bwd ws plain", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_PLAIN, 0},
-    {"bwd ws chain swz", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_CHAIN_SWZ, 0},
-    {"bwd ws ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EX2, 0},
-    {"bwd ws defer dq", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER, 0},
-    {"bwd ws defer dq ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_EX2, 0},
-    {"bwd ws defer pp", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP, 0},
-    {"bwd ws defer pp ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DEFER_PP_EX2, 0},
-    {"bwd ws mask skip", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_SKIP, 0},
-    {"bwd ws tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV, 0},
-    {"bwd ws direct dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DIRECT_DKV, 0},
-    {"bwd ws mask uniform", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_MASK_UNI, 0},
-    {"bwd ws runs ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_EX2, 0},
-    {"bwd ws runs defer", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER, 0},
-    {"bwd ws runs defer pp", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_PP, 0},
-    {"bwd ws runs defer early", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EARLY, 0},
-    {"bwd ws runs defer ex2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_DEFER_EX2, 0},
-    {"bwd ws runs tma dkv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_RUNS_TMA_DKV, 0},
-    {"bwd ws q first", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_Q_FIRST, 0},
-    {"bwd ws stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_STAMPS, 0},
-    {"bwd ws early kv", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EARLY_KV, 0},
-    {"bwd ws early kv stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_EARLY_KV_STAMPS, 0},
-    {"bwd ws tma dkv all", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_TMA_DKV_ALL, 0},
-    {"bwd ws desc add", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_ADD, 0},
-    {"bwd ws desc scale stsm", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_SCALE_STSM, 0},
-    {"bwd ws desc scale stsm tma", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DESC_SCALE_STSM_TMA, 0},
-    {"bwd ws dq alt", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT, 0},
-    {"bwd ws dq alt tma", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_TMA, 0},
-    {"bwd ws dq alt m1", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M1, 0},
-    {"bwd ws dq alt m2", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M2, 0},
-    {"bwd ws dq alt m3", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_M3, 0},
-    {"bwd ws dq alt stamps", DFA__FAMILY_WGMMA, 1, 0, LAB_BWD_WS_DQ_ALT_STAMPS, 0},
+/* The library's own kernels; main appends the lab's rows. */
+static const variant library_rows[] = {
+    {"fwd mma.sync", DFA__FAMILY_MMA, 0, 0, -1, 0},
+    {"bwd mma atomic dq", DFA__FAMILY_MMA, 1, 0, -1, 0},
+    {"bwd mma determ. dq", DFA__FAMILY_MMA, 1, 1, -1, 0},
+    {"fwd wgmma (library)", DFA__FAMILY_WGMMA, 0, 0, -1, 8192},
+    {"bwd wgmma atomic dq", DFA__FAMILY_WGMMA, 1, 0, -1, 0},
+    {"bwd wgmma determ. dq", DFA__FAMILY_WGMMA, 1, 1, -1, 0},
 };
-
-/* The stamps file's suffix of a stamping lab row (--stamps DIR), NULL for a row without stamps. */
-static const char *stamps_suffix(int lab) {
-    return lab == LAB_BWD_WS_STAMPS ? "" : lab == LAB_BWD_WS_EARLY_KV_STAMPS ? "_early"
-                                       : lab == LAB_BWD_WS_DQ_ALT_STAMPS   ? "_alt"
-                                                                           : NULL;
-}
+#define MAX_VARIANTS 128
+static variant variants[MAX_VARIANTS];
+static int nvariants;
 
 /* The variant's forward: its own for a forward lab variant, else the library's (of its family). */
 static dfa_status run_fwd(const variant *v, const dfa_attn_desc *d, const void *q, const void *k, const void *vv,
                           void *o, float *lse) {
-    return v->lab && !v->bwd ? lab_fwd(v->lab, d, q, k, vv, o, lse, 0) : dfa_attn_fwd_cuda(d, q, k, vv, o, lse, 0);
+    return v->lab >= 0 && !v->bwd ? lab_fwd(v->lab, d, q, k, vv, o, lse, 0) : dfa_attn_fwd_cuda(d, q, k, vv, o, lse, 0);
 }
 static dfa_status run_bwd(const variant *v, const dfa_attn_desc *d, const void *q, const void *k, const void *vv,
                           const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv) {
-    return v->lab ? lab_bwd(v->lab, d, q, k, vv, o, lse, dout, dq, dk, dv, 0)
+    return v->lab >= 0 ? lab_bwd(v->lab, d, q, k, vv, o, lse, dout, dq, dk, dv, 0)
                   : dfa_attn_bwd_cuda(d, q, k, vv, o, lse, dout, dq, dk, dv, 0);
 }
 
@@ -384,13 +318,23 @@ static int cmpd(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-#define NV (sizeof variants / sizeof variants[0])
 #define MAX_ROUNDS 16
 
 int main(int argc, char **argv) {
     int dims[4] = {128}, nd = 1, seqs[8] = {8192, 32768}, ns = 2, causals[2] = {1}, nc = 1, check_s = 1000, reps = 5;
     int rounds = 1;
-    const char *only = NULL, *stamps = NULL; /* --stamps DIR: where "bwd ws stamps" leaves its stamps */
+    const char *only = NULL;
+    const int nlib = (int)(sizeof library_rows / sizeof library_rows[0]);
+    for (int i = 0; i < nlib; i++) variants[nvariants++] = library_rows[i];
+    for (int i = 0; i < lab_variant_count() && nvariants < MAX_VARIANTS; i++) {
+        const lab_variant *r = lab_variant_at(i);
+        const variant v = {r->name, DFA__FAMILY_WGMMA, r->bwd, r->deterministic, i, r->check_min};
+        variants[nvariants++] = v;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--list")) {
+        for (int i = 0; i < nvariants; i++) printf("%s\n", variants[i].name);
+        return 0;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--dims")) nd = parse_list(argv[i + 1], dims, 4);
         else if (!strcmp(argv[i], "--seqlens")) ns = parse_list(argv[i + 1], seqs, 8);
@@ -401,11 +345,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
         else if (!strcmp(argv[i], "--window")) g_window = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--docs")) g_docs = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--stamps")) stamps = argv[i + 1];
         else {
             fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] "
                             "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M] "
-                            "[--stamps DIR]\n");
+                            "[--list]\n");
             return 2;
         }
     }
@@ -419,7 +362,7 @@ int main(int argc, char **argv) {
     LAB_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     if (rounds == 1) { /* each variant in turn over every shape */
         printf("%-22s %4s %6s %2s | %10s | %9s %8s\n", "variant", "d", "S", "c", "rel diff", "ms", "TFLOP/s");
-        for (size_t vi = 0; vi < NV; vi++) {
+        for (int vi = 0; vi < nvariants; vi++) {
             const variant *v = &variants[vi];
             if (!selected(v, only)) continue;
             set_variant(v);
@@ -428,16 +371,7 @@ int main(int argc, char **argv) {
                     const double diff = check(v, dims[di], check_s, causals[ci]);
                     for (int si = 0; si < ns; si++) {
                         const int D = dims[di], S = seqs[si], causal = causals[ci];
-                        const char *suffix = stamps ? stamps_suffix(v->lab) : NULL;
-                        const int stamping = suffix != NULL;
-                        if (stamping && lab_bwd_stamps_clear()) fprintf(stderr, "lab: stamps not cleared\n");
                         const float ms = timeit(v, D, S, causal, reps);
-                        if (stamping) { /* the last timed run's */
-                            char path[512];
-                            snprintf(path, sizeof path, "%s/stamps%s_d%d_s%d_c%d_w%d_docs%d.bin", stamps, suffix, D, S,
-                                     causal, g_window, g_docs);
-                            if (lab_bwd_stamps_dump(path)) fprintf(stderr, "lab: stamps not written to %s\n", path);
-                        }
                         const double fl = bench_flops(v, D, S, causal);
                         printf("%-22s %4d %6d %2d | %10.2e | %9.3f %8.1f\n", v->name, D, S, causal, diff, ms,
                                fl / (ms * 1e-3) / 1e12);
@@ -452,10 +386,10 @@ int main(int argc, char **argv) {
        with the spread (max - min) / median of the rounds. */
     printf("%-22s %4s %6s %2s | %10s | %9s %8s %7s  (%d interleaved rounds)\n", "variant", "d", "S", "c", "rel diff",
            "ms", "TFLOP/s", "spread", rounds);
-    static double diffs[NV], ms[NV][MAX_ROUNDS];
+    static double diffs[MAX_VARIANTS], ms[MAX_VARIANTS][MAX_ROUNDS];
     for (int di = 0; di < nd; di++)
         for (int ci = 0; ci < nc; ci++) {
-            for (size_t vi = 0; vi < NV; vi++)
+            for (int vi = 0; vi < nvariants; vi++)
                 if (selected(&variants[vi], only)) {
                     set_variant(&variants[vi]);
                     diffs[vi] = check(&variants[vi], dims[di], check_s, causals[ci]);
@@ -463,12 +397,12 @@ int main(int argc, char **argv) {
             for (int si = 0; si < ns; si++) {
                 const int D = dims[di], S = seqs[si], causal = causals[ci];
                 for (int r = 0; r < rounds; r++)
-                    for (size_t vi = 0; vi < NV; vi++)
+                    for (int vi = 0; vi < nvariants; vi++)
                         if (selected(&variants[vi], only)) {
                             set_variant(&variants[vi]);
                             ms[vi][r] = timeit(&variants[vi], D, S, causal, reps);
                         }
-                for (size_t vi = 0; vi < NV; vi++) {
+                for (int vi = 0; vi < nvariants; vi++) {
                     const variant *v = &variants[vi];
                     if (!selected(v, only)) continue;
                     double t[MAX_ROUNDS];

@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--skip-fwd")) op.skip_fwd = 1;
         else if (!strcmp(a, "--skip-bwd")) op.skip_bwd = 1;
         else {
-            fprintf(stderr, "usage: see the comment at the top of bench/cpu/lab.c\n");
+            fprintf(stderr, "usage: see the comment at the top of lab/cpu/lab.c\n");
             return 2;
         }
     }

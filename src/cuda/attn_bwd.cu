@@ -125,7 +125,7 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.dv = dv;
     p.sh = *s;
     p.scale_log2 = s->scale * DFA__LOG2E;
-    p.qsplit = 1; /* the key-block launcher may split (launch_bwd.cuh) */
+    p.qsplit = 1; /* the key-block launcher may split (launch_bwd.cuh, heuristics.h) */
 
     dfa_status st = DFA_OK;
     /* the D kernel zeroes the accumulator where it can store 16 bytes at a time (bwd_mma.cuh) */

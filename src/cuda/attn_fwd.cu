@@ -1,6 +1,7 @@
-/* The forward as the library ships it: the Hopper kernel (wgmma/TMA, ping-pong
- * consumers) for head dims 64 and 128 on sm_90, the mma.sync kernel otherwise,
- * each for bf16/f16 storage and 16-bit or float32 output. */
+/* The forward as the library ships it: the Hopper kernels (wgmma/TMA; fwd_wgmma.cuh and
+ * fwd_wgmma_persistent.cuh, configured per head dim in heuristics.h) for head dims 64, 128 and
+ * 256 on sm_90, the mma.sync kernel otherwise, each for bf16/f16 storage and 16-bit or float32
+ * output. */
 #include "launch_fwd.cuh"
 
 /* [wgmma][bf16][out_f32] */

@@ -130,14 +130,14 @@ void dfa__cuda_force_l2_heads(int n);
 int dfa__cuda_forced_l2_heads(void);
 
 /* FOR TESTS ONLY: makes every later backward whose key tiles may be split over several CTAs (the
-   Hopper kernel's float32 instances, not deterministic, no 16-bit keys; launch_bwd.cuh
+   Hopper kernel's float32 instances, not deterministic, no 16-bit keys; heuristics.h
    dfa__bwd_qsplit_for) split each into n (1: never), or choose again (n = 0). Results change
    in the last bits (float32 sums in another order). Same rules as dfa__cuda_force_family. */
 void dfa__cuda_force_bwd_qsplit(int n);
 int dfa__cuda_forced_bwd_qsplit(void);
 
 /* FOR TESTS ONLY: how every later backward with the unmasked d = 128 Hopper kernel, 16-bit
-   outputs and dQ added as it comes stores dK and dV (launch_bwd.cuh dfa__bwd_tma_dkv_for):
+   outputs and dQ added as it comes stores dK and dV (heuristics.h dfa__bwd_tma_dkv_for):
    1 from registers, 2 by TMA through shared memory, 0 chosen by the query rows a CTA walks
    again. Either way the bits are the same (only the epilogue differs). Same rules as
    dfa__cuda_force_family. */

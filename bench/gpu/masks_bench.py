@@ -1,4 +1,4 @@
-"""Masks on one GPU (issue 14): distflash against PyTorch's FlexAttention (torch.compile'd,
+"""Masks on one GPU: distflash against PyTorch's FlexAttention (torch.compile'd,
 create_block_mask) on the same masks, in the same run.
 
 Masks, on one packed sequence of S tokens (bf16, B = 1, H heads of D):
@@ -17,7 +17,7 @@ medians after warm-up; each library in its native layout (distflash [B, S, H, D]
 
 --idle S lets the GPU idle S seconds after each warm-up, before the timed runs, for both libraries:
 the H200 runs power-capped, so a measurement that follows idle time (Flex's compilation, say) gets
-more clock than one that follows another library's timing (BENCHMARKS.md, issue 11's tenth round).
+more clock than one that follows another library's timing.
 
 --pool-keep keeps the device's default memory pool's memory between calls (the backward's scratch
 comes from it; cuda_pool.py), as an application that calls often would.

@@ -1,5 +1,5 @@
 """One forward each of the masks in masks_bench.py (documents, a 4k window) and of plain causal
-attention on the same shape, for Nsight Compute to profile side by side (issue 14: the window's
+attention on the same shape, for Nsight Compute to profile side by side (the window's
 forward runs 12% below the documents' one per visible pair).
 
     DISTFLASH_LIB=build-gpu/src/libdistflash.so PYTHONPATH=python:bench/gpu \\

@@ -1,7 +1,7 @@
 """Peer numbers for `distflash bench --device cuda`: PyTorch SDPA's flash
 (FlashAttention-2) and cuDNN backends on the same shapes (bf16, h = 4096/d heads,
 b = max(1, 32768/S)), timed the same way (CUDA events, median after warm-up),
-FLOPs as in DESIGN.md. Adapted from ../shared/peers/gpu_anchors.py (single()).
+FLOPs count the visible query-key pairs (docs/performance.md, "Method").
 
     python3 bench/gpu/peers.py [--dims 64,128] [--seqlens 2048,8192,32768] [--kv-ratio 1,4,8] [--json out.json]
 

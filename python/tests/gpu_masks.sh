@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python binding's masks on GPUs (issue 14, Python side), for the lent machine: a few minutes.
+# The Python binding's masks on GPUs, for a GPU machine: a few minutes.
 #   OUT=out python/tests/gpu_masks.sh          (B=build folder; default build-gpu)
 # 1. builds libdistflash with CUDA and NCCL in $B if $B/src/libdistflash.so is missing (the
 #    shared library only: no tests, no MPI);

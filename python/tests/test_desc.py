@@ -3,6 +3,7 @@ field's offset (a tiny C program compiled against include/distflash.h), and the 
 dfa_attn_desc_init / dfa_dist_desc_init produce (called through ctypes)."""
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 
@@ -88,11 +89,24 @@ def _c_offsets():
     return cc, inc, "\n".join(lines)
 
 
+def _render_version_header(into):
+    """distflash.h includes distflash_version.h, which CMake generates from its template and the
+    project() line; a checkout without a build has only the template, so render it the same way."""
+    cmake = open(os.path.join(REPO, "CMakeLists.txt")).read()
+    major, minor, patch = re.search(r"project\(distflash\s+VERSION\s+(\d+)\.(\d+)\.(\d+)", cmake).groups()
+    text = open(os.path.join(REPO, "include", "distflash_version.h.in")).read()
+    for name, value in (("MAJOR", major), ("MINOR", minor), ("PATCH", patch)):
+        text = text.replace(f"@PROJECT_VERSION_{name}@", value)
+    (into / "distflash_version.h").write_text(text)
+
+
 def test_field_offsets_match_c(tmp_path):
     cc, inc, src = _c_offsets()
     (tmp_path / "offsets.c").write_text(src)
+    _render_version_header(tmp_path)
     exe = tmp_path / "offsets"
-    subprocess.run([cc, "-std=c11", "-I", inc, str(tmp_path / "offsets.c"), "-o", str(exe)], check=True)
+    subprocess.run([cc, "-std=c11", "-I", inc, "-I", str(tmp_path), str(tmp_path / "offsets.c"), "-o", str(exe)],
+                   check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
     c = {}
     for line in filter(None, out):

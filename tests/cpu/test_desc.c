@@ -13,6 +13,7 @@
  * rules are checked on the import itself (white box); tests/mpi/test_dist_errors.c checks
  * them through dfa_dist_attn_fwd/bwd. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,8 +201,11 @@ static void test_refused(void) {
         static const int32_t ids[B * SK] = {0};
         dfa_attn_desc d = made_by_init();
         d.version = 1;
-        d.q_doc = ids;
-        d.k_doc = ids;
+        /* The message names the first non-zero byte: give q_doc a pointer whose lowest byte is
+         * not zero, so that byte is the field's first (the refusal comes before any use). */
+        const int32_t *p = ((uintptr_t)ids & 0xff) ? ids : ids + 1;
+        d.q_doc = p;
+        d.k_doc = p;
         const size_t a = offsetof(dfa_attn_desc, q_doc);
         snprintf(word, sizeof word, "bytes %zu..", a);
         expect_refused(&d, DFA_ERR_UNSUPPORTED, word, "version 1 with q_doc set");
@@ -215,8 +219,11 @@ static void test_refused(void) {
 
     /* a version-2 descriptor had reserved bytes where version 3 put softcap..dsinks */
     {
-        static const float sinks[H] = {0};
-        static float dsinks[H];
+        static const float sinks_mem[H + 1] = {0};
+        static float dsinks_mem[H + 1];
+        /* pointers whose lowest byte is not zero, so the named first byte is the field's own */
+        const float *sinks = ((uintptr_t)sinks_mem & 0xff) ? sinks_mem : sinks_mem + 1;
+        float *dsinks = ((uintptr_t)dsinks_mem & 0xff) ? dsinks_mem : dsinks_mem + 1;
         dfa_attn_desc d = made_by_init();
         d.version = 2;
         d.softcap = 1.00000012f; /* 0x3f800001: every byte of the field non-zero */

@@ -32,6 +32,10 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     s.masked = d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0;
     s.mask_rows = s.mask_keys = NULL;
     s.fwd_counter = NULL;
+    s.softcap = d->softcap;
+    s.head_dim_v = d->head_dim_v ? d->head_dim_v : d->head_dim;
+    s.sinks = d->sinks;
+    s.dsinks = d->dsinks;
     if (d->causal) {
         const long long off = (long long)(d->q_start - d->k_start); /* both < 2^62 in magnitude */
         if (off >= (long long)d->seqlen_k - 1) s.causal = 0;     /* row 0 already sees every key */

@@ -39,6 +39,16 @@ typedef struct {
        a caller's scratch (dfa_attn_fwd_cuda_with_scratch); NULL: the launcher takes 256 bytes of
        stream-ordered scratch itself */
     unsigned int *fwd_counter;
+    /* The version-3 features, after the fields above so that the kernels' parameter layout
+       before them stays as it was. softcap: 0 off, else c > 0 and every logit becomes
+       c * tanh(scale * q.k / c). head_dim_v: the value head dim of v, o, dout and dv (head_dim
+       when the descriptor's is 0). sinks: [num_heads] float32 device logits that join every
+       row's normaliser, NULL off; dsinks: the backward's [num_heads] float32 output, NULL when
+       not wanted. */
+    float softcap;
+    int head_dim_v;
+    const float *sinks;
+    float *dsinks;
 } dfa__cuda_shape;
 
 /* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). A descriptor with

@@ -16,7 +16,8 @@ figure, so a gap between two rows can be told apart from a clock change.
   python3 bench/gpu/attn_peers.py [--quick] [--impls distflash,distflash-c,fa4,cudnn] [--out DIR]
 
 Raw output (JSON and CSV) goes to --out (default build/bench/attn_peers); nothing is written into
-the source tree. bench/gpu/fa4/README.md says how FA4 gets onto a machine without a registry.
+the source tree. --data FILE also writes the run in bench/data's format (provenance lines, then
+one row per case and implementation), for bench/report.py. bench/gpu/fa4/README.md says how FA4 gets onto a machine without a registry.
 """
 import argparse
 import csv
@@ -241,6 +242,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", default="", help="substring filter on the case names")
     ap.add_argument("--out", default=os.path.join("build", "bench", "attn_peers"))
+    ap.add_argument("--data", default="", help="also write the run as a bench/data CSV to this path")
+    ap.add_argument("--commit", default="", help="the commit measured, for --data (default: git rev-parse)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     names = a.impls.split(",")
@@ -297,7 +300,10 @@ def main():
                         print(f"  {name} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
         line = [f"{tag(c):34s}"]
         for name, r in best.items():
-            rows.append(dict(case=tag(c), impl=name, fwd_tflops=round(r["fwd"], 1), fwdbwd_tflops=round(r["fwdbwd"], 1),
+            mask = "window" if c.get("window") else "docs" if c.get("docs") else "none"
+            rows.append(dict(case=tag(c), head_dim=c["d"], seqlen=c["s"], batch=c["b"], heads=c["h"],
+                             kv_heads=c["hkv"], causal=int(c["causal"]), mask=mask, impl=name,
+                             fwd_tflops=round(r["fwd"], 1), fwdbwd_tflops=round(r["fwdbwd"], 1),
                              sm_mhz_fwd=r["mhz_fwd"], sm_mhz_fwdbwd=r["mhz_fwdbwd"], device=dev))
             line.append(f"{name} {r['fwd']:5.0f}/{r['fwdbwd']:5.0f} @{r['mhz_fwd']}/{r['mhz_fwdbwd']}MHz")
         print("  ".join(line), flush=True)
@@ -309,7 +315,51 @@ def main():
         w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["case"])
         w.writeheader()
         w.writerows(rows)
+    if a.data:
+        write_data(a, rows, dev)
     summary(rows)
+
+
+DATA_NAMES = {"fa4": "flash-attn-4"}  # bench/report.py's names of the peers
+DATA_COLUMNS = ["case", "head_dim", "seqlen", "batch", "heads", "kv_heads", "causal", "mask", "impl",
+                "fwd_tflops", "fwdbwd_tflops", "sm_mhz_fwd", "sm_mhz_fwdbwd"]
+
+
+def write_data(a, rows, dev):
+    """The run in bench/data's format: '# key: value' provenance, then the rows."""
+    import datetime
+    commit = a.commit
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=HERE).stdout.strip()
+        except Exception:
+            commit = ""
+    peers = []
+    try:
+        from importlib.metadata import version
+        peers.append(f"flash-attn-4 {version('flash-attn-4')} (flash_attn.cute)")
+    except Exception:
+        pass
+    peers.append("cuDNN through PyTorch SDPA")
+    args = " ".join(x for x in ("--quick" if a.quick else "", f"--only '{a.only}'" if a.only else "",
+                                f"--impls {a.impls}") if x)
+    meta = [("title", "One GPU: distflash beside FlashAttention-4 and cuDNN"),
+            ("date", datetime.date.today().isoformat()),
+            ("machine", f"{dev} (one GPU), PyTorch {torch.__version__}, CUDA {torch.version.cuda}, "
+                        f"cuDNN {torch.backends.cudnn.version()}"),
+            ("commit", commit or "unknown"),
+            ("peers", ", ".join(peers) + ", in the same process, interleaved"),
+            ("command", f"python3 bench/gpu/attn_peers.py {args}".strip()),
+            ("units", f"TFLOP/s, bf16, visible-pair FLOPs; best of {a.rounds} interleaved rounds of medians of 7")]
+    os.makedirs(os.path.dirname(os.path.abspath(a.data)), exist_ok=True)
+    with open(a.data, "w", newline="") as fh:
+        for k, v in meta:
+            fh.write(f"# {k}: {v}\n")
+        w = csv.DictWriter(fh, fieldnames=DATA_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(r, impl=DATA_NAMES.get(r["impl"], r["impl"])))
 
 
 def summary(rows):

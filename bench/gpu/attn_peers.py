@@ -32,54 +32,15 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from timing import SmClock, median_ms  # noqa: E402
 
 
-# --- SM clock -----------------------------------------------------------------------------------
-
-class SmClock:
-    """Reads the current SM clock (MHz) of the device torch uses; None when nothing can read it."""
-
-    def __init__(self):
-        self.nvml = None
-        self.index = torch.cuda.current_device()
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
-        except Exception:
-            self.nvml = None
-
-    def mhz(self):
-        if self.nvml is not None:
-            try:
-                return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-            except Exception:
-                return None
-        try:
-            out = subprocess.run(["nvidia-smi", "-i", str(self.index), "--query-gpu=clocks.sm",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-            return int(out.stdout.strip().splitlines()[0])
-        except Exception:
-            return None
-
+# --- timing -------------------------------------------------------------------------------------
 
 def timed(fn, clock, warm=2, rep=7):
     """Median milliseconds of `rep` calls after `warm`, and the SM clock read just after them."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2], clock.mhz()
+    return median_ms(fn, warm, rep), clock.mhz()
 
 
 # --- cases and FLOPs ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ Prints one row per (mask, pass) and a table last: TFLOP/s of each and the ratio 
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -34,23 +35,12 @@ import torch
 
 import cuda_pool
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from timing import median_ms  # noqa: E402
+
 
 def bench(fn, warm=3, rep=10, idle=0.0):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    if idle > 0:
-        time.sleep(idle)
-    ts = []
-    for _ in range(rep):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return median_ms(fn, warm, rep, idle)
 
 
 def lognormal_docs(S, mean, sigma, seed):

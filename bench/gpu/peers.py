@@ -7,19 +7,16 @@ FLOPs count the visible query-key pairs (docs/performance.md, "Method").
 
 --kv-ratio r: h / r key/value heads (GQA, SDPA's enable_gqa); a backend that refuses it prints FAILED.
 """
-import argparse, json, sys
+import argparse, json, os, sys
 import torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from timing import median_ms  # noqa: E402
+
 
 def bench(fn, warm=3, rep=10):
-    for _ in range(warm): fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b))
-    ts.sort(); return ts[len(ts) // 2]
+    return median_ms(fn, warm, rep)
 
 
 def main():

@@ -14,6 +14,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from timing import median_ms  # noqa: E402
+
 
 def length(s):
     s = s.strip().lower()
@@ -21,20 +24,7 @@ def length(s):
 
 
 def bench(fn, warm, rep):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return median_ms(fn, warm, rep)
 
 
 def main():

@@ -9,7 +9,7 @@ rows, folding its own partial results into the float32 accumulators; modelled as
 the effective HBM bandwidth HBM plus LAUNCH per element-wise kernel, the same constants as the
 C preset). The C table in cli/sim/sim_machine.c is this output.
 
-    python3 bench/seqpar/calibrate.py DISTBENCH.log   (the log of bench/seqpar/device_run.sh's distbench stage)
+    python3 bench/seqpar/calibrate.py DISTBENCH.log   (the log of bench/seqpar/two_gpu.sh's distbench stage)
 """
 import re
 import statistics

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One batched run on the lent 2-GPU machine (nvidia-h200-x2): build, the GPU tests (one
+# Everything two GPUs of one host measure, in one go: build, the GPU tests (one
 # and two GPUs), DistFlashAttn's benchmark against PyTorch's context parallelism, the
 # longest sequence that fits. Logs go to $OUT (default: build-gpu/bench-out/seqpar, inside the
 # build tree); a short summary is printed last.

@@ -1,6 +1,6 @@
 """One forward each of the masks in masks_bench.py (documents, a 4k window) and of plain causal
-attention on the same shape, for Nsight Compute to profile side by side (the window's
-forward with a window runs below the one with documents per visible pair; this shows why).
+attention on the same shape, for Nsight Compute to profile side by side: per visible pair, the
+forward with a window runs slower than the one with documents, and the profiles show why.
 
     DISTFLASH_LIB=build-gpu/src/libdistflash.so PYTHONPATH=python:bench/gpu \\
         ncu -k regex:fwd_wgmma --launch-skip 3 --launch-count 3 ... python3 bench/gpu/masks_profile.py

@@ -9,11 +9,13 @@ Implementations (--impls, comma-separated; those that cannot be imported are ski
 
 Every case runs each implementation in turn, for --rounds rounds; a figure is the best round's
 median of CUDA-event times after a warm-up. FLOPs count the visible query-key pairs exactly
-(causal, window, documents): forward 4 * pairs * d (two GEMMs), forward+backward 3.5x that.
+(causal, window, documents): forward 2 * pairs * (d + dv) (two GEMMs), forward+backward
+2 * pairs * (4 d + 3 dv) (3.5x the forward when dv = d). --features times softcap and sinks beside
+the same shape without them, the MLA head dims 192/128 and head dim 256.
 The SM clock (NVML, else nvidia-smi) is read right after each timed loop and printed beside the
 figure, so a gap between two rows can be told apart from a clock change.
 
-  python3 bench/gpu/attn_peers.py [--quick] [--impls distflash,distflash-c,fa4,cudnn] [--out DIR]
+  python3 bench/gpu/attn_peers.py [--quick | --features] [--impls distflash,distflash-c,fa4,cudnn] [--out DIR]
 
 Raw output (JSON and CSV) goes to --out (default build/bench/attn_peers); nothing is written into
 the source tree. --data FILE also writes the run in bench/data's format (provenance lines, then
@@ -76,6 +78,16 @@ def visible_pairs(seqlen, causal, window=None, cu=None):
     return seqlen * (seqlen + 1) / 2 if causal else float(seqlen * seqlen)
 
 
+def feature_cases():
+    """The version-3 features beside the same shape without them (the cost of softcap and sinks),
+    the MLA head dims 192/128 and head dim 256."""
+    base = dict(d=128, s=8192, b=4, h=32, hkv=32, causal=True)
+    return [base, dict(base, softcap=30.0), dict(base, sinks=True),
+            dict(d=192, dv=128, s=8192, b=4, h=16, hkv=16, causal=True),
+            dict(d=192, dv=128, s=32768, b=1, h=16, hkv=16, causal=True),
+            dict(d=256, s=8192, b=2, h=16, hkv=16, causal=True)]
+
+
 def cases(quick):
     out = []
     for d in (128, 64):
@@ -91,17 +103,29 @@ def cases(quick):
 
 
 def tag(c):
-    t = f"d{c['d']} {c['s'] // 1024}k x{c['b']} {'causal' if c['causal'] else 'non-causal'}"
+    d = f"d{c['d']}/{c['dv']}" if c.get("dv") else f"d{c['d']}"
+    t = f"{d} {c['s'] // 1024}k x{c['b']} {'causal' if c['causal'] else 'non-causal'}"
     if c["hkv"] != c["h"]:
         t += f" GQA {c['h']}/{c['hkv']}"
     if c.get("window"):
         t += f" window {c['window']}"
     if c.get("docs"):
         t += f" docs {c['docs']}"
+    if c.get("softcap"):
+        t += f" softcap {c['softcap']:g}"
+    if c.get("sinks"):
+        t += " sinks"
     return t
 
 
 # --- implementations ----------------------------------------------------------------------------
+
+SINKS = {}  # case tag -> the case's learnable sinks [H] (float32, requires grad)
+
+
+def case_sinks(c):
+    return SINKS[tag(c)]
+
 
 def make_impls(names):
     impls = {}
@@ -119,6 +143,10 @@ def make_impls(names):
                     kw["window"] = (c["window"], None)
                 if docs is not None:
                     kw["doc_ids"] = docs["ids"]
+                if c.get("softcap"):
+                    kw["softcap"] = c["softcap"]
+                if c.get("sinks"):
+                    kw["sinks"] = case_sinks(c)
                 return dft.attention(q, k, v, causal=c["causal"], **kw)
             impls["distflash"] = ("autograd", binding)
         if dft is not None and "distflash-c" in names:
@@ -137,7 +165,12 @@ def make_impls(names):
                     o = o[0] if isinstance(o, tuple) else o
                     return o.view(b, s, h, d)
                 ws = (c["window"], 0) if c.get("window") else (None, None)
-                o = fa4_func(q, k, v, causal=c["causal"], window_size=ws)
+                kw = {}
+                if c.get("softcap"):
+                    kw["softcap"] = c["softcap"]
+                if c.get("sinks"):
+                    kw["learnable_sink"] = case_sinks(c)
+                o = fa4_func(q, k, v, causal=c["causal"], window_size=ws, **kw)
                 return o[0] if isinstance(o, tuple) else o
             impls["fa4"] = ("autograd", fa4)
         except Exception as e:
@@ -146,7 +179,7 @@ def make_impls(names):
 
     def sdpa(backend):
         def f(q, k, v, c, docs):
-            if c.get("window") or docs is not None:
+            if c.get("window") or docs is not None or c.get("softcap") or c.get("sinks"):
                 raise NotImplementedError
             with sdpa_kernel(backend):
                 o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -165,6 +198,8 @@ def make_capi(_ops):
     cache = {}
 
     def prepare(q, k, v, c, docs):
+        if c.get("softcap") or c.get("sinks") or c.get("dv"):
+            raise NotImplementedError  # the binding's row covers them
         key = id(q)
         if key not in cache:
             cache.clear()
@@ -200,6 +235,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--impls", default="distflash,distflash-c,fa4,cudnn")
     ap.add_argument("--quick", action="store_true", help="causal cases at 8k, 32k and 128k only")
+    ap.add_argument("--features", action="store_true",
+                    help="softcap, sinks, MLA 192/128 and head dim 256 (beside the same shape without them)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", default="", help="substring filter on the case names")
     ap.add_argument("--out", default=os.path.join("build", "bench", "attn_peers"))
@@ -215,19 +252,26 @@ def main():
     print(f"# {dev}; torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
           f"impls {','.join(impls)}", flush=True)
     rows = []
-    for c in cases(a.quick):
+    for c in (feature_cases() if a.features else cases(a.quick)):
         if a.only and a.only not in tag(c):
             continue
         torch.manual_seed(0)
         q = torch.randn(c["b"], c["s"], c["h"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k = torch.randn(c["b"], c["s"], c["hkv"], c["d"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn_like(k, requires_grad=True)
-        do = torch.randn_like(q)
+        dv = c.get("dv", c["d"])
+        v = torch.randn(c["b"], c["s"], c["hkv"], dv, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        do = torch.randn(c["b"], c["s"], c["h"], dv, device="cuda", dtype=torch.bfloat16)
+        if c.get("sinks"):
+            SINKS[tag(c)] = torch.randn(c["h"], device="cuda", dtype=torch.float32, requires_grad=True)
         docs, cu = None, None
         if c.get("docs"):
             ids, cu, longest = lognormal_docs(c["b"], c["s"], c["docs"])
             docs = dict(ids=ids.cuda(), cu=cu.cuda(), max=longest)
-        flop_fwd = 4.0 * visible_pairs(c["s"], c["causal"], c.get("window"), cu) * c["b"] * c["h"] * c["d"]
+        # two GEMMs forward (q.k over d, p.v over dv), five backward (three over d, two over dv)
+        pairs = visible_pairs(c["s"], c["causal"], c.get("window"), cu) * c["b"] * c["h"]
+        flop_fwd = 2.0 * pairs * (c["d"] + dv)
+        flop_fwdbwd = 2.0 * pairs * (4 * c["d"] + 3 * dv)
+        grads = (q, k, v) + ((SINKS[tag(c)],) if c.get("sinks") else ())
         best = {}
         ref = None
         for rnd in range(a.rounds):
@@ -245,11 +289,11 @@ def main():
                         fb = lambda: fn.fwdbwd(q, k, v, c, docs, do)
                     else:
                         def fb():
-                            torch.autograd.grad(f(), (q, k, v), do)
+                            torch.autograd.grad(f(), grads, do)
                     ms_f, mhz_f = timed(f, clock)
                     ms_b, mhz_b = timed(fb, clock)
                     r = best.setdefault(name, dict(fwd=0.0, fwdbwd=0.0, mhz_fwd=None, mhz_fwdbwd=None))
-                    tf, tb = flop_fwd / ms_f / 1e9, 3.5 * flop_fwd / ms_b / 1e9
+                    tf, tb = flop_fwd / ms_f / 1e9, flop_fwdbwd / ms_b / 1e9
                     if tf > r["fwd"]:
                         r.update(fwd=tf, mhz_fwd=mhz_f)
                     if tb > r["fwdbwd"]:
@@ -262,7 +306,7 @@ def main():
         line = [f"{tag(c):34s}"]
         for name, r in best.items():
             mask = "window" if c.get("window") else "docs" if c.get("docs") else "none"
-            rows.append(dict(case=tag(c), head_dim=c["d"], seqlen=c["s"], batch=c["b"], heads=c["h"],
+            rows.append(dict(case=tag(c), head_dim=c["d"], head_dim_v=dv, seqlen=c["s"], batch=c["b"], heads=c["h"],
                              kv_heads=c["hkv"], causal=int(c["causal"]), mask=mask, impl=name,
                              fwd_tflops=round(r["fwd"], 1), fwdbwd_tflops=round(r["fwdbwd"], 1),
                              sm_mhz_fwd=r["mhz_fwd"], sm_mhz_fwdbwd=r["mhz_fwdbwd"], device=dev))
@@ -282,7 +326,7 @@ def main():
 
 
 DATA_NAMES = {"fa4": "flash-attn-4"}  # bench/report.py's names of the peers
-DATA_COLUMNS = ["case", "head_dim", "seqlen", "batch", "heads", "kv_heads", "causal", "mask", "impl",
+DATA_COLUMNS = ["case", "head_dim", "head_dim_v", "seqlen", "batch", "heads", "kv_heads", "causal", "mask", "impl",
                 "fwd_tflops", "fwdbwd_tflops", "sm_mhz_fwd", "sm_mhz_fwdbwd"]
 
 
@@ -303,7 +347,7 @@ def write_data(a, rows, dev):
     except Exception:
         pass
     peers.append("cuDNN through PyTorch SDPA")
-    args = " ".join(x for x in ("--quick" if a.quick else "", f"--only '{a.only}'" if a.only else "",
+    args = " ".join(x for x in ("--quick" if a.quick else "", "--features" if a.features else "", f"--only '{a.only}'" if a.only else "",
                                 f"--impls {a.impls}") if x)
     meta = [("title", "One GPU: distflash beside FlashAttention-4 and cuDNN"),
             ("date", datetime.date.today().isoformat()),

@@ -196,9 +196,13 @@ typedef struct {
  * at the end (lse = logaddexp(lse, sink_h), o scaled by exp(lse_before - lse_after)).
  * Merge reads head_dim_v for the width of o.
  *
- * The CPU calls implement all of this; the _cuda calls (distflash_cuda.h) and the distributed
- * calls refuse a descriptor that sets softcap, sinks, dsinks or a head_dim_v other than
- * head_dim (DFA_ERR_UNSUPPORTED naming the field).
+ * The CPU calls implement all of this, and so do the distributed calls on the host
+ * (dfa_dist_attn_fwd/bwd): their blocks take softcap and head_dim_v, partial results merge
+ * without the sinks, the forward adds each row's sink once after the last merge, and the
+ * backward's dsinks is the sum over the calling rank's own rows only (see distflash_mpi.h,
+ * "Sinks"). The _cuda calls (distflash_cuda.h) implement sinks and dsinks, and the
+ * distributed device calls (distflash_nccl.h) too; both refuse a descriptor that sets
+ * softcap or a head_dim_v other than head_dim (DFA_ERR_UNSUPPORTED naming the field).
  */
 
 /*

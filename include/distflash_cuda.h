@@ -5,7 +5,7 @@
  * Semantics, layouts, argument checks and statuses are those of dfa_attn_fwd,
  * dfa_attn_bwd and dfa_attn_merge (distflash.h): same descriptor, same causal
  * rule with q_start/k_start, GQA/MQA, fully masked rows give o = 0 and
- * lse = -inf, lse in natural log, dq/dk/dv overwritten. In addition:
+ * lse = -inf (lse = the sink with sinks), lse in natural log, dq/dk/dv overwritten. In addition:
  *
  *  - Pointers are device pointers (cudaMalloc, cudaMallocAsync, managed or
  *    mapped memory) on the current device; host memory is refused with
@@ -67,6 +67,19 @@
  *        after it computes each dq row in a fixed order; there is no float32
  *        dq accumulator in the scratch.
  *    dfa_attn_bwd_cuda_scratch_bytes gives the scratch of either.
+ *  - Sinks (distflash.h, "Logits, softcap and sinks"): d->sinks and d->dsinks are device
+ *    pointers on the current device, 4-byte aligned ([num_heads] float32 each), read and
+ *    written in stream order; that every sink is finite is the caller's promise (reading
+ *    them would synchronise). The forward runs the kernels without the sinks and then one
+ *    element-wise pass adds each row's sink to its lse and rescales its o (a 16-bit o is
+ *    rounded twice: within the tolerance of one naive same-precision computation); with
+ *    lse = NULL it still needs each row's lse for that, in 4 bytes per (batch, head, query
+ *    row) of stream-ordered scratch (cudaMallocAsync, as the backward's), or in the caller's
+ *    scratch with dfa_attn_fwd_cuda_with_scratch. The backward's kernels need nothing more
+ *    (lse holds the sinks); with dsinks one more launch sums dsinks from the D pass's sums in
+ *    a fixed order, without atomics: dsinks has the same bits on every run, with or without
+ *    DFA_FLAG_DETERMINISTIC. softcap and a head_dim_v other than head_dim are refused
+ *    (DFA_ERR_UNSUPPORTED naming the field).
  *  - Thread safety: calls are reentrant and may be made from several host
  *    threads at once, on the same or on different streams; calls on one
  *    stream run in their order. Concurrent calls must not write the same
@@ -111,7 +124,8 @@ DFA_API size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
 
 /* Device scratch bytes dfa_attn_fwd_cuda_with_scratch needs with this descriptor (0 if d is
    invalid): 256 bytes, plus under a mask 8 bytes per (batch, query row) and per (batch, key
-   row), each part rounded up to 256 bytes. */
+   row), plus with sinks 4 bytes per (batch, head, query row) (the lse the sinks pass reads
+   when the caller passes lse = NULL), each part rounded up to 256 bytes. */
 DFA_API size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *d);
 
 /* The same calls as dfa_attn_fwd_cuda and dfa_attn_bwd_cuda, with the caller's scratch in
@@ -123,7 +137,7 @@ DFA_API size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *d);
    caller keeps it, and does not touch it, until that work has finished (reusing it for the
    next call on the same stream is fine). Errors as the plain calls', plus
    DFA_ERR_INVALID_ARGUMENT naming scratch (NULL, misaligned, not device memory, overlapping a
-   tensor of the call or the document ids) or scratch_bytes (too few). Thread safety: as the plain calls, with scratch an output. */
+   tensor of the call, the document ids or the sinks) or scratch_bytes (too few). Thread safety: as the plain calls, with scratch an output. */
 DFA_API dfa_status dfa_attn_fwd_cuda_with_scratch(const dfa_attn_desc *d, const void *q, const void *k, const void *v,
                                                   void *o, float *lse, void *scratch, size_t scratch_bytes,
                                                   cudaStream_t stream);

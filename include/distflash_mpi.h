@@ -37,6 +37,16 @@ extern "C" {
  * calls, so that a training step calling layer after layer with the same
  * shapes does not allocate and fault it in every time. dfa_comm_destroy frees it.
  *
+ * Sinks, softcap, value head dims (distflash.h, "Logits, softcap and sinks"): the
+ * distributed calls take them as the single-device calls do (host memory for the sinks,
+ * checked finite on each rank; softcap, head_dim_v and whether sinks and dsinks are set
+ * must agree across ranks). Every rank passes the same sinks (one learnable logit per
+ * head, replicated like any weight): the forward adds them once to each row's merged
+ * result. The backward's d->attn.dsinks receives the sum over this rank's own rows only,
+ * -sum over b and its rows i of exp(sink_h - lse_i) (dout_i . o_i): the gradient of the
+ * replicated sinks is the sum of every rank's dsinks, which the trainer reduces across the
+ * group (an allreduce, with the other replicated weights' gradients), as with any weight.
+ *
  * Errors: out NULL, comm MPI_COMM_NULL or an intercommunicator, MPI not
  * initialised (DFA_ERR_INVALID_ARGUMENT; these are checked on each rank before
  * anything collective, so pass the same arguments everywhere); memory

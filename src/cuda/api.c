@@ -44,12 +44,26 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     return s;
 }
 
-/* The descriptor rule of every CUDA call: the device's storage types, and none of the
-   version-3 fields (softcap, a value head dim of its own, sinks), which only the CPU calls
-   implement. */
+/* The version-3 fields the CUDA calls do not implement: softcap and a value head dim of its
+   own (sinks and dsinks they do: sinks.cu). */
+static dfa_status refuse_v3(const dfa_attn_desc *d, const char *fn) {
+    dfa_attn_desc t = *d;
+    t.sinks = NULL;
+    t.dsinks = NULL;
+    return dfa__refuse_v3_fields(&t, "d->", "the CUDA calls", fn);
+}
+
+/* The descriptor rule of every CUDA call: the device's storage types, and refuse_v3. */
 static dfa_status cuda_rule(const dfa_attn_desc *d, const char *fn) {
-    const dfa_status st = dfa__refuse_v3_fields(d, "d->", "the CUDA calls", fn);
+    const dfa_status st = refuse_v3(d, fn);
     return st ? st : dfa__cuda_check_dtype(d, fn);
+}
+
+/* Sinks and dsinks are device memory on this device, 4-byte aligned (that the sinks are finite
+   is the caller's promise on the device: distflash_cuda.h). */
+static dfa_status check_sinks(const dfa_attn_desc *d, const char *fn) {
+    const dfa__dev_ptr ps[] = {{d->sinks, "d->sinks", 4}, {d->dsinks, "d->dsinks", 4}};
+    return dfa__cuda_check_device_ptrs(ps, 2, fn);
 }
 
 /* Document ids are device memory on this device, 4-byte aligned (their order is the caller's
@@ -69,9 +83,13 @@ static size_t mask_bytes_of(const dfa_attn_desc *d) {
 }
 
 /* A caller's scratch: the forward's holds the mask intervals, then the persistent kernel's tile
-   counter; the backward's the dq accumulator, D and lse2 (dfa__cuda_bwd_scratch), then the mask
+   counter, then with sinks an lse for callers that pass none (the sinks are added from it);
+   the backward's the dq accumulator, D and lse2 (dfa__cuda_bwd_scratch), then the mask
    intervals. */
-static size_t fwd_scratch_of(const dfa_attn_desc *d) { return mask_bytes_of(d) + 256; }
+static size_t fwd_lse_bytes(const dfa_attn_desc *d) {
+    return d->sinks ? align256((size_t)dfa__lse_elems(d) * sizeof(float)) : 0;
+}
+static size_t fwd_scratch_of(const dfa_attn_desc *d) { return mask_bytes_of(d) + 256 + fwd_lse_bytes(d); }
 /* *own: the kernels' part, where the mask's starts (s: d's shape, before its mask is prepared) */
 static size_t bwd_scratch_of(const dfa_attn_desc *d, const dfa__cuda_shape *s, size_t *own) {
     *own = align256(dfa__cuda_bwd_scratch(s));
@@ -79,7 +97,8 @@ static size_t bwd_scratch_of(const dfa_attn_desc *d, const dfa__cuda_shape *s, s
 }
 
 /* The caller's scratch: there, large enough, device memory, and apart from every tensor of the
-   call (ts: n of them, NULL entries skipped) and the document ids, since the call writes it. */
+   call (ts: n of them, NULL entries skipped), the document ids and the sinks, since the call
+   writes it. */
 static dfa_status check_scratch(const dfa_attn_desc *d, const void *scratch, size_t bytes, size_t need,
                                 const dfa__buffer *ts, int n, const char *fn) {
     if (!scratch) return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch is NULL");
@@ -89,9 +108,11 @@ static dfa_status check_scratch(const dfa_attn_desc *d, const void *scratch, siz
     const dfa__dev_ptr ps[] = {{scratch, "scratch", 256}};
     const dfa_status st = dfa__cuda_check_device_ptrs(ps, 1, fn);
     if (st) return st;
+    const size_t heads = (size_t)d->num_heads * sizeof(float);
     const dfa__buffer ids[] = {{d->q_doc, (size_t)d->batch * d->seqlen_q * sizeof(int32_t), "d->q_doc"},
-                               {d->k_doc, (size_t)d->batch * d->seqlen_k * sizeof(int32_t), "d->k_doc"}};
-    for (int i = 0; i < n + 2; i++) {
+                               {d->k_doc, (size_t)d->batch * d->seqlen_k * sizeof(int32_t), "d->k_doc"},
+                               {d->sinks, heads, "d->sinks"}, {d->dsinks, heads, "d->dsinks"}};
+    for (int i = 0; i < n + 4; i++) {
         const dfa__buffer *b = i < n ? &ts[i] : &ids[i - n];
         if (dfa__overlap(scratch, need, b->ptr, b->bytes))
             return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn, "scratch overlaps %s", b->name);
@@ -129,17 +150,31 @@ static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     if (st) return st;
     const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
-    if ((st = check_docs(&d, fn))) return st;
+    if ((st = check_docs(&d, fn)) || (st = check_sinks(&d, fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
+    float *lse_own = NULL; /* with sinks and no lse: the forward's lse in scratch, for the sinks pass */
     if (with_scratch) {
         const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"), tensor(&d, k, 'k', "k"), tensor(&d, v, 'k', "v"),
                                   tensor(&d, o, 'q', "o"), tensor(&d, lse, 'l', "lse")};
         if ((st = check_scratch(&d, scratch, scratch_bytes, fwd_scratch_of(&d), ts, 5, fn))) return st;
         s.fwd_counter = (unsigned int *)((char *)scratch + mask_bytes_of(&d)); /* after the intervals */
+        if (d.sinks && !lse) lse_own = (float *)(void *)((char *)scratch + mask_bytes_of(&d) + 256);
     }
-    void *owned = NULL;
+    void *owned = NULL, *lse_buf = NULL;
     if ((st = mask_begin(&d, &s, with_scratch ? scratch : NULL, &owned, stream, fn))) return st;
-    st = dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
+    if (d.sinks && !lse && !lse_own) {
+        const cudaError_t e = cudaMallocAsync(&lse_buf, fwd_lse_bytes(&d), stream);
+        if (e != cudaSuccess) return dfa__cuda_mask_end(owned, dfa__cuda_fail(e, fn, "cudaMallocAsync of the lse"), stream, fn);
+        lse_own = lse_buf;
+    }
+    float *l = lse ? lse : lse_own;
+    st = dfa__cuda_fwd(&s, q, k, v, o, l, stream, fn);
+    if (!st && d.sinks) /* the kernels ran without the sinks: they join each row now */
+        st = dfa__cuda_add_sinks((int)d.dtype, d.batch, d.seqlen_q, d.num_heads, s.head_dim_v, o, l, d.sinks, stream, fn);
+    if (lse_buf) {
+        const cudaError_t e = cudaFreeAsync(lse_buf, stream);
+        if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the lse");
+    }
     return dfa__cuda_mask_end(owned, st, stream, fn);
 }
 
@@ -153,7 +188,7 @@ static dfa_status bwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     const dfa__dev_ptr ps[] = {{q, "q", 16},       {k, "k", 16},   {v, "v", 16},   {o, "o", 16},  {lse, "lse", 4},
                           {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 9, fn))) return st;
-    if ((st = check_docs(&d, fn))) return st;
+    if ((st = check_docs(&d, fn)) || (st = check_sinks(&d, fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     size_t own = 0; /* the caller's scratch: the kernels' part, then the mask's */
     if (with_scratch) {
@@ -210,7 +245,7 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *
 /* The scratch queries answer 0 for an invalid descriptor (dfa_last_error says why). */
 static int import_desc(const dfa_attn_desc *user_d, dfa_attn_desc *d, const char *fn) {
     return dfa__attn_desc_import(user_d, d, fn) == DFA_OK && dfa__check_desc(d, DFA__DESC_FULL, fn) == DFA_OK &&
-           dfa__refuse_v3_fields(d, "d->", "the CUDA calls", fn) == DFA_OK;
+           refuse_v3(d, fn) == DFA_OK;
 }
 
 size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *user_d) {

@@ -24,7 +24,9 @@
  * up to 256 bytes; in modes 1 and 2 the float32 dq accumulator, 4 * head_dim bytes per (batch,
  * head, query row), unless dq is float32 (the sequence-parallel executor's calls); in mode 2
  * then, from the next multiple of 256 bytes, the counters: 4 bytes per (batch, head, 64 query
- * rows). A masked call's intervals come on top (api.c, launch.h). */
+ * rows). A masked call's intervals come on top (api.c, launch.h).
+ * With sinks (s->dsinks set) one more launch reduces dsinks from D and lse (sinks.cu); the
+ * kernels themselves do not see the sinks: lse already holds them. */
 #include <stdint.h>
 
 #include "launch_bwd.cuh"
@@ -136,6 +138,10 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     if (!st && kv_dq == 2 && (e = cudaMemsetAsync(p.dq_sem, 0, bytes - sem_off, stream)) != cudaSuccess)
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq tile counters");
     if (!st) st = dfa__bwd_passes_of[s->bf16 != 0][s->out_f32 != 0](p, direct, kv, kv_dq, zero_dq, stream, fn);
+    /* dsinks from the D pass's sums, while the scratch still holds them (sinks.cu) */
+    if (!st && s->dsinks)
+        st = dfa__cuda_dsinks(s->bf16, s->batch, s->seqlen_q, s->num_heads, s->head_dim_v, NULL, NULL, p.dsum, lse,
+                              s->sinks, s->dsinks, NULL, stream, fn);
     if (!scratch) {
         e = cudaFreeAsync(buf, stream);
         if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the backward scratch");

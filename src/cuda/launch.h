@@ -120,6 +120,22 @@ dfa_status dfa__cuda_merge(int dtype, int batch, int seqlen_q, int num_heads, in
                            float *lse_acc, const void *o_part, const float *lse_part, cudaStream_t stream,
                            const char *fn);
 
+/* Attention sinks (sinks.cu). add_sinks: the rows of a forward computed without sinks get them,
+   in place: lse = logaddexp(lse, sinks[h]), o *= exp(lse_before - lse) (a row whose lse is -inf
+   gets o = 0, lse = sinks[h]). o is [batch, seqlen, heads, dv] of dtype (as dfa__cuda_merge: 0
+   f32, 1 bf16, 2 f16), lse [batch, heads, seqlen] float32, sinks [heads] device memory. */
+dfa_status dfa__cuda_add_sinks(int dtype, int batch, int seqlen, int heads, int dv, void *o, float *lse,
+                               const float *sinks, cudaStream_t stream, const char *fn);
+
+/* dsinks[h] = -sum over b, i of exp(sinks[h] - lse[b][h][i]) D[b][h][i], overwritten, in a fixed
+   order (the same bits on every run). D: dsum ([batch, heads, seqlen], the backward's D pass), or
+   with dsum NULL dout_i . o_i computed here from o and dout ([batch, seqlen, heads, dv], bf16 when
+   bf16, else f16). Rows whose lse is -inf add nothing. gate: NULL, or a device flag: dsinks is
+   written only where *gate == 1. */
+dfa_status dfa__cuda_dsinks(int bf16, int batch, int seqlen, int heads, int dv, const void *o, const void *dout,
+                            const float *dsum, const float *lse, const float *sinks, float *dsinks, const int *gate,
+                            cudaStream_t stream, const char *fn);
+
 /* Kernel families. AUTO: the Hopper (wgmma/TMA) kernels for head dims 64 and 128 on sm_90,
    the mma.sync kernels otherwise. */
 enum { DFA__FAMILY_AUTO = 0, DFA__FAMILY_MMA = 1, DFA__FAMILY_WGMMA = 2 };

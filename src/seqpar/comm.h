@@ -74,7 +74,7 @@ typedef struct {
    them agree on the device only. A small most-recently-used list; a miss costs one host
    round trip. */
 #define DFA__AGREED_MAX 16
-#define DFA__AGREED_FIELDS 15
+#define DFA__AGREED_FIELDS 18
 
 struct dfa_comm {
     const dfa__comm_ops *ops;

@@ -7,9 +7,10 @@
  * outputs are merged, and partial gradients summed, in float32, and rounded
  * to the storage type once at the end.
  *
- * Layouts (n = local rows per rank, r = rows of a block's query window):
- *   a chunk's q, o, dout    [batch, n, heads, D]     storage type
- *   a chunk's k, v          [batch, n, kv_heads, D]  storage type
+ * Layouts (n = local rows per rank, r = rows of a block's query window; Dv the value head
+ * dim, of v, o, dout, dv, and D of q, k, dq, dk):
+ *   a chunk's q, o, dout    [batch, n, heads, D / Dv]     storage type
+ *   a chunk's k, v          [batch, n, kv_heads, D / Dv]  storage type
  *   a chunk's lse           [batch, heads, n]        float32
  *   a window's packed rows  [batch, r, heads, D] and lse [batch, heads, r]
  */
@@ -62,9 +63,21 @@ typedef struct {
     void (*merge_rows)(void *ctx, int batch, int heads, int head_dim, int n, int r0, int r, float *o_acc,
                        float *lse_acc, const float *o_part, const float *lse_part);
 
+    /* Sinks (d->attn.sinks): adds them to merged float32 rows in place, o_acc [batch, n, heads,
+       Dv] and lse_acc [batch, heads, n], with the rule of dfa__lse_add_sink (src/common/sinks.h);
+       sinks [heads] in the backend's memory. */
+    void (*add_sinks)(void *ctx, int batch, int heads, int Dv, int n, float *o_acc, float *lse_acc,
+                      const float *sinks);
+    /* dsinks[h] = -sum over this rank's rows of exp(sinks[h] - lse) (dout . o), overwritten, from
+       the caller's o, dout (storage type) and lse of the per-rank descriptor d (d->sinks,
+       seqlen_q = n). gate as in store. */
+    void (*dsinks)(void *ctx, const dfa_attn_desc *d, const void *o, const void *dout, const float *lse,
+                   float *dsinks, const int *gate);
+
     /* One block: d describes it (seqlen_q = window rows, seqlen_k = n, dtype = storage type of
-       q/k/v/o/dout, q_start/k_start/causal set). Outputs are float32, packed, overwritten;
-       direct (NULL: none) hands some of them to the caller's outputs instead. */
+       q/k/v/o/dout, q_start/k_start/causal set, softcap and head_dim_v the call's, no sinks).
+       Outputs are float32, packed, overwritten; direct (NULL: none) hands some of them to the
+       caller's outputs instead. */
     dfa_status (*fwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v, float *o,
                       float *lse, const dfa__direct *direct);
     dfa_status (*bwd)(void *ctx, const dfa_attn_desc *d, const void *q, const void *k, const void *v,

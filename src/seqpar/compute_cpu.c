@@ -9,13 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/desc.h"
 #include "../common/dtype.h"
 #include "../common/error.h"
+#include "../common/sinks.h"
 #include "compute.h"
 
 typedef struct {
     dfa_dtype dtype;
-    float *q, *o, *dout; /* widened query-side rows, [batch, n, heads, D] at most */
+    float *q, *o, *dout; /* widened query-side rows, [batch, n, heads, D or Dv] at most */
     float *k, *v;        /* widened key chunk */
 } cpu_ctx;
 
@@ -24,17 +26,18 @@ static dfa_status cpu_ctx_create(const dfa_attn_desc *d, void **out) {
     if (!c) return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "dfa__compute_cpu", "cannot allocate a context");
     c->dtype = d->dtype;
     if (d->dtype != DFA_F32) {
-        const size_t nq = (size_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
-        const size_t nk = (size_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
-        c->q = malloc(sizeof(float) * (3 * nq + 2 * nk));
+        const size_t nq = (size_t)dfa__q_elems(d), no = (size_t)dfa__o_elems(d);
+        const size_t nk = (size_t)dfa__kv_elems(d), nv = (size_t)dfa__v_elems(d);
+        const size_t total = nq + 2 * no + nk + nv;
+        c->q = malloc(sizeof(float) * total);
         if (!c->q) {
             free(c);
             return dfa__fail(DFA_ERR_OUT_OF_MEMORY, "dfa__compute_cpu", "cannot allocate %zu bytes of scratch",
-                             sizeof(float) * (3 * nq + 2 * nk));
+                             sizeof(float) * total);
         }
         c->o = c->q + nq;
-        c->dout = c->o + nq;
-        c->k = c->dout + nq;
+        c->dout = c->o + no;
+        c->k = c->dout + no;
         c->v = c->k + nk;
     }
     *out = c;
@@ -116,6 +119,45 @@ static void cpu_merge_rows(void *ctx, int batch, int heads, int D, int n, int r0
             }
 }
 
+static void cpu_add_sinks(void *ctx, int batch, int heads, int Dv, int n, float *o_acc, float *lse_acc,
+                          const float *sinks) {
+    (void)ctx;
+    for (int b = 0; b < batch; b++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < n; i++) {
+                float *l = &lse_acc[((int64_t)b * heads + h) * n + i], f;
+                *l = dfa__lse_add_sink(*l, sinks[h], &f);
+                float *o = o_acc + (((int64_t)b * n + i) * heads + h) * Dv;
+                for (int c = 0; c < Dv; c++) o[c] *= f;
+            }
+}
+
+/* dsinks as dfa__dsinks_host sums it (float64, heads outside, then batch rows, then rows), with
+   each row's D = dout . o from the widened values. */
+static void cpu_dsinks(void *ctx, const dfa_attn_desc *d, const void *o, const void *dout, const float *lse,
+                       float *dsinks, const int *gate) {
+    (void)ctx;
+    (void)gate; /* host backends agree on the host: never gated */
+    const int B = d->batch, H = d->num_heads, n = d->seqlen_q, Dv = dfa__head_dim_v(d);
+    const size_t es = dfa__dtype_size(d->dtype);
+    float ro[DFA__MAX_HEAD_DIM], rd[DFA__MAX_HEAD_DIM];
+    for (int h = 0; h < H; h++) {
+        double acc = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < n; i++) {
+                const float l = lse[((int64_t)b * H + h) * n + i];
+                if (l == -INFINITY) continue;
+                const size_t at = (((size_t)b * n + i) * H + h) * (size_t)Dv * es;
+                dfa__load_f32(d->dtype, (const char *)o + at, ro, Dv);
+                dfa__load_f32(d->dtype, (const char *)dout + at, rd, Dv);
+                double D = 0.0;
+                for (int c = 0; c < Dv; c++) D += (double)ro[c] * (double)rd[c];
+                acc += exp((double)d->sinks[h] - (double)l) * D;
+            }
+        dsinks[h] = (float)-acc;
+    }
+}
+
 /* The descriptor and inputs as float32: widened into scratch unless already float32. */
 static const void *widen(const cpu_ctx *c, const void *src, float *buf, int64_t n) {
     if (c->dtype == DFA_F32) return src;
@@ -140,11 +182,10 @@ static dfa_status cpu_fwd(void *ctx, const dfa_attn_desc *d, const void *q, cons
     const cpu_ctx *c = ctx;
     dfa_attn_desc d32 = *d;
     d32.dtype = DFA_F32;
-    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
-    const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
-    const dfa_status st = dfa_attn_fwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk), o, lse);
+    const dfa_status st = dfa_attn_fwd(&d32, widen(c, q, c->q, dfa__q_elems(d)), widen(c, k, c->k, dfa__kv_elems(d)),
+                                       widen(c, v, c->v, dfa__v_elems(d)), o, lse);
     if (!st && direct && direct->o)
-        store_rows(c->dtype, o, direct->o, d->batch, d->seqlen_q, (int64_t)d->num_heads * d->head_dim,
+        store_rows(c->dtype, o, direct->o, d->batch, d->seqlen_q, (int64_t)d->num_heads * dfa__head_dim_v(d),
                    direct->o_from < 0 ? 0 : direct->o_from, d->seqlen_q);
     return st;
 }
@@ -155,16 +196,16 @@ static dfa_status cpu_bwd(void *ctx, const dfa_attn_desc *d, const void *q, cons
     const cpu_ctx *c = ctx;
     dfa_attn_desc d32 = *d;
     d32.dtype = DFA_F32;
-    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
-    const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
-    const dfa_status st = dfa_attn_bwd(&d32, widen(c, q, c->q, nq), widen(c, k, c->k, nk), widen(c, v, c->v, nk),
-                                       widen(c, o, c->o, nq), lse, widen(c, dout, c->dout, nq), dq, dk, dv);
+    const int64_t no = dfa__o_elems(d);
+    const dfa_status st = dfa_attn_bwd(&d32, widen(c, q, c->q, dfa__q_elems(d)), widen(c, k, c->k, dfa__kv_elems(d)),
+                                       widen(c, v, c->v, dfa__v_elems(d)), widen(c, o, c->o, no), lse,
+                                       widen(c, dout, c->dout, no), dq, dk, dv);
     if (!st && direct && direct->dk && direct->dv && direct->dkv_to > direct->dkv_from) {
-        const int64_t w = (int64_t)d->num_kv_heads * d->head_dim;
+        const int64_t w = (int64_t)d->num_kv_heads * d->head_dim, wv = (int64_t)d->num_kv_heads * dfa__head_dim_v(d);
         const int from = direct->dkv_from > 0 ? direct->dkv_from : 0;
         const int to = direct->dkv_to < d->seqlen_k ? direct->dkv_to : d->seqlen_k;
         store_rows(c->dtype, dk, direct->dk, d->batch, d->seqlen_k, w, from, to);
-        store_rows(c->dtype, dv, direct->dv, d->batch, d->seqlen_k, w, from, to);
+        store_rows(c->dtype, dv, direct->dv, d->batch, d->seqlen_k, wv, from, to);
     }
     return st;
 }
@@ -180,6 +221,8 @@ static const dfa__compute_ops cpu_ops = {
     .add_f32 = cpu_add_f32,
     .store = cpu_store,
     .merge_rows = cpu_merge_rows,
+    .add_sinks = cpu_add_sinks,
+    .dsinks = cpu_dsinks,
     .fwd = cpu_fwd,
     .bwd = cpu_bwd,
 };

@@ -3,9 +3,11 @@
  * on the stream of the call in progress (bind). Nothing here waits for the device, except
  * read_marks (timing, on request) and release (freeing memory). */
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/desc.h"
 #include "../common/dtype.h"
 #include "../common/error.h"
 #include "../cuda/launch.h"
@@ -18,6 +20,8 @@ typedef struct {
     void *scratch;                /* the backward's per-row sums, from the workspace */
     cudaError_t error;            /* first failure of a void operation since take_error */
     const char *error_what;
+    dfa_status failed;            /* ... or of a library launcher (its message in failed_msg) */
+    char failed_msg[256];
     cudaEvent_t (*marks)[4];      /* timing events, made on first use */
 } cuda_ctx;
 
@@ -26,6 +30,13 @@ static void note(cuda_ctx *c, cudaError_t e, const char *what) {
         c->error = e;
         c->error_what = what;
     }
+}
+
+/* A launcher's failure in a void operation (its message is the last error). */
+static void note_status(cuda_ctx *c, dfa_status st) {
+    if (st == DFA_OK || c->error != cudaSuccess || c->failed != DFA_OK) return;
+    c->failed = st;
+    snprintf(c->failed_msg, sizeof c->failed_msg, "%s", dfa_last_error());
 }
 
 static dfa_status cuda_ctx_create(const dfa_attn_desc *d, void **out) {
@@ -105,6 +116,20 @@ static void cuda_merge_rows(void *ctx, int batch, int heads, int D, int n, int r
          "merge kernel launch");
 }
 
+static void cuda_add_sinks(void *ctx, int batch, int heads, int Dv, int n, float *o_acc, float *lse_acc,
+                           const float *sinks) {
+    cuda_ctx *c = ctx;
+    note_status(c, dfa__cuda_add_sinks(DFA_F32, batch, n, heads, Dv, o_acc, lse_acc, sinks, c->stream,
+                                       "dfa__compute_cuda add_sinks"));
+}
+
+static void cuda_dsinks(void *ctx, const dfa_attn_desc *d, const void *o, const void *dout, const float *lse,
+                        float *dsinks, const int *gate) {
+    cuda_ctx *c = ctx;
+    note_status(c, dfa__cuda_dsinks(d->dtype == DFA_BF16, d->batch, d->seqlen_q, d->num_heads, dfa__head_dim_v(d), o,
+                                    dout, NULL, lse, d->sinks, dsinks, gate, c->stream, "dfa__compute_cuda dsinks"));
+}
+
 /* A block's shape with float32 outputs (partial results are merged and summed in float32). */
 static dfa__cuda_shape block_shape(const dfa_attn_desc *d) {
     dfa__cuda_shape s = dfa__cuda_shape_of(d);
@@ -146,6 +171,7 @@ static dfa_status cuda_fwd_direct(cuda_ctx *c, const dfa_attn_desc *d, const voi
         return dfa__fail(DFA_ERR_INTERNAL, fn, "direct rows from %d of %d in a block of %d batch rows", from, rows,
                          d->batch);
     const size_t es = dfa__dtype_size(d->dtype), hd = (size_t)d->num_heads * d->head_dim;
+    const size_t hdv = (size_t)d->num_heads * dfa__head_dim_v(d); /* o's rows */
     float *lse_parts = (float *)(void *)((char *)c->scratch + mask_scratch(d));
     dfa_status st = DFA_OK;
     for (int part = 0; part < 2 && !st; part++) {
@@ -160,7 +186,7 @@ static dfa_status cuda_fwd_direct(cuda_ctx *c, const dfa_attn_desc *d, const voi
         if (part) s.out_f32 = 0; /* 16 bits, into the caller's rows */
         const size_t lse_at = (size_t)d->batch * d->num_heads * r0;
         st = dfa__cuda_fwd(&s, (const char *)q + (size_t)r0 * hd * es, k, v,
-                           part ? (void *)((char *)direct->o + (size_t)r0 * hd * es) : (void *)o,
+                           part ? (void *)((char *)direct->o + (size_t)r0 * hdv * es) : (void *)o,
                            lse ? lse_parts + lse_at : NULL, c->stream, fn);
         if (!st && lse) /* [heads][r1 - r0] into [heads][rows] from r0 */
             note(c, cudaMemcpy2DAsync(lse + r0, (size_t)rows * 4, lse_parts + lse_at, (size_t)(r1 - r0) * 4,
@@ -220,6 +246,11 @@ static void cuda_bind(void *ctx, void *stream, void *scratch) {
 static dfa_status cuda_take_error(void *ctx, const char *fn) {
     cuda_ctx *c = ctx;
     const cudaError_t e = c->error;
+    if (e == cudaSuccess && c->failed != DFA_OK) {
+        const dfa_status st = c->failed;
+        c->failed = DFA_OK;
+        return dfa__fail(st, fn, "%s", c->failed_msg);
+    }
     if (e == cudaSuccess) return DFA_OK;
     c->error = cudaSuccess;
     return dfa__fail(e == cudaErrorMemoryAllocation ? DFA_ERR_OUT_OF_MEMORY : DFA_ERR_BACKEND, fn, "%s failed: %s (%s)",
@@ -264,6 +295,8 @@ static const dfa__compute_ops cuda_ops = {
     .add_f32 = cuda_add_f32,
     .store = cuda_store,
     .merge_rows = cuda_merge_rows,
+    .add_sinks = cuda_add_sinks,
+    .dsinks = cuda_dsinks,
     .fwd = cuda_fwd,
     .bwd = cuda_bwd,
     .free_memory = cuda_free_memory,

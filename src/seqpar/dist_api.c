@@ -6,6 +6,7 @@
 #include "../common/desc.h"
 #include "../common/error.h"
 #include "../common/mask.h"
+#include "../common/sinks.h"
 #include "comm.h"
 #include "dist_internal.h"
 #include "executor.h"
@@ -29,8 +30,6 @@ int64_t dfa_dist_position(dfa_schedule s, int rank, int nranks, int local_rows, 
 }
 
 dfa_status dfa__check_dist_desc(const dfa_dist_desc *d, dfa__sched_kind kind, const char *fn) {
-    const dfa_status st = dfa__refuse_v3_fields(&d->attn, "d->attn.", "the distributed calls", fn);
-    if (st) return st;
     if (d->attn.seqlen_q != d->attn.seqlen_k)
         return dfa__fail(DFA_ERR_INVALID_ARGUMENT, fn,
                          "d->attn.seqlen_q = %d and d->attn.seqlen_k = %d differ; both are this rank's local rows",
@@ -83,6 +82,7 @@ static dfa_status check_local(const dfa_dist_desc *user, int bwd, dfa__sched_kin
                                    b->dk, b->dv, fn)
              : dfa__check_fwd_args(&nd->attn, NULL, &nd->attn, b->q, b->k, b->v, b->o, b->lse, fn);
     if (!st) st = dfa__check_docs_host(&nd->attn, fn); /* this rank's ids (host memory), non-decreasing */
+    if (!st) st = dfa__check_sinks_host(&nd->attn, fn); /* host memory, finite */
     return st ? st : dfa__check_dist_desc(nd, *kind, fn);
 }
 

@@ -25,6 +25,15 @@ static dfa__sched_kind public_kind(const dfa_dist_desc *d) {
                                                                                     : (dfa__sched_kind)-1;
 }
 
+/* The version-3 fields the CUDA kernels do not take: softcap and a value head dim of its own
+   (the executor passes both to its blocks; sinks and dsinks it implements itself). */
+static dfa_status refuse_v3(const dfa_attn_desc *d, const char *fn) {
+    dfa_attn_desc t = *d;
+    t.sinks = NULL;
+    t.dsinks = NULL;
+    return dfa__refuse_v3_fields(&t, "d->attn.", "the distributed device calls", fn);
+}
+
 /* The descriptor alone: imported into *nd, then the common rules, the device's storage types
    and the distributed rules. A rank whose descriptor passes may run as a ghost when only its
    buffers fail (executor.h). */
@@ -32,7 +41,8 @@ static dfa_status check_desc(const dfa_dist_desc *user, dfa__sched_kind *kind, d
     dfa_status st = dfa__dist_desc_import(user, nd, fn);
     if (st) return st;
     if (*kind == KIND_FROM_DESC) *kind = public_kind(nd);
-    if ((st = dfa__check_desc(&nd->attn, DFA__DESC_FULL, fn)) || (st = dfa__cuda_check_dtype(&nd->attn, fn)))
+    if ((st = dfa__check_desc(&nd->attn, DFA__DESC_FULL, fn)) || (st = dfa__cuda_check_dtype(&nd->attn, fn)) ||
+        (st = refuse_v3(&nd->attn, fn)))
         return st;
     return dfa__check_dist_desc(nd, *kind, fn);
 }
@@ -43,6 +53,13 @@ static dfa_status check_desc(const dfa_dist_desc *user, dfa__sched_kind *kind, d
 static dfa_status check_docs(const dfa_dist_desc *nd, const char *fn) {
     const dfa__dev_ptr p[] = {{nd->attn.q_doc, "d->attn.q_doc", 4}};
     return nd->attn.q_doc ? dfa__cuda_check_device_ptrs(p, 1, fn) : DFA_OK;
+}
+
+/* Sinks and dsinks: device memory on this device, 4-byte aligned (finite sinks are the caller's
+   promise, as in distflash_cuda.h). */
+static dfa_status check_sinks(const dfa_dist_desc *nd, const char *fn) {
+    const dfa__dev_ptr p[] = {{nd->attn.sinks, "d->attn.sinks", 4}, {nd->attn.dsinks, "d->attn.dsinks", 4}};
+    return dfa__cuda_check_device_ptrs(p, 2, fn);
 }
 
 /* The communicator: an NCCL one, used from its own device. */
@@ -74,6 +91,7 @@ dfa_status dfa__dist_fwd_cuda(dfa_comm *c, const dfa_dist_desc *user, dfa__sched
         const dfa__dev_ptr ps[] = {{q, "q", 16}, {k, "k", 16}, {v, "v", 16}, {o, "o", 16}, {lse, "lse", 4}};
         st = dfa__cuda_check_device_ptrs(ps, 5, fn);
         if (!st) st = check_docs(&nd, fn);
+        if (!st) st = check_sinks(&nd, fn);
     }
     c->stream = stream;
     c->call = fn;
@@ -96,6 +114,7 @@ dfa_status dfa__dist_bwd_cuda(dfa_comm *c, const dfa_dist_desc *user, dfa__sched
                                    {dout, "dout", 16}, {dq, "dq", 16}, {dk, "dk", 16}, {dv, "dv", 16}};
         st = dfa__cuda_check_device_ptrs(ps, 9, fn);
         if (!st) st = check_docs(&nd, fn);
+        if (!st) st = check_sinks(&nd, fn);
     }
     c->stream = stream;
     c->call = fn;

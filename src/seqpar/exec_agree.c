@@ -17,7 +17,7 @@ const char *dfa__exec_unprefixed(const char *msg, const char *fn) {
 dfa_status dfa__exec_agree(exec *e, const int64_t *fields, const char *const *names, int nf, int64_t *most,
                            const char *fn) {
     dfa_comm *c = e->c;
-    int64_t v[2 + 2 * 16];
+    int64_t v[2 + 2 * DFA__AGREED_FIELDS];
     v[0] = e->local ? -((int64_t)c->rank * 16 + (int64_t)e->local) : INT64_MIN;
     for (int i = 0; i < nf; i++) {
         v[1 + i] = fields[i];

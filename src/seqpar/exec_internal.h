@@ -22,7 +22,7 @@
 #define PART_ALIGN 256 /* every part, and the kernels' scratch, on a 256-byte boundary */
 #define NO_BUFFER SIZE_MAX
 
-/* The tensors of one message, in buffer order:
+/* The tensors of one message, in buffer order (v, o, dout, dv with the value head dim):
      KV        k, v                    storage type, the whole chunk
      QUERY     fwd: q; bwd: q, o, dout (storage type) and lse (float32), the task's rows
      QRESULT   fwd: o, lse; bwd: dq    float32, the task's rows
@@ -103,6 +103,10 @@ typedef struct {
 
 static inline size_t align_up(size_t x) { return (x + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN; }
 
+/* The value head dim Dv of the pass (v, o, dout, dv and the forward's o accumulator have it; q, k,
+   dq, dk have head_dim). */
+static inline int dv_of(const exec *e) { return e->d.head_dim_v > 0 ? e->d.head_dim_v : e->d.head_dim; }
+
 static inline int rows_of(const dfa__task *t) { return t->row1 - t->row0; }
 
 /* A window of query rows [r0, r0 + rows) of one batch row is a contiguous slice of q, o and
@@ -113,16 +117,18 @@ static inline int window_in_place(const exec *e) { return e->d.batch == 1; }
 /* The parts of a message of `rows` query rows and `krows` key rows. */
 static inline parts msg_parts(const exec *e, dfa__msg_kind kind, int rows, int krows) {
     const dfa_attn_desc *d = &e->d;
-    const size_t B = (size_t)d->batch, H = (size_t)d->num_heads, D = (size_t)d->head_dim;
+    const size_t B = (size_t)d->batch, H = (size_t)d->num_heads, D = (size_t)d->head_dim, Dv = (size_t)dv_of(e);
     const size_t es = dfa__dtype_size(d->dtype), n = (size_t)krows, r = (size_t)rows;
-    const size_t q = B * r * H * D * es, lse = B * H * r * 4, q32 = B * r * H * D * 4;
-    const size_t kv = B * n * (size_t)d->num_kv_heads * D * es, kv32 = kv / es * 4;
+    const size_t q = B * r * H * D * es, o = B * r * H * Dv * es, lse = B * H * r * 4;
+    const size_t q32 = B * r * H * D * 4, o32 = B * r * H * Dv * 4;
+    const size_t k = B * n * (size_t)d->num_kv_heads * D * es, v = B * n * (size_t)d->num_kv_heads * Dv * es;
+    const size_t k32 = k / es * 4, v32 = v / es * 4;
     parts p = {0, {0, 0, 0, 0}};
     switch (kind) {
-    case DFA__MSG_KV: p = (parts){2, {kv, kv, 0, 0}}; break;
-    case DFA__MSG_QUERY: p = e->bwd ? (parts){4, {q, q, q, lse}} : (parts){1, {q, 0, 0, 0}}; break;
-    case DFA__MSG_QRESULT: p = e->bwd ? (parts){1, {q32, 0, 0, 0}} : (parts){2, {q32, lse, 0, 0}}; break;
-    case DFA__MSG_KVRESULT: p = (parts){2, {kv32, kv32, 0, 0}}; break;
+    case DFA__MSG_KV: p = (parts){2, {k, v, 0, 0}}; break;
+    case DFA__MSG_QUERY: p = e->bwd ? (parts){4, {q, o, o, lse}} : (parts){1, {q, 0, 0, 0}}; break;
+    case DFA__MSG_QRESULT: p = e->bwd ? (parts){1, {q32, 0, 0, 0}} : (parts){2, {o32, lse, 0, 0}}; break;
+    case DFA__MSG_KVRESULT: p = (parts){2, {k32, v32, 0, 0}}; break;
     }
     return p;
 }
@@ -140,9 +146,10 @@ static inline void parts_at(parts p, char *base, void *out[4]) {
     }
 }
 
-/* Where task t's key rows start in this rank's k and v (one batch row when not all). */
-static inline size_t key_rows_offset(const exec *e, const dfa__task *t) {
-    return (size_t)t->k_row0 * e->d.num_kv_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+/* Where task t's key rows start in this rank's k (value = 0) or v (value = 1; one batch row when
+   not all). */
+static inline size_t key_rows_offset(const exec *e, const dfa__task *t, int value) {
+    return (size_t)t->k_row0 * e->d.num_kv_heads * (value ? dv_of(e) : e->d.head_dim) * dfa__dtype_size(e->d.dtype);
 }
 
 /* The parts of a message that serves task t. */

@@ -125,7 +125,7 @@ void dfa__exec_free_plan(exec *e) {
 static int same_shapes(const dfa_attn_desc *a, const dfa_attn_desc *b) {
     return a->batch == b->batch && a->seqlen_q == b->seqlen_q && a->seqlen_k == b->seqlen_k &&
            a->num_heads == b->num_heads && a->num_kv_heads == b->num_kv_heads && a->head_dim == b->head_dim &&
-           a->dtype == b->dtype;
+           a->head_dim_v == b->head_dim_v && a->dtype == b->dtype;
 }
 
 /* Bytes of the workspace one pass needs, and the sizes of its parts. */
@@ -139,20 +139,25 @@ static layout layout_of(const exec *e) {
     const size_t es = dfa__dtype_size(d->dtype);
     const size_t nq = (size_t)d->batch * e->n * d->num_heads * d->head_dim;
     const size_t nk = (size_t)d->batch * e->n * d->num_kv_heads * d->head_dim;
+    const size_t no = (size_t)d->batch * e->n * d->num_heads * dv_of(e); /* o, dout */
+    const size_t nv = (size_t)d->batch * e->n * d->num_kv_heads * dv_of(e);
     const size_t nl = (size_t)d->batch * d->num_heads * e->n;
+    const size_t most = nq > nk ? nq : nk, most_v = no > nv ? no : nv;
     for (int i = 0; i < 3; i++) L.slot[i] = align_up(e->slot_bytes[i]);
     const size_t window = e->own_window ? window_bytes(e, e->own_window) : 0;
     const size_t results = (e->own_q_rows ? parts_total(msg_parts(e, DFA__MSG_QRESULT, e->own_q_rows, e->n)) : 0) +
                            (e->own_kv ? parts_total(msg_parts(e, DFA__MSG_KVRESULT, e->n, e->n)) : 0) +
                            align_up((size_t)d->batch * d->num_heads * e->own_lse * 4);
     L.window_results = align_up(window + results);
-    L.acc[0] = nq; /* bwd: dq, dk, dv; fwd: o, lse */
+    L.acc[0] = e->bwd ? nq : no; /* bwd: dq, dk, dv; fwd: o, lse */
     L.acc[1] = e->bwd ? nk : nl;
-    L.acc[2] = e->bwd ? nk : 0;
-    L.ghost = e->async ? align_up((nq > nk ? nq : nk) * es) : 0;
+    L.acc[2] = e->bwd ? nv : 0;
+    L.ghost = e->async ? align_up((most > most_v ? most : most_v) * es) : 0;
     L.scratch = e->ops->scratch_bytes ? align_up(e->ops->scratch_bytes(d)) : 0;
     /* a group's packed inputs: q (and o, dout, lse in the backward), k, v */
-    L.pack = e->G > 1 ? align_up(nq * es) * (e->bwd ? 3 : 1) + 2 * align_up(nk * es) + (e->bwd ? align_up(nl * 4) : 0) : 0;
+    L.pack = e->G > 1 ? align_up(nq * es) + (e->bwd ? 2 * align_up(no * es) : 0) + align_up(nk * es) + align_up(nv * es) +
+                            (e->bwd ? align_up(nl * 4) : 0)
+                      : 0;
     L.total = L.slot[0] + L.slot[1] + L.slot[2] + L.window_results + L.ghost + L.scratch + L.pack;
     for (int i = 0; i < 3; i++) L.acc[i] = sizeof(float) * L.acc[i], L.total += align_up(L.acc[i]);
     return L;

@@ -15,21 +15,25 @@ static void window_parts(exec *e, int r0, int rows, char *buf, void *out[4]) {
         parts_at(msg_parts(e, DFA__MSG_QUERY, rows, e->n), buf, out);
         return;
     }
-    const size_t row = (size_t)e->d.num_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype), off = (size_t)r0 * row;
+    const size_t es = dfa__dtype_size(e->d.dtype), H = (size_t)e->d.num_heads;
+    const size_t off = (size_t)r0 * H * e->d.head_dim * es, voff = (size_t)r0 * H * dv_of(e) * es;
     out[0] = (char *)(void *)e->io->q + off;
-    out[1] = e->bwd ? (char *)(void *)e->io->o + off : NULL;
-    out[2] = e->bwd ? (char *)(void *)e->io->dout + off : NULL;
+    out[1] = e->bwd ? (char *)(void *)e->io->o + voff : NULL;
+    out[2] = e->bwd ? (char *)(void *)e->io->dout + voff : NULL;
     out[3] = e->bwd ? buf : NULL;
 }
 
 /* Copies what window_parts keeps in its buffer: every part, or (in place) the lse rows. */
 static void pack_query(exec *e, int r0, int rows, void *dst[4]) {
     const dfa_attn_desc *d = &e->d;
-    const size_t row = (size_t)d->num_heads * d->head_dim * dfa__dtype_size(d->dtype);
+    const size_t es = dfa__dtype_size(d->dtype), H = (size_t)d->num_heads;
+    const size_t rows_of_part[3] = {H * d->head_dim * es, H * dv_of(e) * es, H * dv_of(e) * es}; /* q; o, dout */
     const size_t n = (size_t)e->n, r = (size_t)rows, B = (size_t)d->batch;
     const void *src[3] = {e->io->q, e->io->o, e->io->dout};
-    for (int i = 0; i < (e->bwd ? 3 : 1) && !window_in_place(e); i++)
+    for (int i = 0; i < (e->bwd ? 3 : 1) && !window_in_place(e); i++) {
+        const size_t row = rows_of_part[i];
         e->ops->copy2d(e->ctx, dst[i], r * row, (const char *)src[i] + (size_t)r0 * row, n * row, r * row, B);
+    }
     if (e->bwd)
         e->ops->copy2d(e->ctx, dst[3], r * 4, e->io->lse + r0, n * 4, r * 4, B * (size_t)d->num_heads);
 }
@@ -64,9 +68,8 @@ static void msg_buffers(exec *e, int step, planned_msg *pm, void *out[4]) {
         return;
     }
     if (pm->m.kind == DFA__MSG_KV) { /* the chunk, or its rows [k_row0, k_row1) (one batch row) */
-        const size_t off = key_rows_offset(e, &pm->m.task);
-        out[0] = (char *)(void *)e->io->k + off;
-        out[1] = (char *)(void *)e->io->v + off;
+        out[0] = (char *)(void *)e->io->k + key_rows_offset(e, &pm->m.task, 0);
+        out[1] = (char *)(void *)e->io->v + key_rows_offset(e, &pm->m.task, 1);
     } else { /* a whole query chunk */
         out[0] = (void *)e->io->q;
         out[1] = (void *)e->io->o;
@@ -127,17 +130,18 @@ static void fold_query(exec *e, const dfa__task *t, void *res[2]) {
     if (e->bwd)
         add_rows(e, e->acc[0], res[0], t->row0, rows, (int64_t)e->d.num_heads * e->d.head_dim);
     else
-        e->ops->merge_rows(e->ctx, e->d.batch, e->d.num_heads, e->d.head_dim, e->n, t->row0, rows, e->acc[0],
+        e->ops->merge_rows(e->ctx, e->d.batch, e->d.num_heads, dv_of(e), e->n, t->row0, rows, e->acc[0],
                            e->acc[1], res[0], res[1]);
 }
 
 /* Folds a partial dk, dv of this rank's keys (all, or the rows [k_row0, k_row1) the task read). */
 static void fold_keys(exec *e, const dfa__task *t, void *res[2]) {
     const int kr = dfa__task_key_rows(t, e->n);
-    const int64_t width = (int64_t)e->d.num_kv_heads * e->d.head_dim;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) { /* dk, dv */
+        const int64_t width = (int64_t)e->d.num_kv_heads * (i ? dv_of(e) : e->d.head_dim);
         if (kr == e->n) e->ops->add_f32(e->ctx, e->acc[1 + i], res[i], (int64_t)e->d.batch * e->n * width);
         else add_rows(e, e->acc[1 + i], res[i], t->k_row0, kr, width);
+    }
 }
 
 /* Folds the results of compute step s that other ranks sent here. */
@@ -194,9 +198,8 @@ static void compute(exec *e, int t) {
         msg_buffers(e, t, pm, qs);
     }
     if (kmine) { /* the task's key rows (one batch row when not all) */
-        const size_t off = key_rows_offset(e, tk);
-        kv[0] = (char *)(void *)e->io->k + off;
-        kv[1] = (char *)(void *)e->io->v + off;
+        kv[0] = (char *)(void *)e->io->k + key_rows_offset(e, tk, 0);
+        kv[1] = (char *)(void *)e->io->v + key_rows_offset(e, tk, 1);
     } else {
         planned_msg *pm = find(ps, DFA__MSG_KV, 0);
         if (!pm) {
@@ -213,7 +216,7 @@ static void compute(exec *e, int t) {
     const parts pq = task_parts(e, DFA__MSG_QRESULT, tk);
     void *b4[4] = {NULL, NULL, NULL, NULL}; /* (a backward query result has one part) */
     if (direct) { /* (rows after lent ones: one batch row, so the rows are contiguous; the lse is not) */
-        b4[0] = e->acc[0] + (size_t)tk->row0 * e->d.num_heads * e->d.head_dim;
+        b4[0] = e->acc[0] + (size_t)tk->row0 * e->d.num_heads * (e->bwd ? e->d.head_dim : dv_of(e)); /* dq; o */
         b4[1] = e->bwd ? NULL : tk->row0 ? (void *)own : e->acc[1];
     } else if (qmine) {
         parts_at(pq, own, b4);
@@ -233,7 +236,7 @@ static void compute(exec *e, int t) {
     /* the step-0 diagonal's direct parts: o16 from the block's first row (its row0) on */
     dfa__direct dr = {0};
     if (direct && e->direct) {
-        const size_t qrow = (size_t)e->d.num_heads * e->d.head_dim * dfa__dtype_size(e->d.dtype);
+        const size_t qrow = (size_t)e->d.num_heads * dv_of(e) * dfa__dtype_size(e->d.dtype); /* of o */
         if (!e->bwd && e->q_direct < e->n) {
             dr.o = (char *)e->io->o_out + (size_t)tk->row0 * qrow;
             dr.o_from = e->q_direct - tk->row0;
@@ -248,6 +251,10 @@ static void compute(exec *e, int t) {
     const dfa__direct *drp = dr.o || dr.dk ? &dr : NULL;
 
     dfa_attn_desc bd = e->d;
+    /* partial results merge without the sinks; the forward adds them once to the merged rows and
+       the backward's lse holds them already (dfa__exec_store_group gives dsinks) */
+    bd.sinks = NULL;
+    bd.dsinks = NULL;
     bd.seqlen_q = rows;
     bd.seqlen_k = dfa__task_key_rows(tk, e->n);
     bd.causal = tk->causal_mask;

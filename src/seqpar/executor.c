@@ -76,16 +76,20 @@ dfa_status dfa__dist_run(dfa_comm *c, const dfa_dist_desc *dd, dfa__sched_kind k
                                         "d->attn.dtype",        "d->attn.causal",   "d->attn.softmax_scale (bits)",
                                         "d->attn.flags",        "d->schedule",      "d->overlap",
                                         "d->attn.window_left",  "d->attn.window_right",
-                                        "d->attn.q_doc (set or NULL)"};
+                                        "d->attn.q_doc (set or NULL)", "d->attn.head_dim_v",
+                                        "d->attn.softcap (bits)", "d->attn.sinks and dsinks (set or NULL)"};
     int64_t f[DFA__AGREED_FIELDS] = {0};
     if (dd) {
         const dfa_attn_desc *a = &dd->attn;
-        uint32_t bits;
+        uint32_t bits, cap;
         memcpy(&bits, &a->softmax_scale, 4);
+        memcpy(&cap, &a->softcap, 4);
         const int64_t vals[DFA__AGREED_FIELDS] = {a->batch, a->seqlen_q, a->seqlen_k, a->num_heads, a->num_kv_heads,
                                                   a->head_dim, (int64_t)a->dtype, a->causal, (int64_t)bits,
                                                   (int64_t)a->flags, (int64_t)kind, dd->overlap, a->window_left,
-                                                  a->window_right, a->q_doc != NULL};
+                                                  a->window_right, a->q_doc != NULL,
+                                                  a->head_dim_v ? a->head_dim_v : a->head_dim, (int64_t)cap,
+                                                  (a->sinks != NULL) + 2 * (a->dsinks != NULL)};
         memcpy(f, vals, sizeof f);
     }
     /* Device backends pass dd only when the descriptor itself is valid: a rank whose buffers

@@ -24,7 +24,7 @@ cudaError_t dfa__sp_merge_rows(int batch, int heads, int head_dim, int n, int r0
                                float *lse_acc, const float *o_part, const float *lse_part, cudaStream_t stream);
 
 /* The per-call agreement vector (comm_nccl.c): at most this many int64 values. */
-#define DFA__SP_AGREE_MAX 32
+#define DFA__SP_AGREE_MAX 40
 typedef struct {
     int64_t v[DFA__SP_AGREE_MAX];
 } dfa__sp_vec;

@@ -16,6 +16,34 @@ static inline double dist_budget(dfa_dtype t, tl_quantity kind, const void *naiv
                 tl_tolerance(t, kind, tl_max_err(t, single, ref, n), ref, n));
 }
 
+/* The budget of dsinks summed over the ranks ([H] values of d, the whole sequence's descriptor
+   with host sinks): the rule on the naive float32 dsinks or the single-GPU call's, plus four
+   standard deviations of the moves that rounding o to the storage type (unit roundoff u) makes
+   in each row's D = dout . o, weighted by exp(sink - lse) (fdo, oref, lref: the oracle's). */
+static inline double dist_dsinks_budget(const dfa_attn_desc *d, const float *naive, const float *single,
+                                        const double *ref, const double *fdo, const double *oref, const double *lref) {
+    const int H = d->num_heads, N = d->seqlen_q, Dv = d->head_dim_v ? d->head_dim_v : d->head_dim;
+    const double u = d->dtype == DFA_F16 ? 0x1p-11 : d->dtype == DFA_BF16 ? 0x1p-8 : 0x1p-24;
+    double spread = 0;
+    for (int h = 0; h < H; h++) {
+        double s2 = 0;
+        for (int b = 0; b < d->batch; b++)
+            for (int i = 0; i < N; i++) {
+                const double p = exp(d->sinks[h] - lref[((int64_t)b * H + h) * N + i]);
+                double r2 = 0;
+                for (int c = 0; c < Dv; c++) {
+                    const int64_t e = (((int64_t)b * N + i) * H + h) * Dv + c;
+                    r2 += fdo[e] * oref[e] * fdo[e] * oref[e];
+                }
+                s2 += p * p * r2;
+            }
+        spread = fmax(spread, 4 * u * sqrt(s2));
+    }
+    return fmax(tl_tolerance(d->dtype, TL_GRADIENT, tl_max_err(DFA_F32, naive, ref, H), ref, H),
+                tl_tolerance(d->dtype, TL_GRADIENT, tl_max_err(DFA_F32, single, ref, H), ref, H)) +
+           spread;
+}
+
 /* One output: this rank's rows (host, the storage type), the single-GPU call's and the oracle's
    on the whole sequence ([B][N][width]), and the error budget. */
 typedef struct {

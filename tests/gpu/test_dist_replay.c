@@ -163,6 +163,7 @@ typedef struct {
     int fold_cost;           /* dfa__dist_set_fold_cost (-1: the library's) */
     int direct;              /* dfa__dist_force_direct */
     int rounds;              /* 0: three (right); fewer leave results undelivered, which the checks must see */
+    int sinks;               /* 1: random sinks; each rank's dsinks, summed, against the oracle's */
 } rcase;
 
 static int checked;
@@ -211,10 +212,11 @@ static void run_case(const rcase *k, cudaStream_t s) {
     const int64_t wq = (int64_t)H * D, wk = (int64_t)Hkv * D;
     const int64_t NQ = (int64_t)B * N * wq, NK = (int64_t)B * N * wk, NL = (int64_t)B * H * N;
     const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
-    char cfg[220];
-    snprintf(cfg, sizeof cfg, "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d docs=%d window=%d(%d,%d) split=%d fold=%d direct=%d",
+    char cfg[240];
+    snprintf(cfg, sizeof cfg,
+             "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d docs=%d window=%d(%d,%d) split=%d fold=%d direct=%d sinks=%d",
              P, dfa__sched_name(k->kind), B, n, H, Hkv, D, t == DFA_BF16 ? "bf16" : "f16", k->causal, k->docs, k->window,
-             k->left, k->right, k->split, k->fold_cost, k->direct);
+             k->left, k->right, k->split, k->fold_cost, k->direct, k->sinks);
 
     /* the whole sequence */
     void *hq = tl_alloc(t, NQ), *hk = tl_alloc(t, NK), *hv = tl_alloc(t, NK), *hdo = tl_alloc(t, NQ);
@@ -222,6 +224,9 @@ static void run_case(const rcase *k, cudaStream_t s) {
     tl_fill_normal(t, hk, NK, 1.0);
     tl_fill_normal(t, hv, NK, 1.0);
     tl_fill_normal(t, hdo, NQ, 1.0);
+    float hs[16];
+    for (int h = 0; h < H; h++) hs[h] = (float)(6.0 * tl_rand_uniform() - 2.0);
+    float *sinks_dev = k->sinks ? dev_copy_of(hs, sizeof(float) * (size_t)H) : NULL;
     int32_t *ids = NULL, *ids_ranks = NULL; /* [B][N]; [P][B][n] */
     if (k->docs) {
         ids = malloc(sizeof(int32_t) * (size_t)B * N);
@@ -240,25 +245,32 @@ static void run_case(const rcase *k, cudaStream_t s) {
     /* references: the oracle, the naive same-precision path, our single-GPU call */
     dfa_attn_desc full = tl_desc(B, N, N, H, Hkv, D, t, k->causal, 0, 0);
     set_mask(&full, k, ids);
+    full.sinks = k->sinks ? hs : NULL;
     double *fq = tl_to_f64(t, hq, NQ), *fk = tl_to_f64(t, hk, NK), *fv = tl_to_f64(t, hv, NK), *fdo = tl_to_f64(t, hdo, NQ);
     double *oref = malloc(8 * (size_t)NQ), *lref = malloc(8 * (size_t)NL), *gq = malloc(8 * (size_t)NQ),
            *gk = malloc(8 * (size_t)NK), *gv = malloc(8 * (size_t)NK);
     oracle_fwd(&full, fq, fk, fv, oref, lref);
-    oracle_bwd(&full, fq, fk, fv, fdo, gq, gk, gv);
+    double gs[16];
+    oracle_bwd_all(&full, fq, fk, fv, fdo, gq, gk, gv, k->sinks ? gs : NULL);
     void *on = tl_alloc(t, NQ), *dqn = tl_alloc(t, NQ), *dkn = tl_alloc(t, NK), *dvn = tl_alloc(t, NK);
+    float dsn[16], ds1[16];
     naive_fwd_lowp(&full, hq, hk, hv, on);
-    naive_bwd_lowp(&full, hq, hk, hv, hdo, dqn, dkn, dvn);
+    naive_bwd_lowp_all(&full, hq, hk, hv, hdo, dqn, dkn, dvn, k->sinks ? dsn : NULL);
     const size_t QB = (size_t)NQ * es, KB = (size_t)NK * es, LB = sizeof(float) * (size_t)NL;
     void *o1 = malloc(QB), *dq1 = malloc(QB), *dk1 = malloc(KB), *dv1 = malloc(KB);
     {
         dfa_attn_desc g = full;
         int32_t *gids = k->docs ? dev_copy_of(ids, sizeof(int32_t) * (size_t)B * N) : NULL;
         set_mask(&g, k, gids);
+        g.sinks = sinks_dev;
         void *q = dev_copy_of(hq, QB), *kk = dev_copy_of(hk, KB), *v = dev_copy_of(hv, KB), *dout = dev_copy_of(hdo, QB);
         void *go = dev_alloc(QB), *gdq = dev_alloc(QB), *gdk = dev_alloc(KB), *gdv = dev_alloc(KB);
-        float *gl = dev_alloc(LB);
+        float *gl = dev_alloc(LB), *gds = dev_alloc(sizeof ds1);
         CHECK(dfa_attn_fwd_cuda(&g, q, kk, v, go, gl, s) == DFA_OK, "single fwd: %s", dfa_last_error());
+        g.dsinks = sinks_dev ? gds : NULL;
         CHECK(dfa_attn_bwd_cuda(&g, q, kk, v, go, gl, dout, gdq, gdk, gdv, s) == DFA_OK, "single bwd: %s", dfa_last_error());
+        to_host(ds1, gds, sizeof ds1);
+        cudaFree(gds);
         to_host(o1, go, QB);
         to_host(dq1, gdq, QB);
         to_host(dk1, gdk, KB);
@@ -268,10 +280,11 @@ static void run_case(const rcase *k, cudaStream_t s) {
     }
     const double tol_o = dist_budget(t, TL_OUTPUT, on, o1, oref, NQ), tol_dq = dist_budget(t, TL_GRADIENT, dqn, dq1, gq, NQ);
     const double tol_dk = dist_budget(t, TL_GRADIENT, dkn, dk1, gk, NK), tol_dv = dist_budget(t, TL_GRADIENT, dvn, dv1, gv, NK);
+    const double tol_ds = k->sinks ? dist_dsinks_budget(&full, dsn, ds1, gs, fdo, oref, lref) : 0.0;
 
     /* every rank's chunk on the device, outputs poisoned */
     char *q[8], *kk[8], *v[8], *dout[8], *o[8], *dq[8], *dk[8], *dv[8];
-    float *lse[8];
+    float *lse[8], *dsinks[8];
     int32_t *lids[8];
     dfa_comm *cs[8];
     for (int r = 0; r < P; r++) {
@@ -286,6 +299,8 @@ static void run_case(const rcase *k, cudaStream_t s) {
         dev_poison(o[r], (size_t)nq * es), dev_poison(dq[r], (size_t)nq * es);
         dev_poison(dk[r], (size_t)nk * es), dev_poison(dv[r], (size_t)nk * es);
         dev_poison(lse[r], sizeof(float) * (size_t)nl);
+        dsinks[r] = dev_alloc(sizeof(float) * 16);
+        dev_poison(dsinks[r], sizeof(float) * 16);
         lids[r] = k->docs ? dev_copy_of(ids_ranks + (size_t)r * B * n, sizeof(int32_t) * (size_t)B * n) : NULL;
         cs[r] = replay_create(r, P);
         dfa__dist_set_split_pairs(cs[r], k->split);
@@ -306,6 +321,8 @@ static void run_case(const rcase *k, cudaStream_t s) {
         dd[r].attn.causal = k->causal;
         dd[r].schedule = k->kind == DFA__SCHED_RING ? DFA_SCHEDULE_RING : DFA_SCHEDULE_BALANCED;
         set_mask(&dd[r].attn, k, lids[r]);
+        dd[r].attn.sinks = sinks_dev; /* the forward reads the sinks, the backward writes this rank's dsinks */
+        dd[r].attn.dsinks = sinks_dev ? dsinks[r] : NULL;
     }
     st = run_pass(cs, k, dd, DFA__PASS_FWD, q, kk, v, o, lse, dout, dq, dk, dv, s, &sf);
     CHECK(st == DFA_OK, "forward: %s (%s) for %s", dfa_status_string(st), dfa_last_error(), cfg);
@@ -336,16 +353,30 @@ static void run_case(const rcase *k, cudaStream_t s) {
                                     {"dk", ldk, dk1, gk, wk, tol_dk}, {"dv", ldv, dv1, gv, wk, tol_dv}};
         off += dist_check_rank(t, out, 4, ll, lref, B, H, N, r * n, n, expect_right, r, cfg);
     }
+    if (k->sinks && !st) { /* each rank's dsinks covers its own rows: their sum is the sequence's */
+        double sum[16] = {0};
+        float part[16];
+        for (int r = 0; r < P; r++) {
+            to_host(part, dsinks[r], sizeof part);
+            for (int h = 0; h < H; h++) sum[h] += part[h];
+        }
+        double err = 0;
+        for (int h = 0; h < H; h++) err = fmax(err, fabs(sum[h] - gs[h]));
+        off += !(err <= tol_ds);
+        CHECK(!expect_right || err <= tol_ds, "dsinks summed over the ranks: %.3g > %.3g off the oracle for %s", err,
+              tol_ds, cfg);
+    }
     CHECK(expect_right || off > 0, "%d round(s) of replay (results never delivered) passed the checks for %s", k->rounds,
           cfg);
     checked++;
 
     for (int r = 0; r < P; r++) {
-        void *p[10] = {q[r], kk[r], v[r], dout[r], o[r], dq[r], dk[r], dv[r], lse[r], lids[r]};
-        for (int i = 0; i < 10; i++) cudaFree(p[i]);
+        void *p[11] = {q[r], kk[r], v[r], dout[r], o[r], dq[r], dk[r], dv[r], lse[r], lids[r], dsinks[r]};
+        for (int i = 0; i < 11; i++) cudaFree(p[i]);
         dfa_comm_destroy(cs[r]);
     }
     cudaFree(ids_dev);
+    cudaFree(sinks_dev);
     all_ids = NULL;
     free(hq), free(hk), free(hv), free(hdo), free(ids), free(ids_ranks);
     free(fq), free(fk), free(fv), free(fdo), free(oref), free(lref), free(gq), free(gk), free(gv);
@@ -364,12 +395,12 @@ int main(void) {
     for (int P = 2; P <= (small ? 3 : 5); P++)
         for (int split = 0; split <= 2; split++) {
             const rcase k = {P, 1, 384, 4, split == 1 ? 2 : 4, 64, split == 2 ? DFA_F16 : DFA_BF16, 1,
-                             DFA__SCHED_BALANCED, 3, 0, 0, 0, split, 0, (P + split) % 2, 0};
+                             DFA__SCHED_BALANCED, 3, 0, 0, 0, split, 0, (P + split) % 2, 0, 0};
             run_case(&k, s);
         }
     /* a busy last diagonal lent in bands (3 ranks of 1024 rows: three bands), and in one band */
     for (int split = 0; split <= 1 && !small; split++) {
-        const rcase k = {3, 1, 1024, 2, 2, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 2, 0, 0, 0, split, 0, 1, 0};
+        const rcase k = {3, 1, 1024, 2, 2, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 2, 0, 0, 0, split, 0, 1, 0, 0};
         run_case(&k, s);
     }
     /* random documents and windows, two batch rows, the ring; unmasked schedules */
@@ -379,13 +410,21 @@ int main(void) {
         const int w[] = {0, 1, n, n / 2};
         const rcase k = {P, 1 + (i % 4 == 3), n, heads[i % 4][0], heads[i % 4][1], i % 2 ? 64 : 128,
                          i % 3 ? DFA_BF16 : DFA_F16, i % 5 != 4, i % 3 == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED,
-                         i < 6 ? 1 : 0, i % 2, w[i % 4], i % 3 == 0 ? -1 : w[(i + 1) % 4], 1, -1, i % 2, 0};
+                         i < 6 ? 1 : 0, i % 2, w[i % 4], i % 3 == 0 ? -1 : w[(i + 1) % 4], 1, -1, i % 2, 0, 0};
+        run_case(&k, s);
+    }
+    /* sinks: causal with GQA, documents, a window, the ring, a lent diagonal, two batch rows */
+    for (int i = 0; i < (small ? 2 : 6); i++) {
+        const int P = 2 + i % 3, n = (int[]){128, 200, 300, 64, 1024, 96}[i];
+        const rcase k = {i == 4 ? 3 : P, 1 + (i == 5), n, 4, i % 2 ? 2 : 1, i % 2 ? 64 : 128, i % 3 ? DFA_BF16 : DFA_F16,
+                         i != 3, i == 3 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i == 4 ? 2 : i == 1 || i == 5,
+                         i == 2 || i == 3, 40, i == 3 ? 40 : 0, 1, -1, i % 2, 0, 1};
         run_case(&k, s);
     }
     /* the checks are not vacuous: with one or two rounds some results never arrive (one round: no
        input either), and the outputs must miss the references */
     for (int rounds = 1; rounds <= 2; rounds++) {
-        const rcase k = {3, 1, 384, 4, 4, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 3, 0, 0, 0, 2, 0, 1, rounds};
+        const rcase k = {3, 1, 384, 4, 4, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 3, 0, 0, 0, 2, 0, 1, rounds, 0};
         run_case(&k, s);
     }
     CUDA_OK(cudaStreamDestroy(s));

@@ -1,6 +1,6 @@
 /* Every bad input to the CUDA entry points: the CPU calls' statuses for the
  * CPU calls' checks, plus the device's own (f32 storage, alignment, host
- * pointers); the message names the argument and no output is touched. */
+ * pointers, the sinks' memory); the message names the argument and no output is touched. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -309,6 +309,55 @@ static void test_masks(void) {
     CUDA_OK(cudaFree(qids));
 }
 
+/* Sinks on the device: sinks and dsinks must be device memory, 4-byte aligned, apart from the
+   outputs (and the caller's scratch); dsinks needs sinks; the forward's scratch holds an lse
+   for the sinks pass; good calls go through (with lse = NULL too). */
+static void test_sinks(void) {
+    float host_s[H] = {0.5f, -1.0f, 2.0f, 0.0f};
+    float *sinks = dev_copy_of(host_s, sizeof host_s), *dsinks = dev_alloc(sizeof host_s);
+    dfa_attn_desc d = good();
+    d.sinks = host_s;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->sinks", 0);
+    d.sinks = (const float *)(const void *)((const char *)sinks + 2);
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->sinks", 0);
+    d = good();
+    d.dsinks = dsinks;
+    bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "d->dsinks", 0);
+    d.sinks = sinks;
+    float host_ds[H];
+    d.dsinks = host_ds;
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "d->dsinks");
+    d.dsinks = (float *)(void *)((char *)dsinks + 1);
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "d->dsinks");
+    d.dsinks = (float *)dq; /* an output twice */
+    EXPECT(dfa_attn_bwd_cuda(&d, q, k, v, o2, lse2, dout, dq, dk, dv, 0), DFA_ERR_INVALID_ARGUMENT, "dsinks");
+    d = good();
+    d.sinks = (const float *)o; /* an input that the forward writes */
+    EXPECT(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0), DFA_ERR_INVALID_ARGUMENT, "sinks");
+    d.sinks = (const float *)(const void *)scratch; /* the caller's scratch is written */
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, lse, scratch, SCRATCH, 0), DFA_ERR_INVALID_ARGUMENT,
+           "scratch");
+    d = good();
+    const size_t plain = dfa_attn_fwd_cuda_scratch_bytes(&d);
+    d.sinks = sinks;
+    const size_t with = dfa_attn_fwd_cuda_scratch_bytes(&d);
+    CHECK(with == plain + (4 * NL + 255) / 256 * 256, "forward scratch with sinks %zu, want %zu + an lse", with, plain);
+    EXPECT(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, NULL, scratch, with - 1, 0), DFA_ERR_INVALID_ARGUMENT,
+           "scratch_bytes");
+    CHECK(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0) == DFA_OK, "fwd with sinks refused: %s", dfa_last_error());
+    CHECK(dfa_attn_fwd_cuda(&d, q, k, v, o, NULL, 0) == DFA_OK, "fwd with sinks, lse NULL refused: %s",
+          dfa_last_error());
+    CHECK(dfa_attn_fwd_cuda_with_scratch(&d, q, k, v, o, NULL, scratch, with, 0) == DFA_OK,
+          "fwd with sinks and the caller's scratch refused: %s", dfa_last_error());
+    CHECK(dfa_attn_fwd_cuda(&d, q, k, v, o, lse, 0) == DFA_OK, "fwd with sinks refused: %s", dfa_last_error());
+    d.dsinks = dsinks;
+    CHECK(dfa_attn_bwd_cuda(&d, q, k, v, o, lse, dout, dq, dk, dv, 0) == DFA_OK, "bwd with dsinks refused: %s",
+          dfa_last_error());
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(sinks));
+    CUDA_OK(cudaFree(dsinks));
+}
+
 int main(void) {
     tl_init("test_gpu_errors");
     if (!have_gpu()) return 77; /* ctest: skipped */
@@ -323,6 +372,7 @@ int main(void) {
     test_descriptors();
     test_pointers();
     test_masks();
+    test_sinks();
     test_scratch();
     return tl_finish("test_gpu_errors");
 }

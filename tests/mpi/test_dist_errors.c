@@ -3,6 +3,7 @@
  * the same error status (never hang, never crash), with a message that names the argument
  * (or the failing rank and its reason), and leave its outputs untouched. Afterwards a valid
  * call still works, gives the same bits twice, and the same bits with overlap on and off. */
+#include <math.h>
 #include <mpi.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -230,23 +231,38 @@ static void test_masks(dfa_comm *c, bufs *b) {
           dfa_last_error());
 }
 
-/* Softcap, a value head dim of its own and sinks are not implemented by the distributed calls:
-   refused on every rank, naming the field. */
-static void test_v3_refused(dfa_comm *c, bufs *b) {
-    static const float sinks[64] = {0};
-    static float dsinks[64];
+/* The version-3 fields: bad values refused on every rank, naming the field (a non-finite sink on
+   one rank, checked on the host; dsinks without sinks; a negative softcap; a value head dim that
+   is not a multiple of 8), and the fields differing across ranks. */
+static void test_v3_errors(dfa_comm *c, bufs *b) {
+    float sinks[2 * H], dsinks[2 * H];
+    for (int h = 0; h < 2 * H; h++) sinks[h] = 0.25f * (float)h - 0.5f;
     for (int bwd = 0; bwd <= 1; bwd++) {
         dfa_dist_desc d = good_desc();
-        d.attn.softcap = 30.0f;
-        expect_fail(c, "softcap", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.softcap");
+        float bad[2 * H];
+        memcpy(bad, sinks, sizeof bad);
+        if (rank == nranks - 1) bad[1] = NAN;
+        d.attn.sinks = bad;
+        expect_fail(c, "a NaN sink on one rank", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "sinks[1]");
         d = good_desc();
-        d.attn.head_dim_v = d.attn.head_dim == 8 ? 16 : 8;
-        expect_fail(c, "head_dim_v", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.head_dim_v");
-        d = good_desc();
-        d.attn.sinks = sinks;
-        expect_fail(c, "sinks", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.sinks");
         d.attn.dsinks = dsinks;
-        expect_fail(c, "sinks and dsinks", bwd, &d, b, DFA_ERR_UNSUPPORTED, "d->attn.sinks");
+        expect_fail(c, "dsinks without sinks", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "dsinks");
+        d = good_desc();
+        d.attn.softcap = -1.0f;
+        expect_fail(c, "negative softcap", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "softcap");
+        d = good_desc();
+        d.attn.head_dim_v = 12;
+        expect_fail(c, "head_dim_v 12", bwd, &d, b, DFA_ERR_UNSUPPORTED, "head_dim_v");
+        if (nranks < 2) continue; /* nothing can differ */
+        d = good_desc();
+        if (rank == 0) d.attn.softcap = 30.0f;
+        expect_fail(c, "softcap differs", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.softcap");
+        d = good_desc();
+        if (rank == 0) d.attn.head_dim_v = 2 * D;
+        expect_fail(c, "head_dim_v differs", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.head_dim_v");
+        d = good_desc();
+        if (rank == 0) d.attn.sinks = sinks;
+        expect_fail(c, "sinks on one rank", bwd, &d, b, DFA_ERR_INVALID_ARGUMENT, "d->attn.sinks");
     }
 }
 
@@ -493,7 +509,7 @@ int main(int argc, char **argv) {
     test_one_rank_bad(c, &b);
     test_bad_everywhere(c, &b);
     test_masks(c, &b);
-    test_v3_refused(c, &b);
+    test_v3_errors(c, &b);
     test_versioning(&b);
     test_versioning_one_rank(c, &b);
     test_failure_midway(c, &b);

@@ -44,16 +44,20 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     return s;
 }
 
-/* The version-3 fields the CUDA calls do not implement: softcap and a value head dim of its
-   own (sinks and dsinks they do: sinks.cu). */
+/* The version-3 fields the CUDA calls implement: sinks and dsinks (sinks.cu), and a value head
+   dim of its own at the pairs the kernels are built for (launch.h). Softcap only the CPU calls
+   do. */
 static dfa_status refuse_v3(const dfa_attn_desc *d, const char *fn) {
-    dfa_attn_desc t = *d;
-    t.sinks = NULL;
-    t.dsinks = NULL;
-    return dfa__refuse_v3_fields(&t, "d->", "the CUDA calls", fn);
+    dfa_attn_desc x = *d;
+    x.sinks = NULL;
+    x.dsinks = NULL;
+    x.head_dim_v = 0;
+    const dfa_status st = dfa__refuse_v3_fields(&x, "d->", "the CUDA calls", fn);
+    return st ? st : dfa__cuda_check_head_dim_v(d->head_dim, dfa__head_dim_v(d), fn);
 }
 
-/* The descriptor rule of every CUDA call: the device's storage types, and refuse_v3. */
+/* The descriptor rule of every CUDA call: the device's storage types, and the version-3 fields
+   (refuse_v3). */
 static dfa_status cuda_rule(const dfa_attn_desc *d, const char *fn) {
     const dfa_status st = refuse_v3(d, fn);
     return st ? st : dfa__cuda_check_dtype(d, fn);
@@ -120,11 +124,14 @@ static dfa_status check_scratch(const dfa_attn_desc *d, const void *scratch, siz
     return DFA_OK;
 }
 
-/* The call's tensors, for check_scratch: q-shaped, kv-shaped and lse-shaped extents. */
+/* The call's tensors, for check_scratch: q-shaped, o-shaped (head_dim_v wide), k-shaped,
+   v-shaped and lse-shaped extents. */
 static dfa__buffer tensor(const dfa_attn_desc *d, const void *p, char shape, const char *name) {
     const size_t es = dfa__dtype_size(d->dtype);
-    const size_t n = shape == 'q' ? (size_t)dfa__q_elems(d) * es
+    const size_t n = shape == 'q'   ? (size_t)dfa__q_elems(d) * es
+                     : shape == 'o' ? (size_t)dfa__o_elems(d) * es
                      : shape == 'k' ? (size_t)dfa__kv_elems(d) * es
+                     : shape == 'v' ? (size_t)dfa__v_elems(d) * es
                                     : (size_t)dfa__lse_elems(d) * sizeof(float);
     const dfa__buffer b = {p, n, name};
     return b;
@@ -154,8 +161,8 @@ static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     float *lse_own = NULL; /* with sinks and no lse: the forward's lse in scratch, for the sinks pass */
     if (with_scratch) {
-        const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"), tensor(&d, k, 'k', "k"), tensor(&d, v, 'k', "v"),
-                                  tensor(&d, o, 'q', "o"), tensor(&d, lse, 'l', "lse")};
+        const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"), tensor(&d, k, 'k', "k"), tensor(&d, v, 'v', "v"),
+                                  tensor(&d, o, 'o', "o"), tensor(&d, lse, 'l', "lse")};
         if ((st = check_scratch(&d, scratch, scratch_bytes, fwd_scratch_of(&d), ts, 5, fn))) return st;
         s.fwd_counter = (unsigned int *)((char *)scratch + mask_bytes_of(&d)); /* after the intervals */
         if (d.sinks && !lse) lse_own = (float *)(void *)((char *)scratch + mask_bytes_of(&d) + 256);
@@ -192,9 +199,10 @@ static dfa_status bwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
     size_t own = 0; /* the caller's scratch: the kernels' part, then the mask's */
     if (with_scratch) {
-        const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"),       tensor(&d, k, 'k', "k"),   tensor(&d, v, 'k', "v"),
-                                  tensor(&d, o, 'q', "o"),       tensor(&d, lse, 'l', "lse"), tensor(&d, dout, 'q', "dout"),
-                                  tensor(&d, dq, 'q', "dq"),     tensor(&d, dk, 'k', "dk"), tensor(&d, dv, 'k', "dv")};
+        const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"),       tensor(&d, k, 'k', "k"),   tensor(&d, v, 'v', "v"),
+                                  tensor(&d, o, 'o', "o"),       tensor(&d, lse, 'l', "lse"),
+                                  tensor(&d, dout, 'o', "dout"), tensor(&d, dq, 'q', "dq"),
+                                  tensor(&d, dk, 'k', "dk"),     tensor(&d, dv, 'v', "dv")};
         if ((st = check_scratch(&d, scratch, scratch_bytes, bwd_scratch_of(&d, &s, &own), ts, 9, fn))) return st;
     }
     void *owned = NULL;
@@ -231,14 +239,12 @@ dfa_status dfa_attn_merge_cuda(const dfa_attn_desc *user_d, void *o_acc, float *
     dfa__clear_error();
     dfa_attn_desc d;
     dfa_status st = dfa__check_merge_args(user_d, &d, o_acc, lse_acc, o_part, lse_part, fn);
-    if (!st && d.head_dim_v != 0 && d.head_dim_v != d.head_dim) /* of the version-3 fields merge reads this one */
-        st = dfa__fail(DFA_ERR_UNSUPPORTED, fn, "d->head_dim_v = %d differs from d->head_dim = %d, and the CUDA "
-                       "calls do not implement it (the CPU calls do)", (int)d.head_dim_v, d.head_dim);
     if (st) return st;
     const size_t es = dfa__dtype_size(d.dtype);
     const dfa__dev_ptr ps[] = {{o_acc, "o_acc", es}, {lse_acc, "lse_acc", 4}, {o_part, "o_part", es}, {lse_part, "lse_part", 4}};
     if ((st = dfa__cuda_check_device_ptrs(ps, 4, fn))) return st;
-    return dfa__cuda_merge((int)d.dtype, d.batch, d.seqlen_q, d.num_heads, d.head_dim, o_acc, lse_acc, o_part,
+    /* o is head_dim_v wide (any width: the merge kernel walks a row's elements one by one) */
+    return dfa__cuda_merge((int)d.dtype, d.batch, d.seqlen_q, d.num_heads, dfa__head_dim_v(&d), o_acc, lse_acc, o_part,
                            lse_part, stream, fn);
 }
 

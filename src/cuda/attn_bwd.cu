@@ -55,9 +55,15 @@ extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
     return dfa__bwd_scratch_for(s, dfa__bwd_dq_mode(s, wgmma), &a, &b);
 }
 
-/* D and lse2; with zero_dq the D kernel zeroes the dq accumulator too (bwd_mma.cuh). */
+/* D and lse2; with zero_dq the D kernel zeroes the dq accumulator too (bwd_mma.cuh). D sums over
+   o's and dO's rows, head_dim_v wide: with a value head dim of its own the D kernel takes a shape
+   whose head_dim is head_dim_v (and never zeroes dq, whose rows are head_dim wide). */
 template <int BF16>
-static dfa_status dfa__bwd_dsum(const dfa__bwd_params &p, int zero_dq, cudaStream_t st, const char *fn) {
+static dfa_status dfa__bwd_dsum(const dfa__bwd_params &p_in, int zero_dq, cudaStream_t st, const char *fn) {
+    dfa__bwd_params p = p_in;
+    p.sh.head_dim = p.sh.head_dim_v;
+    if (p_in.sh.head_dim_v != p_in.sh.head_dim && zero_dq)
+        return dfa__fail(DFA_ERR_INTERNAL, fn, "the D kernel zeroing dq with a value head dim of its own");
     const long long rows = (long long)p.sh.batch * p.sh.seqlen_q * p.sh.num_heads;
     const char *what = "backward D kernel launch";
     /* head_dim / 8 lanes per row where that divides a warp's 32, else one warp per row */
@@ -130,8 +136,9 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.qsplit = 1; /* the key-block launcher may split (launch_bwd.cuh, heuristics.h) */
 
     dfa_status st = DFA_OK;
-    /* the D kernel zeroes the accumulator where it can store 16 bytes at a time (bwd_mma.cuh) */
-    const int zero_dq = kv_dq && (uintptr_t)p.dq_acc % 16 == 0;
+    /* the D kernel zeroes the accumulator where it can store 16 bytes at a time (bwd_mma.cuh) and
+       walks rows of dq's width (not with a value head dim of its own) */
+    const int zero_dq = kv_dq && (uintptr_t)p.dq_acc % 16 == 0 && s->head_dim_v == s->head_dim;
     if (kv_dq && !zero_dq &&
         (e = cudaMemsetAsync(p.dq_acc, 0, rows * (size_t)s->head_dim * sizeof(float), stream)) != cudaSuccess)
         st = dfa__cuda_fail(e, fn, "cudaMemsetAsync of the dq accumulator");

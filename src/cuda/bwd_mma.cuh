@@ -17,7 +17,12 @@
  * In the key-block kernel each warp owns 16 keys and computes S^T = K Q^T and
  * dP^T = V dO^T directly, so P^T and dS^T come out in the A-fragment layout that
  * dV += P^T dO and dK += dS^T Q need. For DP = 256 two warps share 16 keys and
- * split dK/dV columns (DSPLIT = 2) to keep the accumulators in registers. */
+ * split dK/dV columns (DSPLIT = 2) to keep the accumulators in registers.
+ *
+ * A value head dim of its own (v, o, dout and dv: sh.head_dim_v) is padded to DV apart
+ * from DP: the V and dO tiles and dV's accumulators are DV wide, the products over them
+ * (dP^T = V dO^T, dV += P^T dO) take their own k or n extent. DV = DP: the value head
+ * dim is head_dim itself, and sh.head_dim_v is never read. */
 #ifndef DFA_CUDA_BWD_MMA_CUH
 #define DFA_CUDA_BWD_MMA_CUH
 
@@ -99,24 +104,39 @@ template <int BF16, int LPR> __global__ void dfa__bwd_dsum_kernel(const dfa__bwd
     if (lane == 0) dfa__bwd_dsum_store(p, r, sum);
 }
 
-template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC> struct dfa__bwd_kv_cfg {
+/* Row r (of the two, g and g + 8) of N8 accumulator tiles of 8 columns from column c0 on, times
+   mul, into dst (the row's first element); columns >= d are left out. */
+template <int BF16, int N8, typename OutT>
+static __device__ __forceinline__ void dfa__bwd_store_row(OutT *dst, const float (*acc)[4], int r, int c0, int d,
+                                                          float mul, int t) {
+#pragma unroll
+    for (int j = 0; j < N8; j++) {
+        const int c = c0 + j * 8 + 2 * t;
+        if (c < d) dfa__store2<BF16>(dst + c, acc[j][2 * r] * mul, acc[j][2 * r + 1] * mul);
+    }
+}
+
+template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int DV = DP> struct dfa__bwd_kv_cfg {
     static constexpr int NW = (BN / 16) * DSPLIT, NT = 32 * NW;
     static constexpr int DS_LD = BM + 8; /* padded row of the dS^T tile */
-    static constexpr int SMEM = (2 * BN * DP + 4 * BM * DP + (DQ_ATOMIC ? BN * DS_LD : 0)) * 2 + 4 * BM * 4;
+    /* the 16-bit tiles: K, V, Q x2, dO x2, dS^T */
+    static constexpr int TILES = BN * DP + BN * DV + 2 * BM * DP + 2 * BM * DV + (DQ_ATOMIC ? BN * DS_LD : 0);
+    static constexpr int SMEM = TILES * 2 + 4 * BM * 4;
 };
 
-template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16, int OUT32>
+template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16, int OUT32, int DV = DP>
 __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(const dfa__bwd_params p,
                                                                                      const dfa__cuda_dkv16 dkv16) {
     typedef typename dfa__out_type<OUT32>::type OutT;
-    typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, DQ_ATOMIC> C;
+    typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, DQ_ATOMIC, DV> C;
     constexpr int NW = C::NW, NT = C::NT, Q8 = BM / 8, DW = DP / DSPLIT, DW8 = DW / 8;
+    constexpr int DVW = DV / DSPLIT, DVW8 = DVW / 8; /* dV's columns per warp */
     constexpr int DS_LD = C::DS_LD;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t sK = dfa__smem_addr(dfa__smem), sV = sK + BN * DP * 2;
-    const uint32_t sQ0 = sV + BN * DP * 2, sO0 = sQ0 + 2 * BM * DP * 2; /* dO tiles */
-    const uint32_t sdS = sO0 + 2 * BM * DP * 2;
-    float *sL = (float *)(dfa__smem + (2 * BN * DP + 4 * BM * DP + (DQ_ATOMIC ? BN * DS_LD : 0)) * 2);
+    const uint32_t sQ0 = sV + BN * DV * 2, sO0 = sQ0 + 2 * BM * DP * 2; /* dO tiles */
+    const uint32_t sdS = sO0 + 2 * BM * DV * 2;
+    float *sL = (float *)(dfa__smem + C::TILES * 2);
     float *sD = sL + 2 * BM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -128,8 +148,11 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     const int group = p.sh.num_heads / p.sh.num_kv_heads;
     const int n0 = nb_ * BN;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
+    /* v's, dout's and dv's rows (DFA__VDIM) */
+    const long long ostride = DV == DP ? qstride : (long long)p.sh.num_heads * p.sh.head_dim_v;
+    const long long vstride = DV == DP ? kstride : (long long)p.sh.num_kv_heads * p.sh.head_dim_v;
     const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
-    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * vstride + (long long)kvh * DFA__VDIM(p.sh);
 
     /* query blocks that see any key of this block (mask.cuh) */
     int mb_begin, mb_end;
@@ -141,11 +164,15 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
 #pragma unroll
     for (int r = 0; r < 2; r++) dfa__mask_key_interval(p.sh, b, n0 + kw * 16 + g + 8 * r, &qmin[r], &qmax[r]);
 
-    float dk[DW8][4], dv[DW8][4];
+    float dk[DW8][4], dv[DVW8][4];
 #pragma unroll
     for (int j = 0; j < DW8; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.0f;
+        for (int e = 0; e < 4; e++) dk[j][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < DVW8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dv[j][e] = 0.0f;
 
     /* loads of iteration `it` into buffer `buf` */
 #define DFA__BWD_LOAD(it_, buf_)                                                                                  \
@@ -153,10 +180,12 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
         const int hh_ = (it_) / nmb, mq_ = (mb_begin + (it_) % nmb) * BM;                                         \
         const int h_ = kvh * group + hh_;                                                                         \
         const long long qoff_ = (long long)b * p.sh.seqlen_q * qstride + (long long)h_ * p.sh.head_dim;                \
+        const long long ooff_ =                                                                                   \
+            DV == DP ? qoff_ : (long long)b * p.sh.seqlen_q * ostride + (long long)h_ * p.sh.head_dim_v;          \
         dfa__load_tile<DP, BM, NT>(sQ0 + (buf_) * BM * DP * 2, p.q + qoff_, qstride, mq_, p.sh.seqlen_q, p.sh.head_dim, \
                                    tid);                                                                          \
-        dfa__load_tile<DP, BM, NT>(sO0 + (buf_) * BM * DP * 2, p.dout + qoff_, qstride, mq_, p.sh.seqlen_q,         \
-                                   p.sh.head_dim, tid);                                                              \
+        dfa__load_tile<DV, BM, NT>(sO0 + (buf_) * BM * DV * 2, p.dout + ooff_, ostride, mq_, p.sh.seqlen_q,         \
+                                   DFA__VDIM(p.sh), tid);                                                         \
         for (int i_ = tid; i_ < BM; i_ += NT) {                                                                   \
             const int row_ = mq_ + i_;                                                                            \
             const long long li_ = ((long long)b * p.sh.num_heads + h_) * p.sh.seqlen_q + row_;                         \
@@ -166,7 +195,7 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     } while (0)
 
     dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n0, p.sh.seqlen_k, p.sh.head_dim, tid);
-    dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n0, p.sh.seqlen_k, p.sh.head_dim, tid);
+    dfa__load_tile<DV, BN, NT>(sV, vg, vstride, n0, p.sh.seqlen_k, DFA__VDIM(p.sh), tid);
     if (total > 0) DFA__BWD_LOAD(0, 0);
     dfa__cp_async_commit();
 
@@ -177,7 +206,7 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
         dfa__cp_async_commit();
         dfa__cp_async_wait<1>();
         __syncthreads();
-        const uint32_t sQ = sQ0 + buf * BM * DP * 2, sO = sO0 + buf * BM * DP * 2;
+        const uint32_t sQ = sQ0 + buf * BM * DP * 2, sO = sO0 + buf * BM * DV * 2;
         const float *L = sL + buf * BM, *Dv = sD + buf * BM;
 
         /* dP^T = V dO^T and S^T = K Q^T for this warp's 16 keys */
@@ -186,7 +215,12 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
         for (int j = 0; j < Q8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dp[j][e] = st[j][e] = 0.0f;
-        dfa__mma_abt2<DP, BM, BF16>(dp, st, sV, sK, sO, sQ, kw * 16, lane);
+        if constexpr (DV == DP) {
+            dfa__mma_abt2<DP, BM, BF16>(dp, st, sV, sK, sO, sQ, kw * 16, lane);
+        } else {
+            dfa__mma_abt<DV, BM, BF16>(dp, sV, sO, kw * 16, lane);
+            dfa__mma_abt<DP, BM, BF16>(st, sK, sQ, kw * 16, lane);
+        }
         /* P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D) */
         const bool need_mask = n0 + BN > p.sh.seqlen_k || p.sh.masked ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
@@ -215,15 +249,21 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(row0 + 16), "r"(as[2]));
                 asm volatile("st.shared.b32 [%0], %1;" ::"r"(row1 + 16), "r"(as[3]));
             }
+            /* dV's and dK's column blocks side by side while both have one (all of them at
+               DV = DP), then the wider one's rest */
 #pragma unroll
-            for (int db = 0; db < DW / 16; db++) {
+            for (int db = 0; db < (DW > DVW ? DW : DVW) / 16; db++) {
                 uint32_t r[4];
-                dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(sO, kk * 16, dsp * DW + db * 16, lane));
-                dfa__mma16816<BF16>(dv[2 * db], ap, r[0], r[1]);
-                dfa__mma16816<BF16>(dv[2 * db + 1], ap, r[2], r[3]);
-                dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(sQ, kk * 16, dsp * DW + db * 16, lane));
-                dfa__mma16816<BF16>(dk[2 * db], as, r[0], r[1]);
-                dfa__mma16816<BF16>(dk[2 * db + 1], as, r[2], r[3]);
+                if (db < DVW / 16) {
+                    dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DV>(sO, kk * 16, dsp * DVW + db * 16, lane));
+                    dfa__mma16816<BF16>(dv[2 * db], ap, r[0], r[1]);
+                    dfa__mma16816<BF16>(dv[2 * db + 1], ap, r[2], r[3]);
+                }
+                if (db < DW / 16) {
+                    dfa__ldmatrix_x4_trans(r, dfa__addr_bt<DP>(sQ, kk * 16, dsp * DW + db * 16, lane));
+                    dfa__mma16816<BF16>(dk[2 * db], as, r[0], r[1]);
+                    dfa__mma16816<BF16>(dk[2 * db + 1], as, r[2], r[3]);
+                }
             }
         }
         if (DQ_ATOMIC) {
@@ -277,7 +317,7 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
 
     /* dK = scale * dS^T Q, dV = P^T dO: rows n0 + kw*16 + g (+8), columns of this warp's slice */
     OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
-    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * vstride + (long long)kvh * DFA__VDIM(p.sh);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = n0 + kw * 16 + g + 8 * r;
@@ -285,40 +325,55 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
         if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
             if ((unsigned)(key - dkv16.from) < (unsigned)(dkv16.to - dkv16.from)) {
                 const long long at = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
+                if constexpr (DV == DP) {
 #pragma unroll
-                for (int j = 0; j < DW8; j++) {
-                    const int c = dsp * DW + j * 8 + 2 * t;
-                    if (c >= p.sh.head_dim) continue;
-                    dfa__store2<BF16>((uint16_t *)dkv16.dk + at + c, dk[j][2 * r] * p.sh.scale,
-                                      dk[j][2 * r + 1] * p.sh.scale);
-                    dfa__store2<BF16>((uint16_t *)dkv16.dv + at + c, dv[j][2 * r], dv[j][2 * r + 1]);
+                    for (int j = 0; j < DW8; j++) {
+                        const int c = dsp * DW + j * 8 + 2 * t;
+                        if (c >= p.sh.head_dim) continue;
+                        dfa__store2<BF16>((uint16_t *)dkv16.dk + at + c, dk[j][2 * r] * p.sh.scale,
+                                          dk[j][2 * r + 1] * p.sh.scale);
+                        dfa__store2<BF16>((uint16_t *)dkv16.dv + at + c, dv[j][2 * r], dv[j][2 * r + 1]);
+                    }
+                } else {
+                    const long long atv =
+                        ((long long)b * p.sh.seqlen_k + key) * vstride + (long long)kvh * p.sh.head_dim_v;
+                    dfa__bwd_store_row<BF16, DW8>((uint16_t *)dkv16.dk + at, dk, r, dsp * DW, p.sh.head_dim,
+                                                  p.sh.scale, t);
+                    dfa__bwd_store_row<BF16, DVW8>((uint16_t *)dkv16.dv + atv, dv, r, dsp * DVW, p.sh.head_dim_v,
+                                                   1.0f, t);
                 }
                 continue;
             }
+        if constexpr (DV == DP) {
 #pragma unroll
-        for (int j = 0; j < DW8; j++) {
-            const int c = dsp * DW + j * 8 + 2 * t;
-            if (c >= p.sh.head_dim) continue;
-            dfa__store2<BF16>(dkg + (long long)key * kstride + c, dk[j][2 * r] * p.sh.scale, dk[j][2 * r + 1] * p.sh.scale);
-            dfa__store2<BF16>(dvg + (long long)key * kstride + c, dv[j][2 * r], dv[j][2 * r + 1]);
+            for (int j = 0; j < DW8; j++) {
+                const int c = dsp * DW + j * 8 + 2 * t;
+                if (c >= p.sh.head_dim) continue;
+                dfa__store2<BF16>(dkg + (long long)key * kstride + c, dk[j][2 * r] * p.sh.scale,
+                                  dk[j][2 * r + 1] * p.sh.scale);
+                dfa__store2<BF16>(dvg + (long long)key * kstride + c, dv[j][2 * r], dv[j][2 * r + 1]);
+            }
+        } else {
+            dfa__bwd_store_row<BF16, DW8>(dkg + (long long)key * kstride, dk, r, dsp * DW, p.sh.head_dim, p.sh.scale, t);
+            dfa__bwd_store_row<BF16, DVW8>(dvg + (long long)key * vstride, dv, r, dsp * DVW, p.sh.head_dim_v, 1.0f, t);
         }
     }
 }
 
-template <int DP, int NW, int BN> struct dfa__bwd_dq_cfg {
+template <int DP, int NW, int BN, int DV = DP> struct dfa__bwd_dq_cfg {
     static constexpr int BM = 16 * NW, NT = 32 * NW;
-    static constexpr int SMEM = (2 * BM * DP + 4 * BN * DP) * 2; /* Q, dO, K x2, V x2 */
+    static constexpr int SMEM = (BM * DP + BM * DV + 2 * BN * DP + 2 * BN * DV) * 2; /* Q, dO, K x2, V x2 */
 };
 
 /* Deterministic dq: every dq row is summed by one warp in key order. */
-template <int DP, int NW, int BN, int BF16, int OUT32>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
 __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_params p) {
     typedef typename dfa__out_type<OUT32>::type OutT;
-    typedef dfa__bwd_dq_cfg<DP, NW, BN> C;
+    typedef dfa__bwd_dq_cfg<DP, NW, BN, DV> C;
     constexpr int BM = C::BM, NT = C::NT, NT8 = BN / 8, OT8 = DP / 8;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t sQ = dfa__smem_addr(dfa__smem), sO = sQ + BM * DP * 2;
-    const uint32_t sK = sO + BM * DP * 2, sV = sK + 2 * BN * DP * 2;
+    const uint32_t sK = sO + BM * DV * 2, sV = sK + 2 * BN * DP * 2;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int heads = p.sh.batch * p.sh.num_heads;
@@ -328,8 +383,12 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
     const int m0 = mb * BM;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
     const long long qoff = (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
+    /* v's and dout's rows (DFA__VDIM) */
+    const long long ostride = DV == DP ? qstride : (long long)p.sh.num_heads * p.sh.head_dim_v;
+    const long long vstride = DV == DP ? kstride : (long long)p.sh.num_kv_heads * p.sh.head_dim_v;
+    const long long ooff = DV == DP ? qoff : (long long)b * p.sh.seqlen_q * ostride + (long long)h * p.sh.head_dim_v;
     const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
-    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * vstride + (long long)kvh * DFA__VDIM(p.sh);
 
     int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
     dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
@@ -361,9 +420,9 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
 
     if (nblocks > 0) {
         dfa__load_tile<DP, BM, NT>(sQ, p.q + qoff, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
-        dfa__load_tile<DP, BM, NT>(sO, p.dout + qoff, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
+        dfa__load_tile<DV, BM, NT>(sO, p.dout + ooff, ostride, m0, p.sh.seqlen_q, DFA__VDIM(p.sh), tid);
         dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
-        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DV, BN, NT>(sV, vg, vstride, n_begin, p.sh.seqlen_k, DFA__VDIM(p.sh), tid);
         dfa__cp_async_commit();
     }
     for (int it = 0; it < nblocks; it++) {
@@ -371,19 +430,24 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
         if (it + 1 < nblocks) {
             dfa__load_tile<DP, BN, NT>(sK + (buf ^ 1) * BN * DP * 2, kg, kstride, n0 + BN, p.sh.seqlen_k, p.sh.head_dim,
                                        tid);
-            dfa__load_tile<DP, BN, NT>(sV + (buf ^ 1) * BN * DP * 2, vg, kstride, n0 + BN, p.sh.seqlen_k, p.sh.head_dim,
-                                       tid);
+            dfa__load_tile<DV, BN, NT>(sV + (buf ^ 1) * BN * DV * 2, vg, vstride, n0 + BN, p.sh.seqlen_k,
+                                       DFA__VDIM(p.sh), tid);
         }
         dfa__cp_async_commit();
         dfa__cp_async_wait<1>();
         __syncthreads();
-        const uint32_t kb = sK + buf * BN * DP * 2, vb = sV + buf * BN * DP * 2;
+        const uint32_t kb = sK + buf * BN * DP * 2, vb = sV + buf * BN * DV * 2;
         float s[NT8][4], dp[NT8][4];
 #pragma unroll
         for (int j = 0; j < NT8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-        dfa__mma_abt2<DP, BN, BF16>(s, dp, sQ, sO, kb, vb, warp * 16, lane);
+        if constexpr (DV == DP) {
+            dfa__mma_abt2<DP, BN, BF16>(s, dp, sQ, sO, kb, vb, warp * 16, lane);
+        } else {
+            dfa__mma_abt<DP, BN, BF16>(s, sQ, kb, warp * 16, lane);
+            dfa__mma_abt<DV, BN, BF16>(dp, sO, vb, warp * 16, lane);
+        }
 #pragma unroll
         for (int j = 0; j < NT8; j++)
 #pragma unroll

@@ -1,6 +1,10 @@
 /* Internal: the FlashAttention-2 forward kernel (mma.sync m16n8k16, ldmatrix,
  * cp.async double buffering). Runs on sm_80 and later, for every head dim: the
  * dim is padded to DP (64, 128 or 256) with zeros on the way into shared memory.
+ * A value head dim of its own (v and o, sh.head_dim_v) is padded to DV apart: q and
+ * k tiles are DP wide, v tiles and the output accumulators DV wide. DV = DP: the
+ * value head dim is head_dim itself (the kernels read sh.head_dim_v only where
+ * DV != DP).
  *
  * One CTA owns BM = 16 * NW query rows of one (batch, head); each warp owns 16 of
  * them and keeps their Q fragments and output accumulators in registers while
@@ -17,7 +21,7 @@
    (ptxas allocated registers worse for a parameter block with a base class). */
 typedef struct {
     const uint16_t *q, *k, *v;
-    void *o;    /* [batch, seqlen_q, heads, head_dim] of the storage type, or float32 (OUT32) */
+    void *o;    /* [batch, seqlen_q, heads, head_dim_v] of the storage type, or float32 (OUT32) */
     float *lse; /* may be NULL */
     dfa__cuda_shape sh;
     float scale_log2;
@@ -39,16 +43,16 @@ static __device__ __forceinline__ void dfa__fwd_tile_order(uint32_t unit, int nm
     *bh = h0 + (int)(r % (uint32_t)hn);
 }
 
-template <int DP, int NW, int BN> struct dfa__fwd_mma_cfg {
+template <int DP, int NW, int BN, int DV = DP> struct dfa__fwd_mma_cfg {
     static constexpr int BM = 16 * NW, NT = 32 * NW;
-    static constexpr int SMEM = (BM * DP + 4 * BN * DP) * 2; /* Q, K x2, V x2 */
+    static constexpr int SMEM = (BM * DP + 2 * BN * DP + 2 * BN * DV) * 2; /* Q, K x2, V x2 */
 };
 
-template <int DP, int NW, int BN, int BF16, int OUT32>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
 __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_params p) {
     typedef typename dfa__out_type<OUT32>::type OutT;
-    typedef dfa__fwd_mma_cfg<DP, NW, BN> C;
-    constexpr int BM = C::BM, NT = C::NT, KS = DP / 16, NT8 = BN / 8, OT8 = DP / 8;
+    typedef dfa__fwd_mma_cfg<DP, NW, BN, DV> C;
+    constexpr int BM = C::BM, NT = C::NT, KS = DP / 16, NT8 = BN / 8, OT8 = DV / 8;
     extern __shared__ __align__(128) unsigned char dfa__smem[];
     const uint32_t sQ = dfa__smem_addr(dfa__smem);
     const uint32_t sK = sQ + BM * DP * 2, sV = sK + 2 * BN * DP * 2;
@@ -61,10 +65,13 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
     const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
     const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim, kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
+    /* v's and o's rows (DFA__VDIM) */
+    const long long ostride = DV == DP ? qstride : (long long)p.sh.num_heads * p.sh.head_dim_v;
+    const long long vstride = DV == DP ? kstride : (long long)p.sh.num_kv_heads * p.sh.head_dim_v;
     const uint16_t *qg = p.q + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
     const uint16_t *kg = p.k + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
-    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
-    OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
+    const uint16_t *vg = p.v + (long long)b * p.sh.seqlen_k * vstride + (long long)kvh * DFA__VDIM(p.sh);
+    OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * ostride + (long long)h * DFA__VDIM(p.sh);
     float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
 
     int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
@@ -80,7 +87,7 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
         dfa__load_tile<DP, BM, NT>(sQ, qg, qstride, m0, p.sh.seqlen_q, p.sh.head_dim, tid);
         dfa__load_tile<DP, BN, NT>(sK, kg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
         dfa__cp_async_commit();
-        dfa__load_tile<DP, BN, NT>(sV, vg, kstride, n_begin, p.sh.seqlen_k, p.sh.head_dim, tid);
+        dfa__load_tile<DV, BN, NT>(sV, vg, vstride, n_begin, p.sh.seqlen_k, DFA__VDIM(p.sh), tid);
         dfa__cp_async_commit();
     }
     /* rows g and g+8 of this warp: visibility limits */
@@ -132,14 +139,15 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
 
         dfa__cp_async_wait<1>(); /* V[it] has landed */
         __syncthreads();
-        dfa__mma_pv<DP, BN, BF16>(acc, s, sV + buf * BN * DP * 2, lane);
+        dfa__mma_pv<DV, BN, BF16>(acc, s, sV + buf * BN * DV * 2, lane);
         if (it + 1 < nblocks)
-            dfa__load_tile<DP, BN, NT>(sV + (buf ^ 1) * BN * DP * 2, vg, kstride, n0 + BN, p.sh.seqlen_k, p.sh.head_dim,
-                                       tid);
+            dfa__load_tile<DV, BN, NT>(sV + (buf ^ 1) * BN * DV * 2, vg, vstride, n0 + BN, p.sh.seqlen_k,
+                                       DFA__VDIM(p.sh), tid);
         dfa__cp_async_commit();
     }
     dfa__cp_async_wait<0>();
-    dfa__store_o_lse<OT8, BF16, OutT>(acc, m, l, og, qstride, lseg, m0 + warp * 16, p.sh.seqlen_q, p.sh.head_dim, lane);
+    dfa__store_o_lse<OT8, BF16, OutT>(acc, m, l, og, ostride, lseg, m0 + warp * 16, p.sh.seqlen_q,
+                                      DFA__VDIM(p.sh), lane);
 }
 
 #endif

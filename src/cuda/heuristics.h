@@ -163,8 +163,10 @@ static inline bool dfa__bwd_tma_dkv_for(long long rows) {
 
 /* The Hopper kernels run a pass on sm_90 (their sm_90a code: wgmma, TMA, setmaxnreg, runs there
    only) at the head dims they are built for: 64 and 128, and 256 in the forward (the backward's
-   dK, dV accumulators of 256 columns do not fit its consumers' registers). Elsewhere the
-   mma.sync kernels run (sm_80 on, any head dim). backward: 0 the forward, 1 the backward. */
+   dK, dV accumulators of 256 columns do not fit its consumers' registers), with the value head
+   dim equal to head_dim (dfa__cuda_pick_family). Elsewhere the mma.sync kernels run (sm_80 on,
+   any head dim, and the value head dims of dfa__mma_v_pair_for). backward: 0 the forward, 1 the
+   backward. */
 static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int backward) {
     return cc == 90 && (head_dim == 64 || head_dim == 128 || (!backward && head_dim == 256));
 }
@@ -191,23 +193,43 @@ static inline bool dfa__bwd_all_keys_16bit(const dfa__cuda_shape *s, int dq_mode
 
 /* ---------------------------------------------------------------------------------------------
  * The mma.sync kernels (fwd_mma.cuh, bwd_mma.cuh), per padded head dim DP (64, 128 or 256: the
- * head dim rounded up). The key blocks shrink as DP grows, so that the double-buffered tiles fit
- * shared memory and the accumulators the registers. */
-/* The forward: NW warps of 16 query rows, key blocks of BN. */
-template <int DP> struct dfa__fwd_mma_config;
+ * head dim rounded up) and padded value head dim DV (DP itself unless v has a head dim of its
+ * own). The key blocks shrink as DP grows, so that the double-buffered tiles fit shared memory
+ * and the accumulators the registers.
+ *
+ * A value head dim of its own runs at the (DP, DV) pairs below: (192, 128), DeepSeek's MLA
+ * (q and k 192 wide, v 128), and (128, 64). A call takes the first pair whose DP and DV its
+ * head_dim and head_dim_v fit, padded with zeros as every mma.sync kernel pads (0: none). */
+static inline int dfa__mma_v_pair_for(int head_dim, int head_dim_v) {
+    if (head_dim <= 128 && head_dim_v <= 64) return 1;   /* (128, 64) */
+    if (head_dim <= 192 && head_dim_v <= 128) return 2;  /* (192, 128) */
+    return 0;
+}
+/* The forward: NW warps of 16 query rows, key blocks of BN. The (DP, DV) pairs keep the key
+   block of their DP's row (192 takes 256's): two CTAs of each fit an sm_80 SM's shared memory
+   (128 x 64: 64 KB; 192 x 128: 64 KB), and Q's fragments (DP / 4 registers) and o's accumulators
+   (DV / 2) stay inside a thread's registers. */
+template <int DP, int DV = DP> struct dfa__fwd_mma_config;
 template <> struct dfa__fwd_mma_config<64> { static constexpr int NW = 4, BN = 128; };
 template <> struct dfa__fwd_mma_config<128> { static constexpr int NW = 4, BN = 64; };
 template <> struct dfa__fwd_mma_config<256> { static constexpr int NW = 4, BN = 32; };
+template <> struct dfa__fwd_mma_config<128, 64> { static constexpr int NW = 4, BN = 64; };
+template <> struct dfa__fwd_mma_config<192, 128> { static constexpr int NW = 4, BN = 32; };
 /* The key-block kernel: BN keys per CTA, query blocks of BM; DSPLIT 2 splits dK, dV's columns
-   over two warps (d = 256: 256 accumulator columns of each would not fit one warp's registers). */
-template <int DP> struct dfa__bwd_kv_mma_config;
+   over two warps (d = 256: 256 accumulator columns of each would not fit one warp's registers;
+   192 x 128: dK's 192 and dV's 128 columns, 160 registers, would not either). */
+template <int DP, int DV = DP> struct dfa__bwd_kv_mma_config;
 template <> struct dfa__bwd_kv_mma_config<64> { static constexpr int BN = 128, BM = 64, DSPLIT = 1; };
 template <> struct dfa__bwd_kv_mma_config<128> { static constexpr int BN = 128, BM = 64, DSPLIT = 1; };
 template <> struct dfa__bwd_kv_mma_config<256> { static constexpr int BN = 64, BM = 32, DSPLIT = 2; };
+template <> struct dfa__bwd_kv_mma_config<128, 64> { static constexpr int BN = 128, BM = 64, DSPLIT = 1; };
+template <> struct dfa__bwd_kv_mma_config<192, 128> { static constexpr int BN = 64, BM = 32, DSPLIT = 2; };
 /* The deterministic dq pass: NW warps of 16 query rows, key blocks of BN. */
-template <int DP> struct dfa__bwd_dq_mma_config;
+template <int DP, int DV = DP> struct dfa__bwd_dq_mma_config;
 template <> struct dfa__bwd_dq_mma_config<64> { static constexpr int NW = 4, BN = 64; };
 template <> struct dfa__bwd_dq_mma_config<128> { static constexpr int NW = 4, BN = 64; };
 template <> struct dfa__bwd_dq_mma_config<256> { static constexpr int NW = 4, BN = 32; };
+template <> struct dfa__bwd_dq_mma_config<128, 64> { static constexpr int NW = 4, BN = 64; };
+template <> struct dfa__bwd_dq_mma_config<192, 128> { static constexpr int NW = 4, BN = 32; };
 
 #endif

@@ -69,6 +69,20 @@ extern "C" void dfa__cuda_force_bwd_dkv_tma(int mode) { dfa__forced_bwd_dkv_tma.
 
 extern "C" int dfa__cuda_forced_bwd_dkv_tma(void) { return dfa__forced_bwd_dkv_tma.load(std::memory_order_relaxed); }
 
+extern "C" dfa_status dfa__cuda_fail_head_dim_v(int head_dim, int head_dim_v, const char *fn) {
+    return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                     "d->head_dim_v = %d with d->head_dim = %d: the CUDA kernels take a value head dim other than "
+                     "head_dim for head_dim <= 128 with head_dim_v <= 64, and head_dim <= 192 with head_dim_v <= 128 "
+                     "(the CPU calls take any)",
+                     head_dim_v, head_dim);
+}
+
+extern "C" dfa_status dfa__cuda_check_head_dim_v(int head_dim, int head_dim_v, const char *fn) {
+    return head_dim_v == head_dim || dfa__mma_v_pair_for(head_dim, head_dim_v)
+               ? DFA_OK
+               : dfa__cuda_fail_head_dim_v(head_dim, head_dim_v, fn);
+}
+
 extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma,
                                             const char *fn) {
     dfa_status st = DFA_OK;
@@ -77,6 +91,15 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
     if (cc < 80)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the current device has compute capability %d.%d; 8.0 or newer is needed",
                          cc / 10, cc % 10);
+    /* a value head dim of its own: the mma.sync kernels, on every device (heuristics.h) */
+    if (s->head_dim_v != s->head_dim) {
+        if ((st = dfa__cuda_check_head_dim_v(s->head_dim, s->head_dim_v, fn))) return st;
+        if (family == DFA__FAMILY_WGMMA)
+            return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs d->head_dim_v = d->head_dim (here %d and %d)",
+                             backward ? "backward" : "forward", s->head_dim_v, s->head_dim);
+        *wgmma = 0;
+        return DFA_OK;
+    }
     const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, backward);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128%s",

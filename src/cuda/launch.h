@@ -136,8 +136,8 @@ dfa_status dfa__cuda_dsinks(int bf16, int batch, int seqlen, int heads, int dv, 
                             const float *dsum, const float *lse, const float *sinks, float *dsinks, const int *gate,
                             cudaStream_t stream, const char *fn);
 
-/* Kernel families. AUTO: the Hopper (wgmma/TMA) kernels for head dims 64 and 128 on sm_90,
-   the mma.sync kernels otherwise. */
+/* Kernel families. AUTO: the Hopper (wgmma/TMA) kernels for head dims 64 and 128 on sm_90
+   (value head dim equal to head_dim), the mma.sync kernels otherwise. */
 enum { DFA__FAMILY_AUTO = 0, DFA__FAMILY_MMA = 1, DFA__FAMILY_WGMMA = 2 };
 
 /* FOR TESTS ONLY: makes every later forward and backward of this process use one family
@@ -172,9 +172,17 @@ int dfa__cuda_forced_bwd_dkv_tma(void);
 
 /* The family a pass uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
    device into *wgmma (1: Hopper kernels: sm_90 and head dims 64 and 128, and 256 in the
-   forward). Fails (status recorded) when the device is older than sm_80, or when WGMMA is
-   asked for where it cannot run. backward: 0 the forward, 1 the backward. */
+   forward, with head_dim_v = head_dim). Fails (status recorded) when the device is older than
+   sm_80, when the value head dim is not one the kernels take (dfa__cuda_check_head_dim_v), or
+   when WGMMA is asked for where it cannot run. backward: 0 the forward, 1 the backward. */
 dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma, const char *fn);
+
+/* A value head dim of its own (head_dim_v != head_dim, both resolved) runs on the mma.sync
+   kernels at the (head_dim, head_dim_v) pairs they are built for (heuristics.h,
+   dfa__mma_v_pair_for); elsewhere DFA_ERR_UNSUPPORTED naming d->head_dim_v (the fail form
+   always records that error). */
+dfa_status dfa__cuda_check_head_dim_v(int head_dim, int head_dim_v, const char *fn);
+dfa_status dfa__cuda_fail_head_dim_v(int head_dim, int head_dim_v, const char *fn);
 
 /* Maps a CUDA error to DFA_ERR_BACKEND (or DFA_ERR_OUT_OF_MEMORY) with CUDA's own message. */
 dfa_status dfa__cuda_fail(cudaError_t e, const char *fn, const char *what);

@@ -30,11 +30,11 @@ static inline dfa__fwd_params dfa__fwd_params_of(const dfa__cuda_shape *s, const
     return p;
 }
 
-template <int DP, int NW, int BN, int BF16, int OUT32>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
 static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    typedef dfa__fwd_mma_cfg<DP, NW, BN> C;
+    typedef dfa__fwd_mma_cfg<DP, NW, BN, DV> C;
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
-    return dfa__launch(dfa__fwd_mma_kernel<DP, NW, BN, BF16, OUT32>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
+    return dfa__launch(dfa__fwd_mma_kernel<DP, NW, BN, BF16, OUT32, DV>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
                        "forward kernel launch", p);
 }
 
@@ -114,14 +114,20 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
     return s;
 }
 
-/* The mma.sync forward, any head dim (padded to 64, 128 or 256). */
-template <int DP, int BF16, int OUT32>
+/* The mma.sync forward, any head dim (padded to 64, 128 or 256), and the value head dims of
+   their own of dfa__mma_v_pair_for (padded to DV). */
+template <int DP, int BF16, int OUT32, int DV = DP>
 static dfa_status dfa__fwd_mma_of(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    typedef dfa__fwd_mma_config<DP> K;
-    return dfa__launch_fwd_mma<DP, K::NW, K::BN, BF16, OUT32>(p, st, fn);
+    typedef dfa__fwd_mma_config<DP, DV> K;
+    return dfa__launch_fwd_mma<DP, K::NW, K::BN, BF16, OUT32, DV>(p, st, fn);
 }
 template <int BF16, int OUT32>
 static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim_v != p.sh.head_dim) switch (dfa__mma_v_pair_for(p.sh.head_dim, p.sh.head_dim_v)) {
+        case 1: return dfa__fwd_mma_of<128, BF16, OUT32, 64>(p, st, fn);
+        case 2: return dfa__fwd_mma_of<192, BF16, OUT32, 128>(p, st, fn);
+        default: return dfa__cuda_fail_head_dim_v(p.sh.head_dim, p.sh.head_dim_v, fn);
+        }
     if (p.sh.head_dim <= 64) return dfa__fwd_mma_of<64, BF16, OUT32>(p, st, fn);
     if (p.sh.head_dim <= 128) return dfa__fwd_mma_of<128, BF16, OUT32>(p, st, fn);
     return dfa__fwd_mma_of<256, BF16, OUT32>(p, st, fn);

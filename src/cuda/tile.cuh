@@ -1,7 +1,7 @@
 /* Internal: shared-memory tiles for the mma.sync kernels, and the row-wise
  * pieces of the online softmax that every forward kernel shares.
  *
- * A tile is rows x DP 16-bit elements (DP = head dim padded to 64, 128 or 256),
+ * A tile is rows x DP 16-bit elements (DP = head dim padded to 64, 128, 192 or 256),
  * each row split into 16-byte chunks stored at chunk ^ (row & 7): the 8 rows one
  * ldmatrix reads at a time then hit 8 different bank groups. Also the pieces the
  * kernels share: products over such tiles, fragment packing, output stores. */
@@ -46,6 +46,12 @@ template <int DP> static __device__ __forceinline__ uint32_t dfa__addr_b(uint32_
 template <int DP> static __device__ __forceinline__ uint32_t dfa__addr_bt(uint32_t s, int k0, int n0, int l) {
     return s + dfa__swz<DP>(k0 + (l & 7) + (((l >> 3) & 1) << 3), n0 + ((l >> 4) << 3));
 }
+
+/* The value head dim (v's, o's, dout's, dv's) of a kernel whose value tiles are padded to DV and
+   its query/key tiles to DP (template parameters of the kernel that uses it): head_dim itself
+   where DV = DP, read where it is used as head_dim is (a member read of the kernel's parameter
+   block, not through a reference), so that those kernels keep their code. */
+#define DFA__VDIM(sh) (DV == DP ? (sh).head_dim : (sh).head_dim_v)
 
 /* Largest value across the 4 lanes that share a row. */
 static __device__ __forceinline__ float dfa__quad_max(float x) {
@@ -180,6 +186,25 @@ static __device__ __forceinline__ void dfa__mma_abt2(float (*c1)[4], float (*c2)
             dfa__ldmatrix_x4(r, dfa__addr_b<DP>(b2, nb * 16, kk * 16, lane));
             dfa__mma16816<BF16>(c2[2 * nb], f2, r[0], r[1]);
             dfa__mma16816<BF16>(c2[2 * nb + 1], f2, r[2], r[3]);
+        }
+    }
+}
+
+/* One product of this warp's 16 rows r0 over all DP columns: c += A B^T, A a row-major tile at
+   a, B a tile of N rows stored [n][k] at b (N/8 C tiles): dfa__mma_abt2 for two products whose
+   k extents differ (a value head dim of its own). */
+template <int DP, int N, int BF16>
+static __device__ __forceinline__ void dfa__mma_abt(float (*c)[4], uint32_t a, uint32_t b, int r0, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; kk++) {
+        uint32_t f[4];
+        dfa__ldmatrix_x4(f, dfa__addr_a<DP>(a, r0, kk * 16, lane));
+#pragma unroll
+        for (int nb = 0; nb < N / 16; nb++) {
+            uint32_t r[4];
+            dfa__ldmatrix_x4(r, dfa__addr_b<DP>(b, nb * 16, kk * 16, lane));
+            dfa__mma16816<BF16>(c[2 * nb], f, r[0], r[1]);
+            dfa__mma16816<BF16>(c[2 * nb + 1], f, r[2], r[3]);
         }
     }
 }

@@ -1,7 +1,8 @@
 /* The CUDA forward, backward and merge against the float64 oracle and the CPU
  * library, on fresh random inputs with poisoned outputs: sequence lengths 1, 17,
  * 128, 1000, 4097; causal masks with offsets (rows that see nothing included);
- * GQA/MQA; every head-dim class; bf16 and f16; every forward kernel the device
+ * GQA/MQA; every head-dim class; value head dims of their own (192/128, 128/64 and dims
+ * padded into those pairs; masks too); bf16 and f16; every forward kernel the device
  * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 forward), forward and
  * backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
@@ -25,6 +26,9 @@
 #include "gpu_util.h"
 
 static int cc;
+
+/* The value head dim (v, o, dout, dv): head_dim_v, or head_dim where it is 0. */
+static int dv_of(const dfa_attn_desc *d) { return d->head_dim_v ? d->head_dim_v : d->head_dim; }
 static int rising_keys; /* keys grow along the sequence, so later key blocks raise rows' maxima */
 static const char *only_kernel; /* DFA_GPU_TEST_KERNEL=mma|wgmma: check one family of kernels */
 static const int families[2] = {DFA__FAMILY_MMA, DFA__FAMILY_WGMMA}; /* as kernels[] below */
@@ -72,7 +76,7 @@ static int rounds_to(dfa_dtype t, const float *f, const void *h, int64_t n) {
    its rounding, and lse is the same. */
 static void check_fwd_f32(const dfa_attn_desc *d, const char *kernel, const void *qd, const void *kd, const void *vd,
                           const void *o16, const float *lse16, const double *oref, double tol) {
-    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
+    const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * dv_of(d); /* o's elements */
     const int64_t nl = (int64_t)d->batch * d->num_heads * d->seqlen_q;
     dfa__cuda_shape s = dfa__cuda_shape_of(d);
     s.out_f32 = 1;
@@ -127,7 +131,7 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
     const int det = (d->flags & DFA_FLAG_DETERMINISTIC) != 0;
     const int64_t n[3] = {(int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim,
                           (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim,
-                          (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim};
+                          (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * dv_of(d)};
     const size_t rows = (size_t)d->batch * d->num_heads * d->seqlen_q, base = (8 * rows + 255) / 256 * 256;
     dfa__cuda_shape s = dfa__cuda_shape_of(d), s32 = s;
     s32.out_f32 = 1;
@@ -203,8 +207,9 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
         const int from = part == 2 ? d->seqlen_k / 3 : 0;
         const int to = all ? d->seqlen_k : part == 0 ? (d->seqlen_k + 1) / 2 : d->seqlen_k - d->seqlen_k / 4;
         void *d16[2] = {dev_alloc(bytes16[1]), dev_alloc(bytes16[2])};
-        void *h16 = malloc(bytes16[1]);
-        float *h32 = malloc(bytes32[0] > bytes32[1] ? bytes32[0] : bytes32[1]); /* dq, then dk and dv */
+        void *h16 = malloc(bytes16[1] > bytes16[2] ? bytes16[1] : bytes16[2]);
+        const size_t big32 = bytes32[0] > bytes32[1] ? bytes32[0] : bytes32[1];
+        float *h32 = malloc(big32 > bytes32[2] ? big32 : bytes32[2]); /* dq, then dk and dv */
         for (int i = 0; i < 2; i++) dev_poison(d16[i], bytes16[1 + i]);
         const dfa__cuda_dkv16 direct = {d16[0], d16[1], from, to};
         for (int i = 0; i < 3; i++) dev_poison(outs[i], bytes32[i]);
@@ -216,8 +221,8 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
         to_host(h32, outs[0], bytes32[0]);
         CHECK(tl_max_err(DFA_F32, h32, refs[0], n[0]) <= tol[0], "dq f32 [%s] with direct keys: max error %.3g > %.3g",
               kernel, tl_max_err(DFA_F32, h32, refs[0], n[0]), tol[0]);
-        const int64_t w = (int64_t)d->num_kv_heads * d->head_dim;
         for (int i = 1; i < 3; i++) {
+            const int64_t w = (int64_t)d->num_kv_heads * (i == 1 ? d->head_dim : dv_of(d)); /* a key's row */
             to_host(h32, outs[i], bytes32[i]);
             to_host(h16, d16[i - 1], bytes16[i]);
             int64_t wrong = 0;
@@ -267,7 +272,7 @@ static void check_bwd_scratch_f32(const dfa_attn_desc *d, const char *kernel, co
        stored from registers and by TMA where the kernel has both (launch_bwd.cuh
        dfa__bwd_tma_dkv_for: the Hopper kernel at d = 128, unmasked, dq added as it comes), once
        with the launcher's choice elsewhere: the public call's bits either way */
-    void *h = tl_alloc(t, n[0] > n[1] ? n[0] : n[1]);
+    void *h = tl_alloc(t, n[0] > n[1] ? (n[0] > n[2] ? n[0] : n[2]) : (n[1] > n[2] ? n[1] : n[2]));
     static const char *stores[3] = {"launcher's dk, dv stores", "direct dk, dv stores", "dk, dv by TMA"};
     const int both = !strncmp(kernel, "wgmma", 5) && d->head_dim == 128 && !masked && !det;
     for (int mode = both ? 1 : 0; mode <= (both ? 2 : 0); mode++) {
@@ -317,15 +322,18 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     const int masked = d->q_doc != NULL || (d->flags & DFA_FLAG_WINDOW) != 0;
     const dfa_dtype t = d->dtype;
     const size_t es = tl_dtype_size(t);
+    const int Dv = dv_of(d); /* o, dout, v and dv rows */
     const int64_t nq = (int64_t)d->batch * d->seqlen_q * d->num_heads * d->head_dim;
     const int64_t nk = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * d->head_dim;
+    const int64_t no = (int64_t)d->batch * d->seqlen_q * d->num_heads * Dv;
+    const int64_t nv = (int64_t)d->batch * d->seqlen_k * d->num_kv_heads * Dv;
     const int64_t nl = (int64_t)d->batch * d->num_heads * d->seqlen_q;
-    void *q = tl_alloc(t, nq), *k = tl_alloc(t, nk), *v = tl_alloc(t, nk), *o = tl_alloc(t, nq);
-    void *o2 = tl_alloc(t, nq), *onaive = tl_alloc(t, nq), *ocpu = tl_alloc(t, nq);
+    void *q = tl_alloc(t, nq), *k = tl_alloc(t, nk), *v = tl_alloc(t, nv), *o = tl_alloc(t, no);
+    void *o2 = tl_alloc(t, no), *onaive = tl_alloc(t, no), *ocpu = tl_alloc(t, no);
     float *lse = malloc(4 * (size_t)nl), *lcpu = malloc(4 * (size_t)nl);
     tl_fill_normal(t, q, nq, 1.0 + tl_rand_uniform());
     tl_fill_normal(t, k, nk, 1.0);
-    tl_fill_normal(t, v, nk, 1.0);
+    tl_fill_normal(t, v, nv, 1.0);
     if (rising_keys) { /* key j scaled by 1 + 12 j / seqlen_k: maxima rise by far more than 2^8 */
         const int64_t row = (int64_t)d->num_kv_heads * d->head_dim;
         double *fk0 = tl_to_f64(t, k, nk);
@@ -334,25 +342,26 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
         free(fk0);
     }
 
-    double *fq = tl_to_f64(t, q, nq), *fk = tl_to_f64(t, k, nk), *fv = tl_to_f64(t, v, nk);
-    double *oref = malloc(8 * (size_t)nq), *lref = malloc(8 * (size_t)nl);
+    double *fq = tl_to_f64(t, q, nq), *fk = tl_to_f64(t, k, nk), *fv = tl_to_f64(t, v, nv);
+    double *oref = malloc(8 * (size_t)no), *lref = malloc(8 * (size_t)nl);
     oracle_fwd(d, fq, fk, fv, oref, lref);
     naive_fwd_lowp(d, q, k, v, onaive);
     CHECK(dfa_attn_fwd(d, q, k, v, ocpu, lcpu) == DFA_OK, "CPU fwd failed: %s", dfa_last_error());
 
-    void *qd = dev_copy_of(q, (size_t)nq * es), *kd = dev_copy_of(k, (size_t)nk * es), *vd = dev_copy_of(v, (size_t)nk * es);
-    void *od = dev_alloc((size_t)nq * es);
+    void *qd = dev_copy_of(q, (size_t)nq * es), *kd = dev_copy_of(k, (size_t)nk * es), *vd = dev_copy_of(v, (size_t)nv * es);
+    void *od = dev_alloc((size_t)no * es);
     float *ld = dev_alloc(4 * (size_t)nl);
 
-    /* the Hopper kernels: forward at head dims 64, 128 and 256, backward at 64 and 128 */
-    const int wgmma_ok = cc == 90 && (d->head_dim == 64 || d->head_dim == 128);
-    const int wgmma_fwd_ok = wgmma_ok || (cc == 90 && d->head_dim == 256);
+    /* the Hopper kernels: forward at head dims 64, 128 and 256, backward at 64 and 128, with the
+       value head dim equal to head_dim (else the mma.sync kernels, on sm_90 too) */
+    const int wgmma_ok = cc == 90 && Dv == d->head_dim && (d->head_dim == 64 || d->head_dim == 128);
+    const int wgmma_fwd_ok = wgmma_ok || (cc == 90 && Dv == d->head_dim && d->head_dim == 256);
     const char *kernels[2] = {"mma", "wgmma"};
     for (int kern = 0; kern < 1 + wgmma_fwd_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;
         dfa__cuda_force_family(families[kern]);
         for (int rep = 0; rep < 2; rep++) { /* the repeat with the caller's scratch (poisoned) */
-            dev_poison(od, (size_t)nq * es);
+            dev_poison(od, (size_t)no * es);
             dev_poison(ld, 4 * (size_t)nl);
             const size_t sb = rep ? dfa_attn_fwd_cuda_scratch_bytes(dd) : 0;
             void *scr = rep ? dev_alloc(sb) : NULL;
@@ -366,34 +375,34 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
             CHECK(st == DFA_OK, "fwd [%s] failed: %s (%s) for %s", kernels[kern], dfa_status_string(st), dfa_last_error(),
                   tl_desc_str(d));
             CUDA_OK(cudaGetLastError());
-            to_host(rep ? o2 : o, od, (size_t)nq * es);
+            to_host(rep ? o2 : o, od, (size_t)no * es);
             if (rep == 0) to_host(lse, ld, 4 * (size_t)nl);
         }
-        CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] not reproducible bit for bit (with the caller's scratch) for %s",
+        CHECK(!memcmp(o, o2, (size_t)no * es), "fwd [%s] not reproducible bit for bit (with the caller's scratch) for %s",
               kernels[kern], tl_desc_str(d));
         /* the grid's order of query tiles (sections of heads that share the L2) changes no bit */
         for (int sec = 1; sec <= 3; sec += 2) {
             dfa__cuda_force_l2_heads(sec);
-            dev_poison(od, (size_t)nq * es);
+            dev_poison(od, (size_t)no * es);
             const dfa_status st = dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
             dfa__cuda_force_l2_heads(0);
             CHECK(st == DFA_OK, "fwd [%s] in sections of %d heads failed: %s", kernels[kern], sec, dfa_last_error());
-            to_host(o2, od, (size_t)nq * es);
-            CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] in sections of %d heads gives another o for %s",
+            to_host(o2, od, (size_t)no * es);
+            CHECK(!memcmp(o, o2, (size_t)no * es), "fwd [%s] in sections of %d heads gives another o for %s",
                   kernels[kern], sec, tl_desc_str(d));
         }
-        CHECK(tl_count_nan(t, o, nq) == 0, "fwd [%s] left %lld elements of o unwritten/NaN for %s", kernels[kern],
-              (long long)tl_count_nan(t, o, nq), tl_desc_str(d));
-        const double tol = check_close("o", kernels[kern], d, o, onaive, oref, nq);
-        check_vs_cpu("o", kernels[kern], d, o, ocpu, oref, nq, tol);
+        CHECK(tl_count_nan(t, o, no) == 0, "fwd [%s] left %lld elements of o unwritten/NaN for %s", kernels[kern],
+              (long long)tl_count_nan(t, o, no), tl_desc_str(d));
+        const double tol = check_close("o", kernels[kern], d, o, onaive, oref, no);
+        check_vs_cpu("o", kernels[kern], d, o, ocpu, oref, no, tol);
         int lse_bad = 0, masked_bad = 0;
         for (int64_t i = 0; i < nl; i++) {
             if (lref[i] == -INFINITY) {
                 lse_bad += lse[i] != -INFINITY;
                 const int64_t b = i / ((int64_t)d->num_heads * d->seqlen_q), h = (i / d->seqlen_q) % d->num_heads,
                               r = i % d->seqlen_q;
-                const int64_t first = ((b * d->seqlen_q + r) * d->num_heads + h) * d->head_dim;
-                for (int c = 0; c < d->head_dim; c++) masked_bad += tl_get(t, o, first + c) != 0.0;
+                const int64_t first = ((b * d->seqlen_q + r) * d->num_heads + h) * Dv;
+                for (int c = 0; c < Dv; c++) masked_bad += tl_get(t, o, first + c) != 0.0;
             } else {
                 lse_bad += !(fabs(lse[i] - lref[i]) <= 2e-5 * (1.0 + fabs(lref[i])));
             }
@@ -402,11 +411,11 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
         CHECK(masked_bad == 0, "fully masked rows [%s]: %d elements of o not exactly 0 for %s", kernels[kern], masked_bad,
               tl_desc_str(d));
         /* lse is optional */
-        dev_poison(od, (size_t)nq * es);
+        dev_poison(od, (size_t)no * es);
         CHECK(dfa_attn_fwd_cuda(dd, qd, kd, vd, od, NULL, 0) == DFA_OK, "fwd [%s] with lse = NULL failed: %s",
               kernels[kern], dfa_last_error());
-        to_host(o2, od, (size_t)nq * es);
-        CHECK(!memcmp(o, o2, (size_t)nq * es), "fwd [%s] with lse = NULL gives another o for %s", kernels[kern],
+        to_host(o2, od, (size_t)no * es);
+        CHECK(!memcmp(o, o2, (size_t)no * es), "fwd [%s] with lse = NULL gives another o for %s", kernels[kern],
               tl_desc_str(d));
         if (!masked) check_fwd_f32(d, kernels[kern], qd, kd, vd, o, lse, oref, tol); /* internal calls, no mask */
     }
@@ -419,18 +428,18 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
         dfa_status st = dfa_attn_fwd_cuda(dd, qd, kd, vd, od, ld, 0);
         dfa__cuda_force_family(DFA__FAMILY_AUTO);
         CHECK(st == DFA_OK, "fwd failed: %s", dfa_last_error());
-        void *dout = tl_alloc(t, nq), *dq = tl_alloc(t, nq), *dk = tl_alloc(t, nk), *dv = tl_alloc(t, nk);
-        void *dq2 = tl_alloc(t, nq), *dk2 = tl_alloc(t, nk), *dv2 = tl_alloc(t, nk);
-        void *nq_ = tl_alloc(t, nq), *nk_ = tl_alloc(t, nk), *nv_ = tl_alloc(t, nk);
-        void *cq = tl_alloc(t, nq), *ck = tl_alloc(t, nk), *cv = tl_alloc(t, nk);
-        tl_fill_normal(t, dout, nq, 1.0);
-        double *fdo = tl_to_f64(t, dout, nq);
-        double *gq = malloc(8 * (size_t)nq), *gk = malloc(8 * (size_t)nk), *gv = malloc(8 * (size_t)nk);
+        void *dout = tl_alloc(t, no), *dq = tl_alloc(t, nq), *dk = tl_alloc(t, nk), *dv = tl_alloc(t, nv);
+        void *dq2 = tl_alloc(t, nq), *dk2 = tl_alloc(t, nk), *dv2 = tl_alloc(t, nv);
+        void *nq_ = tl_alloc(t, nq), *nk_ = tl_alloc(t, nk), *nv_ = tl_alloc(t, nv);
+        void *cq = tl_alloc(t, nq), *ck = tl_alloc(t, nk), *cv = tl_alloc(t, nv);
+        tl_fill_normal(t, dout, no, 1.0);
+        double *fdo = tl_to_f64(t, dout, no);
+        double *gq = malloc(8 * (size_t)nq), *gk = malloc(8 * (size_t)nk), *gv = malloc(8 * (size_t)nv);
         oracle_bwd(d, fq, fk, fv, fdo, gq, gk, gv);
         naive_bwd_lowp(d, q, k, v, dout, nq_, nk_, nv_);
         CHECK(dfa_attn_bwd(d, q, k, v, ocpu, lcpu, dout, cq, ck, cv) == DFA_OK, "CPU bwd failed: %s", dfa_last_error());
-        void *dod = dev_copy_of(dout, (size_t)nq * es);
-        void *dqd = dev_alloc((size_t)nq * es), *dkd = dev_alloc((size_t)nk * es), *dvd = dev_alloc((size_t)nk * es);
+        void *dod = dev_copy_of(dout, (size_t)no * es);
+        void *dqd = dev_alloc((size_t)nq * es), *dkd = dev_alloc((size_t)nk * es), *dvd = dev_alloc((size_t)nv * es);
         for (int run = 0; run < 4; run++) {
             const int det = run & 1, bk = run >> 1; /* dq path; backward kernel family */
             if (bk == 1 && !wgmma_ok) continue;
@@ -444,7 +453,7 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
             for (int rep = 0; rep < 1 + det; rep++) {
                 dev_poison(dqd, (size_t)nq * es);
                 dev_poison(dkd, (size_t)nk * es);
-                dev_poison(dvd, (size_t)nk * es);
+                dev_poison(dvd, (size_t)nv * es);
                 const size_t sb = rep ? dfa_attn_bwd_cuda_scratch_bytes(&d2) : 0;
                 void *scr = rep ? dev_alloc(sb) : NULL;
                 if (rep) dev_poison(scr, sb);
@@ -459,24 +468,24 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
                 CUDA_OK(cudaGetLastError());
                 to_host(rep ? dq2 : dq, dqd, (size_t)nq * es);
                 to_host(rep ? dk2 : dk, dkd, (size_t)nk * es);
-                to_host(rep ? dv2 : dv, dvd, (size_t)nk * es);
+                to_host(rep ? dv2 : dv, dvd, (size_t)nv * es);
             }
             if (det)
                 CHECK(!memcmp(dq, dq2, (size_t)nq * es) && !memcmp(dk, dk2, (size_t)nk * es) &&
-                          !memcmp(dv, dv2, (size_t)nk * es),
+                          !memcmp(dv, dv2, (size_t)nv * es),
                       "deterministic bwd gave different bits on a second run (with the caller's scratch) for %s",
                       tl_desc_str(d));
-            CHECK(tl_count_nan(t, dq, nq) == 0 && tl_count_nan(t, dk, nk) == 0 && tl_count_nan(t, dv, nk) == 0,
+            CHECK(tl_count_nan(t, dq, nq) == 0 && tl_count_nan(t, dk, nk) == 0 && tl_count_nan(t, dv, nv) == 0,
                   "bwd [%s] left unwritten/NaN gradients (dq %lld, dk %lld, dv %lld) for %s", kname,
                   (long long)tl_count_nan(t, dq, nq), (long long)tl_count_nan(t, dk, nk),
-                  (long long)tl_count_nan(t, dv, nk), tl_desc_str(d));
+                  (long long)tl_count_nan(t, dv, nv), tl_desc_str(d));
             double tol[3];
             tol[0] = check_close("dq", kname, d, dq, nq_, gq, nq);
             check_vs_cpu("dq", kname, d, dq, cq, gq, nq, tol[0]);
             tol[1] = check_close("dk", kname, d, dk, nk_, gk, nk);
             check_vs_cpu("dk", kname, d, dk, ck, gk, nk, tol[1]);
-            tol[2] = check_close("dv", kname, d, dv, nv_, gv, nk);
-            check_vs_cpu("dv", kname, d, dv, cv, gv, nk, tol[2]);
+            tol[2] = check_close("dv", kname, d, dv, nv_, gv, nv);
+            check_vs_cpu("dv", kname, d, dv, cv, gv, nv, tol[2]);
             const void *ins[5] = {qd, kd, vd, od, dod}, *grads16[3] = {dq, dk, dv};
             const double *refs[3] = {gq, gk, gv};
             if (!masked) check_bwd_scratch_f32(&d2, kname, ins, ld, grads16, refs, tol);
@@ -497,40 +506,59 @@ typedef struct {
     int causal;
     long long qs, ks;
     int bwd;
+    int dv; /* head_dim_v (0: head_dim) */
 } shape;
 
 static const shape small_cases[] = {
-    {1, 17, 40, 4, 2, 64, DFA_BF16, 1, 23, 0, 1},
-    {2, 33, 33, 2, 1, 128, DFA_F16, 1, 0, 0, 1},
-    {1, 9, 70, 2, 2, 40, DFA_BF16, 0, 0, 0, 1},
-    {1, 20, 20, 1, 1, 256, DFA_BF16, 1, 0, 0, 1},
+    {1, 17, 40, 4, 2, 64, DFA_BF16, 1, 23, 0, 1, 0},
+    {2, 33, 33, 2, 1, 128, DFA_F16, 1, 0, 0, 1, 0},
+    {1, 9, 70, 2, 2, 40, DFA_BF16, 0, 0, 0, 1, 0},
+    {1, 20, 20, 1, 1, 256, DFA_BF16, 1, 0, 0, 1, 0},
+    {1, 19, 45, 4, 2, 192, DFA_BF16, 1, 26, 0, 1, 128},
+    {1, 21, 21, 2, 1, 128, DFA_F16, 0, 0, 0, 1, 64},
 };
 
 static const shape cases[] = {
     /* lengths 1 .. 4097, every head-dim class (padded to 64/128/256 inside), GQA/MQA, offsets */
-    {1, 1, 1, 2, 2, 64, DFA_BF16, 0, 0, 0, 1},
-    {1, 1, 1, 2, 1, 128, DFA_F16, 1, 0, 0, 1},
-    {3, 17, 17, 4, 1, 40, DFA_F16, 1, 0, 0, 1},
-    {1, 17, 1000, 3, 3, 8, DFA_BF16, 1, 983, 0, 1},
-    {2, 128, 128, 4, 2, 128, DFA_BF16, 1, 100, 150, 1}, /* the first 50 rows see nothing */
-    {1, 128, 128, 8, 8, 64, DFA_F16, 0, 0, 0, 1},
-    {1, 1000, 1000, 2, 2, 64, DFA_F16, 1, 0, 0, 1},
-    {1, 1000, 128, 2, 1, 256, DFA_BF16, 0, 0, 0, 1},
-    {1, 1000, 1000, 2, 1, 128, DFA_BF16, 1, 0, 0, 1},
-    {2, 128, 1000, 8, 2, 136, DFA_F16, 1, 900, 0, 1},
-    {1, 300, 517, 4, 2, 96, DFA_BF16, 1, 217, 0, 1},
-    {1, 200, 300, 2, 2, 192, DFA_F16, 1, 50, 0, 1},
-    {1, 130, 70, 2, 1, 248, DFA_BF16, 0, 0, 0, 1},
-    {1, 64, 64, 2, 2, 128, DFA_BF16, 1, 5, 72, 1}, /* every row fully masked */
-    {1, 64, 64, 2, 2, 64, DFA_F16, 1, 500, 0, 1},  /* every key visible */
-    {1, 4097, 4097, 1, 1, 64, DFA_BF16, 1, 0, 0, 1},
-    {1, 1000, 4097, 1, 1, 128, DFA_F16, 1, 3097, 0, 0},
-    {1, 4097, 1000, 2, 2, 128, DFA_BF16, 0, 0, 0, 0},
+    {1, 1, 1, 2, 2, 64, DFA_BF16, 0, 0, 0, 1, 0},
+    {1, 1, 1, 2, 1, 128, DFA_F16, 1, 0, 0, 1, 0},
+    {3, 17, 17, 4, 1, 40, DFA_F16, 1, 0, 0, 1, 0},
+    {1, 17, 1000, 3, 3, 8, DFA_BF16, 1, 983, 0, 1, 0},
+    {2, 128, 128, 4, 2, 128, DFA_BF16, 1, 100, 150, 1, 0}, /* the first 50 rows see nothing */
+    {1, 128, 128, 8, 8, 64, DFA_F16, 0, 0, 0, 1, 0},
+    {1, 1000, 1000, 2, 2, 64, DFA_F16, 1, 0, 0, 1, 0},
+    {1, 1000, 128, 2, 1, 256, DFA_BF16, 0, 0, 0, 1, 0},
+    {1, 1000, 1000, 2, 1, 128, DFA_BF16, 1, 0, 0, 1, 0},
+    {2, 128, 1000, 8, 2, 136, DFA_F16, 1, 900, 0, 1, 0},
+    {1, 300, 517, 4, 2, 96, DFA_BF16, 1, 217, 0, 1, 0},
+    {1, 200, 300, 2, 2, 192, DFA_F16, 1, 50, 0, 1, 0},
+    {1, 130, 70, 2, 1, 248, DFA_BF16, 0, 0, 0, 1, 0},
+    {1, 64, 64, 2, 2, 128, DFA_BF16, 1, 5, 72, 1, 0}, /* every row fully masked */
+    {1, 64, 64, 2, 2, 64, DFA_F16, 1, 500, 0, 1, 0},  /* every key visible */
+    {1, 4097, 4097, 1, 1, 64, DFA_BF16, 1, 0, 0, 1, 0},
+    {1, 1000, 4097, 1, 1, 128, DFA_F16, 1, 3097, 0, 0, 0},
+    {1, 4097, 1000, 2, 2, 128, DFA_BF16, 0, 0, 0, 0, 0},
     /* more query tiles than an H200 has SMs (132): the persistent forward at head dim 128,
        whose CTAs take several tiles (320 here, then 240 of which the first 4 of each head see
        no key) */
-    {4, 600, 600, 16, 4, 128, DFA_BF16, 1, 0, 0, 0},
-    {3, 640, 640, 16, 4, 128, DFA_F16, 1, 0, 600, 0},
+    {4, 600, 600, 16, 4, 128, DFA_BF16, 1, 0, 0, 0, 0},
+    {3, 640, 640, 16, 4, 128, DFA_F16, 1, 0, 600, 0, 0},
+    /* a value head dim of its own: DeepSeek's 192 / 128 and 128 / 64 (the mma.sync kernels on every
+       device), causal with offsets, GQA/MQA, odd lengths; dims inside a pair, padded with zeros
+       (96 / 40 in 128 / 64; 160 / 96 and 64 / 128 in 192 / 128) */
+    {1, 1, 1, 2, 2, 192, DFA_BF16, 1, 0, 0, 1, 128},
+    {2, 17, 33, 4, 1, 192, DFA_F16, 1, 16, 0, 1, 128},
+    {1, 1000, 1000, 4, 2, 192, DFA_BF16, 1, 0, 0, 1, 128},
+    {2, 300, 517, 8, 2, 192, DFA_F16, 1, 217, 0, 1, 128},
+    {1, 130, 70, 2, 1, 192, DFA_BF16, 0, 0, 0, 1, 128},
+    {1, 64, 64, 2, 2, 192, DFA_BF16, 1, 5, 72, 1, 128}, /* every row fully masked */
+    {1, 1000, 1000, 4, 4, 128, DFA_F16, 1, 0, 0, 1, 64},
+    {3, 129, 257, 6, 2, 128, DFA_BF16, 1, 128, 0, 1, 64},
+    {1, 77, 77, 2, 1, 128, DFA_F16, 0, 0, 0, 1, 64},
+    {1, 200, 300, 2, 2, 96, DFA_BF16, 1, 50, 0, 1, 40},
+    {1, 150, 150, 2, 1, 160, DFA_F16, 1, 0, 0, 1, 96},
+    {1, 150, 99, 2, 2, 64, DFA_BF16, 0, 0, 0, 1, 128},
+    {1, 4097, 4097, 1, 1, 192, DFA_BF16, 1, 0, 0, 0, 128},
 };
 
 /* Documents and sliding windows: random packed layouts (lengths 1, short, longer
@@ -553,27 +581,34 @@ typedef struct {
     int causal;
     long long qs, ks;
     int docs, window, left, right;
+    int dv; /* head_dim_v (0: head_dim) */
 } mcase;
 
 static const mcase mask_cases[] = {
-    {2, 1000, 1000, 4, 2, 128, DFA_BF16, 1, 0, 0, 1, 0, 0, 0},
-    {1, 1000, 1000, 2, 2, 64, DFA_F16, 1, 0, 0, 0, 1, 128, -1},
-    {1, 777, 777, 2, 1, 128, DFA_BF16, 1, 0, 0, 1, 1, 200, 0},
-    {1, 500, 500, 2, 2, 64, DFA_BF16, 0, 0, 0, 1, 1, 37, 64},
-    {1, 300, 300, 2, 2, 128, DFA_F16, 1, 0, 0, 0, 1, 0, -1},   /* each row sees only itself */
-    {1, 300, 300, 2, 2, 64, DFA_BF16, 1, 0, 0, 0, 1, 1, -1},
-    {1, 300, 300, 2, 2, 128, DFA_BF16, 0, 0, 0, 0, 1, 5000, 5000}, /* wider than the sequence */
-    {1, 256, 700, 2, 2, 128, DFA_BF16, 1, 444, 0, 1, 1, 300, -1},  /* a chunk against earlier keys */
-    {1, 200, 300, 2, 2, 96, DFA_F16, 1, 100, 250, 1, 0, 0, 0},     /* rows that see nothing */
-    {2, 129, 129, 3, 3, 40, DFA_BF16, 1, 0, 0, 1, 1, 64, -1},
-    {1, 100, 100, 2, 2, 256, DFA_F16, 0, 0, 0, 1, 0, 0, 0},
-    {3, 520, 520, 12, 4, 128, DFA_BF16, 1, 0, 0, 1, 1, 300, -1}, /* 180 query tiles: the persistent forward */
+    {2, 1000, 1000, 4, 2, 128, DFA_BF16, 1, 0, 0, 1, 0, 0, 0, 0},
+    {1, 1000, 1000, 2, 2, 64, DFA_F16, 1, 0, 0, 0, 1, 128, -1, 0},
+    {1, 777, 777, 2, 1, 128, DFA_BF16, 1, 0, 0, 1, 1, 200, 0, 0},
+    {1, 500, 500, 2, 2, 64, DFA_BF16, 0, 0, 0, 1, 1, 37, 64, 0},
+    {1, 300, 300, 2, 2, 128, DFA_F16, 1, 0, 0, 0, 1, 0, -1, 0},   /* each row sees only itself */
+    {1, 300, 300, 2, 2, 64, DFA_BF16, 1, 0, 0, 0, 1, 1, -1, 0},
+    {1, 300, 300, 2, 2, 128, DFA_BF16, 0, 0, 0, 0, 1, 5000, 5000, 0}, /* wider than the sequence */
+    {1, 256, 700, 2, 2, 128, DFA_BF16, 1, 444, 0, 1, 1, 300, -1, 0},  /* a chunk against earlier keys */
+    {1, 200, 300, 2, 2, 96, DFA_F16, 1, 100, 250, 1, 0, 0, 0, 0},     /* rows that see nothing */
+    {2, 129, 129, 3, 3, 40, DFA_BF16, 1, 0, 0, 1, 1, 64, -1, 0},
+    {1, 100, 100, 2, 2, 256, DFA_F16, 0, 0, 0, 1, 0, 0, 0, 0},
+    {3, 520, 520, 12, 4, 128, DFA_BF16, 1, 0, 0, 1, 1, 300, -1, 0}, /* 180 query tiles: the persistent forward */
+    /* a value head dim of its own (the mma.sync kernels on every device) under documents and windows */
+    {2, 700, 700, 4, 2, 192, DFA_BF16, 1, 0, 0, 1, 0, 0, 0, 128},
+    {1, 600, 600, 4, 1, 192, DFA_F16, 1, 0, 0, 0, 1, 150, -1, 128},
+    {1, 333, 333, 2, 2, 128, DFA_BF16, 0, 0, 0, 1, 1, 40, 64, 64},
+    {1, 256, 700, 4, 2, 128, DFA_F16, 1, 444, 0, 1, 1, 300, -1, 64},
 };
 
 static void test_masks(void) {
     for (size_t i = 0; i < sizeof mask_cases / sizeof mask_cases[0]; i++) {
         const mcase *m = &mask_cases[i];
         dfa_attn_desc d = tl_desc(m->b, m->sq, m->sk, m->h, m->hkv, m->d, m->t, m->causal, m->qs, m->ks);
+        d.head_dim_v = m->dv;
         const int N = (int)(m->qs + m->sq > m->ks + m->sk ? m->qs + m->sq : m->ks + m->sk);
         int32_t *ids = malloc(sizeof(int32_t) * (size_t)N), *qd = malloc(sizeof(int32_t) * (size_t)m->b * m->sq),
                 *kd = malloc(sizeof(int32_t) * (size_t)m->b * m->sk);
@@ -672,7 +707,9 @@ static void test_merge(void) {
     for (int ti = 0; ti < 3; ti++) {
         const dfa_dtype t = types[ti];
         dfa_attn_desc d = tl_desc(2, 37, 1, 3, 3, 24, t, 0, 0, 0);
-        const int64_t no = (int64_t)d.batch * d.seqlen_q * d.num_heads * d.head_dim, nl = (int64_t)d.batch * d.num_heads * d.seqlen_q;
+        d.head_dim_v = ti == 1 ? 40 : 0; /* o is head_dim_v wide */
+        const int Dv = dv_of(&d);
+        const int64_t no = (int64_t)d.batch * d.seqlen_q * d.num_heads * Dv, nl = (int64_t)d.batch * d.num_heads * d.seqlen_q;
         const size_t es = tl_dtype_size(t);
         void *oa = tl_alloc(t, no), *op = tl_alloc(t, no), *og = tl_alloc(t, no);
         float *la = malloc(4 * (size_t)nl), *lp = malloc(4 * (size_t)nl), *lg = malloc(4 * (size_t)nl);
@@ -684,12 +721,12 @@ static void test_merge(void) {
             if (i % 5 == 1) la[i] = -INFINITY;
             if (i % 7 == 2) lp[i] = -INFINITY;
         }
-        for (int64_t r = 0; r < no / d.head_dim; r++) { /* rows with lse = -inf hold o = 0 */
+        for (int64_t r = 0; r < no / Dv; r++) { /* rows with lse = -inf hold o = 0 */
             const int64_t h = r % d.num_heads, bi = r / d.num_heads, b = bi / d.seqlen_q, i = bi % d.seqlen_q;
             const int64_t li = (b * d.num_heads + h) * d.seqlen_q + i;
-            for (int c = 0; c < d.head_dim; c++) {
-                if (la[li] == -INFINITY) tl_set(t, oa, r * d.head_dim + c, 0.0);
-                if (lp[li] == -INFINITY) tl_set(t, op, r * d.head_dim + c, 0.0);
+            for (int c = 0; c < Dv; c++) {
+                if (la[li] == -INFINITY) tl_set(t, oa, r * Dv + c, 0.0);
+                if (lp[li] == -INFINITY) tl_set(t, op, r * Dv + c, 0.0);
             }
         }
         void *oad = dev_copy_of(oa, (size_t)no * es), *opd = dev_copy_of(op, (size_t)no * es);
@@ -720,6 +757,7 @@ static void check_shapes(const shape *list, int n, const char *label) {
     for (int i = 0; i < n; i++) {
         const shape *s = &list[i];
         dfa_attn_desc d = tl_desc(s->b, s->sq, s->sk, s->h, s->hkv, s->d, s->t, s->causal, s->qs, s->ks);
+        d.head_dim_v = s->dv;
         check_case(&d, &d, s->bwd);
         printf("  %s %2d done: %s\n", label, i, tl_desc_str(&d));
         fflush(stdout);
@@ -746,9 +784,9 @@ int main(void) {
            block after block, through the one-tile and the persistent kernels (17 query tiles
            x 8 heads: more tiles than SMs) */
         static const shape rising[] = {
-            {1, 2100, 2100, 8, 2, 128, DFA_BF16, 1, 0, 0, 1},
-            {1, 1000, 1000, 4, 4, 128, DFA_F16, 0, 0, 0, 1},
-            {1, 2100, 2100, 4, 4, 64, DFA_BF16, 1, 0, 0, 1},
+            {1, 2100, 2100, 8, 2, 128, DFA_BF16, 1, 0, 0, 1, 0},
+            {1, 1000, 1000, 4, 4, 128, DFA_F16, 0, 0, 0, 1, 0},
+            {1, 2100, 2100, 4, 4, 64, DFA_BF16, 1, 0, 0, 1, 0},
         };
         rising_keys = 1;
         check_shapes(rising, (int)(sizeof rising / sizeof rising[0]), "rising keys");

@@ -102,6 +102,17 @@ static void test_descriptors(void) {
     for (int i = 0; i < 5; i++) {
         d = good(); d.head_dim = bad_dims[i]; bad_desc(d, DFA_ERR_UNSUPPORTED, "head_dim", 1);
     }
+    /* a value head dim of its own: a multiple of 8 (merge reads it), and one of the pairs the
+       kernels take (head_dim <= 128 with head_dim_v <= 64, head_dim <= 192 with head_dim_v <= 128) */
+    d = good(); d.head_dim_v = 12; bad_desc(d, DFA_ERR_UNSUPPORTED, "head_dim_v", 1);
+    const int bad_pairs[][2] = {{16, 256}, {256, 128}, {200, 64}, {192, 136}};
+    for (int i = 0; i < 4; i++) {
+        d = good(); d.head_dim = bad_pairs[i][0]; d.head_dim_v = bad_pairs[i][1];
+        bad_desc(d, DFA_ERR_UNSUPPORTED, "d->head_dim_v", 0);
+        CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) == 0 && dfa_attn_fwd_cuda_scratch_bytes(&d) == 0,
+              "scratch bytes of head_dim %d with head_dim_v %d (not a pair the kernels take) is not 0",
+              bad_pairs[i][0], bad_pairs[i][1]);
+    }
     d = good(); d.dtype = (dfa_dtype)7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "dtype", 1);
     d = good(); d.causal = 2; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "causal", 0);
     const float bad_scales[] = {NAN, -1.0f, INFINITY};

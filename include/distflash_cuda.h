@@ -78,8 +78,10 @@
  *    scratch with dfa_attn_fwd_cuda_with_scratch. The backward's kernels need nothing more
  *    (lse holds the sinks); with dsinks one more launch sums dsinks from the D pass's sums in
  *    a fixed order, without atomics: dsinks has the same bits on every run, with or without
- *    DFA_FLAG_DETERMINISTIC. softcap and a head_dim_v other than head_dim are refused
- *    (DFA_ERR_UNSUPPORTED naming the field).
+ *    DFA_FLAG_DETERMINISTIC.
+ *  - Softcap (d->softcap > 0): the forward caps the scores on the kernels above, the
+ *    backward runs on the mma.sync kernels (sm_90 included; docs/kernels.md). With a
+ *    head_dim_v other than head_dim it is refused (DFA_ERR_UNSUPPORTED naming d->softcap).
  *  - Thread safety: calls are reentrant and may be made from several host
  *    threads at once, on the same or on different streams; calls on one
  *    stream run in their order. Concurrent calls must not write the same

@@ -25,21 +25,24 @@ def _cu(lengths):
 
 
 @pytest.mark.parametrize("case", [
-    (2, 1, 300, 8, 2, 128, True, (-1, -1)),
-    (1, 300, 129, 4, 4, 64, True, (-1, -1)),
-    (1, 257, 511, 4, 1, 96, False, (64, 16)),
-    (2, 200, 200, 4, 2, 72, True, (31, 0)),    # head_dim padded to 80
+    (2, 1, 300, 8, 2, 128, True, (-1, -1), 0.0),
+    (1, 300, 129, 4, 4, 64, True, (-1, -1), 0.0),
+    (1, 257, 511, 4, 1, 96, False, (64, 16), 0.0),
+    (2, 200, 200, 4, 2, 72, True, (31, 0), 0.0),    # head_dim padded to 80
+    (2, 300, 300, 8, 2, 128, True, (-1, -1), 3.0),  # softcap with GQA
+    (1, 257, 511, 4, 1, 64, False, (64, 16), 20.0),
 ], ids=str)
 def test_flash_attn_func_bf16(case):
-    B, Sq, Sk, H, Hkv, D, causal, window = case
+    B, Sq, Sk, H, Hkv, D, causal, window, cap = case
     g = torch.Generator().manual_seed(Sq * 7 + Sk)
     shapes = ((B, Sq, H, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D), (B, Sq, H, D))
     q, k, v, dout = (randn(s, BF16, DEV, gen=g) for s in shapes)
     q1, k1, v1 = leaves(q, k, v, device=DEV)
-    o, lse, _ = distflash.flash_attn_func(q1, k1, v1, causal=causal, window_size=window, return_attn_probs=True)
+    o, lse, _ = distflash.flash_attn_func(q1, k1, v1, causal=causal, window_size=window, softcap=cap,
+                                          return_attn_probs=True)
     grads = torch.autograd.grad(o, (q1, k1, v1), dout)
     q2, k2, v2 = leaves(q.double(), k.double(), v.double(), device=DEV)
-    o_r, lse_r = flash_ref.dense(q2, k2, v2, causal=causal, window=window)
+    o_r, lse_r = flash_ref.dense(q2, k2, v2, causal=causal, window=window, softcap=cap)
     grads_r = torch.autograd.grad(o_r, (q2, k2, v2), dout.double())
     assert_close(o, o_r, 1.6e-2, "o")
     assert_close(lse, lse_r, 1e-2, "lse")

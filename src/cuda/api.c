@@ -44,16 +44,18 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     return s;
 }
 
-/* The version-3 fields the CUDA calls implement: sinks and dsinks (sinks.cu), and a value head
-   dim of its own at the pairs the kernels are built for (launch.h). Softcap only the CPU calls
-   do. */
+/* The version-3 fields the CUDA calls implement: sinks and dsinks (sinks.cu), a value head dim
+   of its own at the pairs the kernels are built for, and a softcap where the value head dim is
+   the head dim (launch.h). */
 static dfa_status refuse_v3(const dfa_attn_desc *d, const char *fn) {
     dfa_attn_desc x = *d;
     x.sinks = NULL;
     x.dsinks = NULL;
     x.head_dim_v = 0;
-    const dfa_status st = dfa__refuse_v3_fields(&x, "d->", "the CUDA calls", fn);
-    return st ? st : dfa__cuda_check_head_dim_v(d->head_dim, dfa__head_dim_v(d), fn);
+    x.softcap = 0.0f;
+    dfa_status st = dfa__refuse_v3_fields(&x, "d->", "the CUDA calls", fn);
+    if (!st) st = dfa__cuda_check_head_dim_v(d->head_dim, dfa__head_dim_v(d), fn);
+    return st ? st : dfa__cuda_check_softcap(d->softcap, d->head_dim, dfa__head_dim_v(d), fn);
 }
 
 /* The descriptor rule of every CUDA call: the device's storage types, and the version-3 fields

@@ -22,7 +22,8 @@
  * A value head dim of its own (v, o, dout and dv: sh.head_dim_v) is padded to DV apart
  * from DP: the V and dO tiles and dV's accumulators are DV wide, the products over them
  * (dP^T = V dO^T, dV += P^T dO) take their own k or n extent. DV = DP: the value head
- * dim is head_dim itself, and sh.head_dim_v is never read. */
+ * dim is head_dim itself, and sh.head_dim_v is never read. SOFTCAP (DV = DP only): the
+ * scores are capped as the forward's (tile.cuh) and dS carries the cap's derivative. */
 #ifndef DFA_CUDA_BWD_MMA_CUH
 #define DFA_CUDA_BWD_MMA_CUH
 
@@ -124,7 +125,7 @@ template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int DV = DP> struct
     static constexpr int SMEM = TILES * 2 + 4 * BM * 4;
 };
 
-template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16, int OUT32, int DV = DP>
+template <int DP, int BN, int BM, int DSPLIT, int DQ_ATOMIC, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(const dfa__bwd_params p,
                                                                                      const dfa__cuda_dkv16 dkv16) {
     typedef typename dfa__out_type<OUT32>::type OutT;
@@ -221,7 +222,8 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
             dfa__mma_abt<DV, BM, BF16>(dp, sV, sO, kw * 16, lane);
             dfa__mma_abt<DP, BM, BF16>(st, sK, sQ, kw * 16, lane);
         }
-        /* P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D) */
+        /* P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D); SOFTCAP: S^T capped first
+           (tile.cuh), dS^T times the cap's derivative 1 - t^2 */
         const bool need_mask = n0 + BN > p.sh.seqlen_k || p.sh.masked ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
 #pragma unroll
@@ -229,10 +231,17 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = j * 8 + 2 * t + (e & 1);
-                float pv = exp2f(fmaf(st[j][e], p.scale_log2, -L[qc]));
+                float x = st[j][e], dcap = 1.0f;
+                if constexpr (SOFTCAP) {
+                    const dfa__softcap cap = dfa__softcap_of(p.sh);
+                    const float th = dfa__tanh_approx(x * cap.in);
+                    x = cap.out * th;
+                    dcap = 1.0f - th * th;
+                }
+                float pv = exp2f(fmaf(x, p.scale_log2, -L[qc]));
                 if (need_mask && !dfa__mask_query_visible(m0 + qc, qmin[e >> 1], qmax[e >> 1])) pv = 0.0f;
                 st[j][e] = pv;
-                dp[j][e] = pv * (dp[j][e] - Dv[qc]);
+                dp[j][e] = SOFTCAP ? pv * (dp[j][e] - Dv[qc]) * dcap : pv * (dp[j][e] - Dv[qc]);
             }
         /* dV += P^T dO, dK += dS^T Q (this warp's column slice) */
 #pragma unroll
@@ -366,7 +375,7 @@ template <int DP, int NW, int BN, int DV = DP> struct dfa__bwd_dq_cfg {
 };
 
 /* Deterministic dq: every dq row is summed by one warp in key order. */
-template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_params p) {
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__bwd_dq_cfg<DP, NW, BN, DV> C;
@@ -453,9 +462,16 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int col = n0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
-                float pv = exp2f(fmaf(s[j][e], p.scale_log2, -L[r]));
+                float x = s[j][e], dcap = 1.0f;
+                if constexpr (SOFTCAP) { /* as the key-block kernel's */
+                    const dfa__softcap cap = dfa__softcap_of(p.sh);
+                    const float th = dfa__tanh_approx(x * cap.in);
+                    x = cap.out * th;
+                    dcap = 1.0f - th * th;
+                }
+                float pv = exp2f(fmaf(x, p.scale_log2, -L[r]));
                 if (col > lim[r] || col < mlo[r]) pv = 0.0f;
-                dp[j][e] = pv * (dp[j][e] - Dr[r]);
+                dp[j][e] = SOFTCAP ? pv * (dp[j][e] - Dr[r]) * dcap : pv * (dp[j][e] - Dr[r]);
             }
         dfa__mma_pv<DP, BN, BF16>(acc, dp, kb, lane); /* dQ += dS K */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */

@@ -9,7 +9,8 @@
  * One CTA owns BM = 16 * NW query rows of one (batch, head); each warp owns 16 of
  * them and keeps their Q fragments and output accumulators in registers while
  * the CTA streams key/value tiles of BN rows through two shared-memory buffers.
- * OUT32 writes o as float32 instead of the storage type (nothing else changes). */
+ * OUT32 writes o as float32 instead of the storage type (nothing else changes);
+ * SOFTCAP caps each block's scores (tile.cuh, dfa__softcap_scores) before its mask. */
 #ifndef DFA_CUDA_FWD_MMA_CUH
 #define DFA_CUDA_FWD_MMA_CUH
 
@@ -48,7 +49,7 @@ template <int DP, int NW, int BN, int DV = DP> struct dfa__fwd_mma_cfg {
     static constexpr int SMEM = (BM * DP + 2 * BN * DP + 2 * BN * DV) * 2; /* Q, K x2, V x2 */
 };
 
-template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_params p) {
     typedef typename dfa__out_type<OUT32>::type OutT;
     typedef dfa__fwd_mma_cfg<DP, NW, BN, DV> C;
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
                                        tid);
         dfa__cp_async_commit();
 
+        if constexpr (SOFTCAP) dfa__softcap_scores<NT8 * 4>(&s[0][0], dfa__softcap_of(p.sh));
         if (p.sh.masked) dfa__mask_scores<NT8>(s, mlo, mhi, n0, lane);
         dfa__softmax_step<BN, OT8>(s, acc, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal, p.sh.offset, p.scale_log2, lane);
 

@@ -23,6 +23,8 @@
  *   TMA_O       o leaves through shared memory and one bulk tensor copy per warpgroup
  *   PERSISTENT  the launcher runs grids of more query tiles than SMs on the persistent kernel
  *               (one CTA per SM walking tiles; 16-bit o only: dfa__fwd_persistent_for)
+ *   SOFTCAP     each block's scores are capped before the softmax (tile.cuh): false in every
+ *               configuration below; calls with a softcap run dfa__fwd_softcapped<K>
  * Every configuration pipelines a warpgroup's blocks: S of block j + 1 is issued before the
  * softmax of block j, which then runs under P V of block j. */
 template <int D> struct dfa__fwd_wgmma_config;
@@ -36,7 +38,7 @@ template <int D> struct dfa__fwd_wgmma_config;
 template <> struct dfa__fwd_wgmma_config<64> {
     static constexpr int D = 64, BN = 128, NCW = 3;
     static constexpr bool PINGPONG = true, FAST_EXP = true, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
-                          PERSISTENT = false;
+                          PERSISTENT = false, SOFTCAP = false;
 };
 
 /* 128-row query tiles, two consumers at 232 registers: room for Q (Q_IN_REGS) beside o's 64. The
@@ -48,7 +50,7 @@ template <> struct dfa__fwd_wgmma_config<64> {
 template <> struct dfa__fwd_wgmma_config<128> {
     static constexpr int D = 128, BN = 128, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = true, TMA_O = true,
-                          PERSISTENT = true;
+                          PERSISTENT = true, SOFTCAP = false;
 };
 
 /* 128 x 64 tiles: o is 128 registers per consumer thread, so the key block is 64 and nothing
@@ -57,7 +59,12 @@ template <> struct dfa__fwd_wgmma_config<128> {
 template <> struct dfa__fwd_wgmma_config<256> {
     static constexpr int D = 256, BN = 64, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = false, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
-                          PERSISTENT = false;
+                          PERSISTENT = false, SOFTCAP = false;
+};
+
+/* Configuration K with softcapping: the same tiles and schedule, one tanh per score more. */
+template <class K> struct dfa__fwd_softcapped : K {
+    static constexpr bool SOFTCAP = true;
 };
 
 /* The persistent forward for a grid of `tiles` query tiles on `sms` SMs: only when there are more
@@ -164,10 +171,13 @@ static inline bool dfa__bwd_tma_dkv_for(long long rows) {
 /* The Hopper kernels run a pass on sm_90 (their sm_90a code: wgmma, TMA, setmaxnreg, runs there
    only) at the head dims they are built for: 64 and 128, and 256 in the forward (the backward's
    dK, dV accumulators of 256 columns do not fit its consumers' registers), with the value head
-   dim equal to head_dim (dfa__cuda_pick_family). Elsewhere the mma.sync kernels run (sm_80 on,
-   any head dim, and the value head dims of dfa__mma_v_pair_for). backward: 0 the forward, 1 the
-   backward. */
-static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int backward) {
+   dim equal to head_dim (dfa__cuda_pick_family). A softcapped backward runs on the mma.sync
+   kernels too: its dS needs each score's 1 - t^2 beside P, which the Hopper backward's
+   consumers (240 registers, dK and dV held whole) have no room to keep between P and dS.
+   Elsewhere the mma.sync kernels run (sm_80 on, any head dim, and the value head dims of
+   dfa__mma_v_pair_for). backward: 0 the forward, 1 the backward; softcap: the call's. */
+static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int backward, float softcap) {
+    if (backward && softcap > 0.0f) return false;
     return cc == 90 && (head_dim == 64 || head_dim == 128 || (!backward && head_dim == 256));
 }
 

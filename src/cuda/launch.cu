@@ -83,6 +83,14 @@ extern "C" dfa_status dfa__cuda_check_head_dim_v(int head_dim, int head_dim_v, c
                : dfa__cuda_fail_head_dim_v(head_dim, head_dim_v, fn);
 }
 
+extern "C" dfa_status dfa__cuda_check_softcap(float softcap, int head_dim, int head_dim_v, const char *fn) {
+    if (!(softcap > 0.0f) || head_dim_v == head_dim) return DFA_OK;
+    return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                     "d->softcap = %g with d->head_dim_v = %d other than d->head_dim = %d: the CUDA kernels cap "
+                     "logits only where the value head dim is the head dim (the CPU calls take both)",
+                     (double)softcap, head_dim_v, head_dim);
+}
+
 extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma,
                                             const char *fn) {
     dfa_status st = DFA_OK;
@@ -100,7 +108,11 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
         *wgmma = 0;
         return DFA_OK;
     }
-    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, backward);
+    if ((st = dfa__cuda_check_softcap(s->softcap, s->head_dim, s->head_dim_v, fn))) return st;
+    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, backward, s->softcap);
+    if (family == DFA__FAMILY_WGMMA && !wgmma_ok && backward && s->softcap > 0.0f)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma backward takes no softcap (d->softcap = %g)",
+                         (double)s->softcap);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128%s",
                          backward ? "backward" : "forward", backward ? "" : " or 256");

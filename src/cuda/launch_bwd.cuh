@@ -18,20 +18,20 @@
 typedef dfa_status (*dfa__bwd_launcher)(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                         const char *fn);
 
-template <int DP, int BN, int BM, int DSPLIT, int ATOMIC, int BF16, int OUT32, int DV = DP>
+template <int DP, int BN, int BM, int DSPLIT, int ATOMIC, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 static dfa_status dfa__launch_bwd_kv(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
     typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, ATOMIC, DV> C;
     const long long ctas = (long long)((p.sh.seqlen_k + BN - 1) / BN) * p.sh.batch * p.sh.num_kv_heads;
-    return dfa__launch(dfa__bwd_kv_kernel<DP, BN, BM, DSPLIT, ATOMIC, BF16, OUT32, DV>, ctas, C::NT, C::SMEM, st, fn,
+    return dfa__launch(dfa__bwd_kv_kernel<DP, BN, BM, DSPLIT, ATOMIC, BF16, OUT32, DV, SOFTCAP>, ctas, C::NT, C::SMEM, st, fn,
                        "key tiles", "backward key-block kernel launch", p, dkv16);
 }
 
-template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_dq_cfg<DP, NW, BN, DV> C;
     const long long ctas = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
-    return dfa__launch(dfa__bwd_dq_kernel<DP, NW, BN, BF16, OUT32, DV>, ctas, C::NT, C::SMEM, st, fn, "query tiles",
+    return dfa__launch(dfa__bwd_dq_kernel<DP, NW, BN, BF16, OUT32, DV, SOFTCAP>, ctas, C::NT, C::SMEM, st, fn, "query tiles",
                        "backward dq kernel launch", p);
 }
 
@@ -81,16 +81,22 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
 }
 
 /* The mma.sync key-block kernel, any head dim, and the value head dims of their own of
-   dfa__mma_v_pair_for (padded to DV); ATOMIC: dq through float32 atomics too. */
+   dfa__mma_v_pair_for (padded to DV); ATOMIC: dq through float32 atomics too. A softcap runs
+   with value head dim = head dim (dfa__cuda_check_softcap). */
 template <int DP, int ATOMIC, int BF16, int OUT32, int DV = DP>
 static dfa_status dfa__bwd_kv_mma_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
     typedef dfa__bwd_kv_mma_config<DP, DV> K;
+    if constexpr (DV == DP)
+        if (p.sh.softcap > 0.0f)
+            return dfa__launch_bwd_kv<DP, K::BN, K::BM, K::DSPLIT, ATOMIC, BF16, OUT32, DV, true>(p, dkv16, st, fn);
     return dfa__launch_bwd_kv<DP, K::BN, K::BM, K::DSPLIT, ATOMIC, BF16, OUT32, DV>(p, dkv16, st, fn);
 }
 template <int ATOMIC, int BF16, int OUT32>
 static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                   const char *fn) {
+    if (p.sh.softcap > 0.0f && p.sh.head_dim_v != p.sh.head_dim)
+        return dfa__cuda_check_softcap(p.sh.softcap, p.sh.head_dim, p.sh.head_dim_v, fn);
     if (p.sh.head_dim_v != p.sh.head_dim) switch (dfa__mma_v_pair_for(p.sh.head_dim, p.sh.head_dim_v)) {
         case 1: return dfa__bwd_kv_mma_of<128, ATOMIC, BF16, OUT32, 64>(p, dkv16, st, fn);
         case 2: return dfa__bwd_kv_mma_of<192, ATOMIC, BF16, OUT32, 128>(p, dkv16, st, fn);
@@ -137,10 +143,14 @@ static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16
 template <int DP, int BF16, int OUT32, int DV = DP>
 static dfa_status dfa__bwd_dq_mma_of(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__bwd_dq_mma_config<DP, DV> K;
+    if constexpr (DV == DP)
+        if (p.sh.softcap > 0.0f) return dfa__launch_bwd_dq<DP, K::NW, K::BN, BF16, OUT32, DV, true>(p, st, fn);
     return dfa__launch_bwd_dq<DP, K::NW, K::BN, BF16, OUT32, DV>(p, st, fn);
 }
 template <int BF16, int OUT32>
 static dfa_status dfa__bwd_dq_mma(const dfa__bwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.softcap > 0.0f && p.sh.head_dim_v != p.sh.head_dim)
+        return dfa__cuda_check_softcap(p.sh.softcap, p.sh.head_dim, p.sh.head_dim_v, fn);
     if (p.sh.head_dim_v != p.sh.head_dim) switch (dfa__mma_v_pair_for(p.sh.head_dim, p.sh.head_dim_v)) {
         case 1: return dfa__bwd_dq_mma_of<128, BF16, OUT32, 64>(p, st, fn);
         case 2: return dfa__bwd_dq_mma_of<192, BF16, OUT32, 128>(p, st, fn);

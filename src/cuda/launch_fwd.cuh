@@ -30,11 +30,11 @@ static inline dfa__fwd_params dfa__fwd_params_of(const dfa__cuda_shape *s, const
     return p;
 }
 
-template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP>
+template <int DP, int NW, int BN, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__fwd_mma_cfg<DP, NW, BN, DV> C;
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * ((p.sh.seqlen_q + C::BM - 1) / C::BM);
-    return dfa__launch(dfa__fwd_mma_kernel<DP, NW, BN, BF16, OUT32, DV>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
+    return dfa__launch(dfa__fwd_mma_kernel<DP, NW, BN, BF16, OUT32, DV, SOFTCAP>, tiles, C::NT, C::SMEM, st, fn, "query tiles",
                        "forward kernel launch", p);
 }
 
@@ -115,14 +115,18 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
 }
 
 /* The mma.sync forward, any head dim (padded to 64, 128 or 256), and the value head dims of
-   their own of dfa__mma_v_pair_for (padded to DV). */
+   their own of dfa__mma_v_pair_for (padded to DV); a softcap with value head dim = head dim
+   (dfa__cuda_check_softcap). */
 template <int DP, int BF16, int OUT32, int DV = DP>
 static dfa_status dfa__fwd_mma_of(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
     typedef dfa__fwd_mma_config<DP, DV> K;
+    if constexpr (DV == DP)
+        if (p.sh.softcap > 0.0f) return dfa__launch_fwd_mma<DP, K::NW, K::BN, BF16, OUT32, DV, true>(p, st, fn);
     return dfa__launch_fwd_mma<DP, K::NW, K::BN, BF16, OUT32, DV>(p, st, fn);
 }
 template <int BF16, int OUT32>
 static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.softcap > 0.0f && p.sh.head_dim_v != p.sh.head_dim) return dfa__cuda_check_softcap(p.sh.softcap, p.sh.head_dim, p.sh.head_dim_v, fn);
     if (p.sh.head_dim_v != p.sh.head_dim) switch (dfa__mma_v_pair_for(p.sh.head_dim, p.sh.head_dim_v)) {
         case 1: return dfa__fwd_mma_of<128, BF16, OUT32, 64>(p, st, fn);
         case 2: return dfa__fwd_mma_of<192, BF16, OUT32, 128>(p, st, fn);
@@ -138,6 +142,11 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
 template <int BF16, int OUT32, class K64 = dfa__fwd_wgmma_config<64>, class K128 = dfa__fwd_wgmma_config<128>,
           class K256 = dfa__fwd_wgmma_config<256>>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.softcap > 0.0f) {
+        if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<dfa__fwd_softcapped<K64>, BF16, OUT32>(p, st, fn);
+        if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<dfa__fwd_softcapped<K256>, BF16, OUT32>(p, st, fn);
+        return dfa__launch_fwd_wgmma<dfa__fwd_softcapped<K128>, BF16, OUT32>(p, st, fn);
+    }
     if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<K64, BF16, OUT32>(p, st, fn);
     if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<K256, BF16, OUT32>(p, st, fn);
     return dfa__launch_fwd_wgmma<K128, BF16, OUT32>(p, st, fn);

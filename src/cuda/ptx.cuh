@@ -75,6 +75,14 @@ static __device__ __forceinline__ float dfa__exp2_ftz(float x) {
     return y;
 }
 
+/* tanh(x) on the MUFU unit: tanh.approx.f32 (sm_75 and later; relative error about 2^-11, well
+   under the 2^-8 to which a 16-bit score is known; tanh(+-inf) = +-1). */
+static __device__ __forceinline__ float dfa__tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Two adjacent floats added into global memory (sm_90's vector reduction, no return value). */
 static __device__ __forceinline__ void dfa__red_add2(float *dst, float x, float y) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(x), "f"(y) : "memory");

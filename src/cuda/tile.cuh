@@ -8,6 +8,7 @@
 #ifndef DFA_CUDA_TILE_CUH
 #define DFA_CUDA_TILE_CUH
 
+#include "launch.h"
 #include "ptx.cuh"
 
 /* Byte offset of element (r, c) of a swizzled tile with DP columns (c a multiple of 8
@@ -154,6 +155,21 @@ static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*
         acc[j][2] *= alpha[1];
         acc[j][3] *= alpha[1];
     }
+}
+
+/* Logit softcapping (distflash.h, "Logits, softcap and sinks") on the kernels' raw scores x =
+   q . k, before the softmax's scale: x becomes (c / scale) tanh(x scale / c), which the scale
+   then turns into c tanh(scale q . k / c). It goes before any masking (tanh(-inf) would be a
+   finite -c). The backward multiplies dS by 1 - t^2, t = tanh(x scale / c) of the same x. */
+struct dfa__softcap {
+    float in, out; /* scale / c and c / scale */
+};
+static __device__ __forceinline__ dfa__softcap dfa__softcap_of(const dfa__cuda_shape &sh) {
+    return dfa__softcap{sh.scale / sh.softcap, sh.softcap / sh.scale};
+}
+template <int N> static __device__ __forceinline__ void dfa__softcap_scores(float *s, dfa__softcap c) {
+#pragma unroll
+    for (int i = 0; i < N; i++) s[i] = c.out * dfa__tanh_approx(s[i] * c.in);
 }
 
 /* The A fragment of an m16n8k16 product from two adjacent C tiles (columns 0-7 and 8-15 of

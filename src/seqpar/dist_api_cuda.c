@@ -25,12 +25,14 @@ static dfa__sched_kind public_kind(const dfa_dist_desc *d) {
                                                                                     : (dfa__sched_kind)-1;
 }
 
-/* The version-3 fields the CUDA kernels do not take: softcap and a value head dim of its own
-   (the executor passes both to its blocks; sinks and dsinks it implements itself). */
+/* The version-3 field the distributed device calls do not take: a value head dim of its own
+   (the executor passes it to its blocks, but the device path is not verified with it). Sinks
+   and dsinks the executor implements itself; softcap its blocks' kernels apply. */
 static dfa_status refuse_v3(const dfa_attn_desc *d, const char *fn) {
     dfa_attn_desc t = *d;
     t.sinks = NULL;
     t.dsinks = NULL;
+    t.softcap = 0.0f;
     return dfa__refuse_v3_fields(&t, "d->attn.", "the distributed device calls", fn);
 }
 

@@ -164,6 +164,7 @@ typedef struct {
     int direct;              /* dfa__dist_force_direct */
     int rounds;              /* 0: three (right); fewer leave results undelivered, which the checks must see */
     int sinks;               /* 1: random sinks; each rank's dsinks, summed, against the oracle's */
+    float softcap;           /* 0: none */
 } rcase;
 
 static int checked;
@@ -212,11 +213,12 @@ static void run_case(const rcase *k, cudaStream_t s) {
     const int64_t wq = (int64_t)H * D, wk = (int64_t)Hkv * D;
     const int64_t NQ = (int64_t)B * N * wq, NK = (int64_t)B * N * wk, NL = (int64_t)B * H * N;
     const int64_t nq = (int64_t)B * n * wq, nk = (int64_t)B * n * wk, nl = (int64_t)B * H * n;
-    char cfg[240];
+    char cfg[260];
     snprintf(cfg, sizeof cfg,
-             "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d docs=%d window=%d(%d,%d) split=%d fold=%d direct=%d sinks=%d",
+             "P=%d %s B=%d n=%d H=%d Hkv=%d D=%d %s causal=%d docs=%d window=%d(%d,%d) split=%d fold=%d direct=%d sinks=%d "
+             "softcap=%g",
              P, dfa__sched_name(k->kind), B, n, H, Hkv, D, t == DFA_BF16 ? "bf16" : "f16", k->causal, k->docs, k->window,
-             k->left, k->right, k->split, k->fold_cost, k->direct, k->sinks);
+             k->left, k->right, k->split, k->fold_cost, k->direct, k->sinks, (double)k->softcap);
 
     /* the whole sequence */
     void *hq = tl_alloc(t, NQ), *hk = tl_alloc(t, NK), *hv = tl_alloc(t, NK), *hdo = tl_alloc(t, NQ);
@@ -246,6 +248,7 @@ static void run_case(const rcase *k, cudaStream_t s) {
     dfa_attn_desc full = tl_desc(B, N, N, H, Hkv, D, t, k->causal, 0, 0);
     set_mask(&full, k, ids);
     full.sinks = k->sinks ? hs : NULL;
+    full.softcap = k->softcap;
     double *fq = tl_to_f64(t, hq, NQ), *fk = tl_to_f64(t, hk, NK), *fv = tl_to_f64(t, hv, NK), *fdo = tl_to_f64(t, hdo, NQ);
     double *oref = malloc(8 * (size_t)NQ), *lref = malloc(8 * (size_t)NL), *gq = malloc(8 * (size_t)NQ),
            *gk = malloc(8 * (size_t)NK), *gv = malloc(8 * (size_t)NK);
@@ -323,6 +326,7 @@ static void run_case(const rcase *k, cudaStream_t s) {
         set_mask(&dd[r].attn, k, lids[r]);
         dd[r].attn.sinks = sinks_dev; /* the forward reads the sinks, the backward writes this rank's dsinks */
         dd[r].attn.dsinks = sinks_dev ? dsinks[r] : NULL;
+        dd[r].attn.softcap = k->softcap;
     }
     st = run_pass(cs, k, dd, DFA__PASS_FWD, q, kk, v, o, lse, dout, dq, dk, dv, s, &sf);
     CHECK(st == DFA_OK, "forward: %s (%s) for %s", dfa_status_string(st), dfa_last_error(), cfg);
@@ -395,12 +399,12 @@ int main(void) {
     for (int P = 2; P <= (small ? 3 : 5); P++)
         for (int split = 0; split <= 2; split++) {
             const rcase k = {P, 1, 384, 4, split == 1 ? 2 : 4, 64, split == 2 ? DFA_F16 : DFA_BF16, 1,
-                             DFA__SCHED_BALANCED, 3, 0, 0, 0, split, 0, (P + split) % 2, 0, 0};
+                             DFA__SCHED_BALANCED, 3, 0, 0, 0, split, 0, (P + split) % 2, 0, 0, 0};
             run_case(&k, s);
         }
     /* a busy last diagonal lent in bands (3 ranks of 1024 rows: three bands), and in one band */
     for (int split = 0; split <= 1 && !small; split++) {
-        const rcase k = {3, 1, 1024, 2, 2, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 2, 0, 0, 0, split, 0, 1, 0, 0};
+        const rcase k = {3, 1, 1024, 2, 2, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 2, 0, 0, 0, split, 0, 1, 0, 0, 0};
         run_case(&k, s);
     }
     /* random documents and windows, two batch rows, the ring; unmasked schedules */
@@ -410,7 +414,7 @@ int main(void) {
         const int w[] = {0, 1, n, n / 2};
         const rcase k = {P, 1 + (i % 4 == 3), n, heads[i % 4][0], heads[i % 4][1], i % 2 ? 64 : 128,
                          i % 3 ? DFA_BF16 : DFA_F16, i % 5 != 4, i % 3 == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED,
-                         i < 6 ? 1 : 0, i % 2, w[i % 4], i % 3 == 0 ? -1 : w[(i + 1) % 4], 1, -1, i % 2, 0, 0};
+                         i < 6 ? 1 : 0, i % 2, w[i % 4], i % 3 == 0 ? -1 : w[(i + 1) % 4], 1, -1, i % 2, 0, 0, 0};
         run_case(&k, s);
     }
     /* sinks: causal with GQA, documents, a window, the ring, a lent diagonal, two batch rows */
@@ -418,13 +422,21 @@ int main(void) {
         const int P = 2 + i % 3, n = (int[]){128, 200, 300, 64, 1024, 96}[i];
         const rcase k = {i == 4 ? 3 : P, 1 + (i == 5), n, 4, i % 2 ? 2 : 1, i % 2 ? 64 : 128, i % 3 ? DFA_BF16 : DFA_F16,
                          i != 3, i == 3 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i == 4 ? 2 : i == 1 || i == 5,
-                         i == 2 || i == 3, 40, i == 3 ? 40 : 0, 1, -1, i % 2, 0, 1};
+                         i == 2 || i == 3, 40, i == 3 ? 40 : 0, 1, -1, i % 2, 0, 1, 0};
+        run_case(&k, s);
+    }
+    /* softcap: causal with GQA, documents, a window, the ring, with sinks */
+    for (int i = 0; i < (small ? 1 : 4); i++) {
+        const int P = 2 + i % 3, n = (int[]){128, 200, 300, 96}[i];
+        const rcase k = {P, 1 + (i == 3), n, 4, i % 2 ? 2 : 1, i % 2 ? 64 : 128, i % 3 ? DFA_BF16 : DFA_F16, 1,
+                         i == 2 ? DFA__SCHED_RING : DFA__SCHED_BALANCED, i == 1, i == 2, 40, 0, 1, -1, i % 2, 0, i == 3,
+                         (float[]){3.0f, 20.0f, 5.0f, 2.0f}[i]};
         run_case(&k, s);
     }
     /* the checks are not vacuous: with one or two rounds some results never arrive (one round: no
        input either), and the outputs must miss the references */
     for (int rounds = 1; rounds <= 2; rounds++) {
-        const rcase k = {3, 1, 384, 4, 4, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 3, 0, 0, 0, 2, 0, 1, rounds, 0};
+        const rcase k = {3, 1, 384, 4, 4, 64, DFA_BF16, 1, DFA__SCHED_BALANCED, 3, 0, 0, 0, 2, 0, 1, rounds, 0, 0};
         run_case(&k, s);
     }
     CUDA_OK(cudaStreamDestroy(s));

@@ -113,6 +113,15 @@ static void test_descriptors(void) {
               "scratch bytes of head_dim %d with head_dim_v %d (not a pair the kernels take) is not 0",
               bad_pairs[i][0], bad_pairs[i][1]);
     }
+    /* softcap: finite and >= 0, and not with a value head dim of its own on the device */
+    const float bad_caps[] = {NAN, -1.0f, INFINITY, -INFINITY};
+    for (int i = 0; i < 4; i++) {
+        d = good(); d.softcap = bad_caps[i]; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "softcap", 0);
+    }
+    d = good(); d.head_dim = 192; d.head_dim_v = 128; d.softcap = 30.0f;
+    bad_desc(d, DFA_ERR_UNSUPPORTED, "d->softcap", 0);
+    CHECK(dfa_attn_bwd_cuda_scratch_bytes(&d) == 0 && dfa_attn_fwd_cuda_scratch_bytes(&d) == 0,
+          "scratch bytes of a softcap with a value head dim of its own is not 0");
     d = good(); d.dtype = (dfa_dtype)7; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "dtype", 1);
     d = good(); d.causal = 2; bad_desc(d, DFA_ERR_INVALID_ARGUMENT, "causal", 0);
     const float bad_scales[] = {NAN, -1.0f, INFINITY};

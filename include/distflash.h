@@ -202,9 +202,9 @@ typedef struct {
  * backward's dsinks is the sum over the calling rank's own rows only (see distflash_mpi.h,
  * "Sinks"). The _cuda calls (distflash_cuda.h) implement sinks, dsinks and softcap, and a
  * head_dim_v other than head_dim at the pairs their kernels are built for (not together
- * with softcap); the distributed device calls (distflash_nccl.h) implement sinks and dsinks
- * and refuse a descriptor that sets softcap or a head_dim_v other than head_dim
- * (DFA_ERR_UNSUPPORTED naming the field).
+ * with softcap); the distributed device calls (distflash_nccl.h) implement sinks, dsinks
+ * and softcap and refuse a head_dim_v other than head_dim (DFA_ERR_UNSUPPORTED naming the
+ * field).
  */
 
 /*

@@ -36,8 +36,8 @@
  * Sinks (distflash_mpi.h, "Sinks"): d->attn.sinks and d->attn.dsinks are device pointers on
  * this rank's GPU, 4-byte aligned, finite sinks the caller's promise; dsinks receives this
  * rank's own rows' sum, for the trainer to reduce across the group like any replicated
- * weight's gradient. softcap and a head_dim_v other than head_dim are refused here
- * (DFA_ERR_UNSUPPORTED naming the field), as by the single-device CUDA calls.
+ * weight's gradient. softcap passes to the blocks (the single-device kernels); a head_dim_v
+ * other than head_dim is refused here (DFA_ERR_UNSUPPORTED naming the field).
  *
  * Masks (documents and sliding windows: distflash.h, "Masks", and dfa_dist_attn_fwd). The
  * window works as in the host calls. d->attn.q_doc (== d->attn.k_doc) is a DEVICE pointer on

@@ -73,7 +73,16 @@ def by(rows, *keys):
 # --------------------------------------------------------------------------- the tables
 
 def t_gpu_h100():
-    meta, rows = load("gpu_h100_peers")
+    return t_peers("gpu_h100_peers")
+
+
+def t_features():
+    return t_peers("gpu_features")
+
+
+def t_peers(name):
+    """attn_peers.py's cases (bench/data/NAME.csv): distflash, FA4 and cuDNN per case."""
+    meta, rows = load(name)
     idx = by(rows, "case", "impl")
     cases = list(dict.fromkeys(r["case"] for r in rows))
     out = []
@@ -250,7 +259,7 @@ def t_summary():
                      "machine, date, commit"], out)
 
 
-TABLES = {"gpu-h100": t_gpu_h100, "gpu-h200": t_gpu_h200, "masks": t_masks, "dist": t_dist,
+TABLES = {"gpu-h100": t_gpu_h100, "features": t_features, "gpu-h200": t_gpu_h200, "masks": t_masks, "dist": t_dist,
           "dist-docs": t_dist_docs, "train": t_train, "train-cp": t_train_cp, "cpu": t_cpu,
           "cpu-ggml": t_cpu_ggml, "policies": t_policies, "demo": t_demo, "dist-cpu": t_dist_cpu, "summary": t_summary}
 FILES = [os.path.join(DOCS, "performance.md"), os.path.join(ROOT, "README.md")]

@@ -76,7 +76,7 @@ def parse(side):
             fn, body = m.group(1) + "#" + str(seen[(arch, m.group(1))]), []
             continue
         if fn is not None and line.strip() and not line.startswith("Fatbin") and "=====" not in line:
-            body.append(line.rstrip())
+            body.append(" ".join(line.split()))  # cuobjdump pads columns by name length
     flush()
     return bodies
 

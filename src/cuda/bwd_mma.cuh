@@ -231,13 +231,8 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = j * 8 + 2 * t + (e & 1);
-                float x = st[j][e], dcap = 1.0f;
-                if constexpr (SOFTCAP) {
-                    const dfa__softcap cap = dfa__softcap_of(p.sh);
-                    const float th = dfa__tanh_approx(x * cap.in);
-                    x = cap.out * th;
-                    dcap = 1.0f - th * th;
-                }
+                float dcap;
+                const float x = dfa__softcap_score<SOFTCAP>(st[j][e], p.sh, &dcap);
                 float pv = exp2f(fmaf(x, p.scale_log2, -L[qc]));
                 if (need_mask && !dfa__mask_query_visible(m0 + qc, qmin[e >> 1], qmax[e >> 1])) pv = 0.0f;
                 st[j][e] = pv;
@@ -462,13 +457,8 @@ __global__ void __launch_bounds__(NW * 32) dfa__bwd_dq_kernel(const dfa__bwd_par
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int col = n0 + j * 8 + 2 * t + (e & 1), r = e >> 1;
-                float x = s[j][e], dcap = 1.0f;
-                if constexpr (SOFTCAP) { /* as the key-block kernel's */
-                    const dfa__softcap cap = dfa__softcap_of(p.sh);
-                    const float th = dfa__tanh_approx(x * cap.in);
-                    x = cap.out * th;
-                    dcap = 1.0f - th * th;
-                }
+                float dcap;
+                const float x = dfa__softcap_score<SOFTCAP>(s[j][e], p.sh, &dcap);
                 float pv = exp2f(fmaf(x, p.scale_log2, -L[r]));
                 if (col > lim[r] || col < mlo[r]) pv = 0.0f;
                 dp[j][e] = SOFTCAP ? pv * (dp[j][e] - Dr[r]) * dcap : pv * (dp[j][e] - Dr[r]);

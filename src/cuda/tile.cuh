@@ -167,6 +167,18 @@ struct dfa__softcap {
 static __device__ __forceinline__ dfa__softcap dfa__softcap_of(const dfa__cuda_shape &sh) {
     return dfa__softcap{sh.scale / sh.softcap, sh.softcap / sh.scale};
 }
+/* One raw score of the backward, capped (SOFTCAP) or not, and the cap's derivative 1 - t^2 (1 without). */
+template <bool SOFTCAP>
+static __device__ __forceinline__ float dfa__softcap_score(float x, const dfa__cuda_shape &sh, float *dcap) {
+    *dcap = 1.0f;
+    if constexpr (SOFTCAP) {
+        const dfa__softcap cap = dfa__softcap_of(sh);
+        const float th = dfa__tanh_approx(x * cap.in);
+        *dcap = 1.0f - th * th;
+        return cap.out * th;
+    }
+    return x;
+}
 template <int N> static __device__ __forceinline__ void dfa__softcap_scores(float *s, dfa__softcap c) {
 #pragma unroll
     for (int i = 0; i < N; i++) s[i] = c.out * dfa__tanh_approx(s[i] * c.in);

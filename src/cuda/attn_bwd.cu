@@ -133,7 +133,8 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
     p.dv = dv;
     p.sh = *s;
     p.scale_log2 = s->scale * DFA__LOG2E;
-    p.qsplit = 1; /* the key-block launcher may split (launch_bwd.cuh, heuristics.h) */
+    p.qsplit = 1;      /* the key-block launcher may split (launch_bwd.cuh, heuristics.h) */
+    p.kv_sections = 0; /* and chooses the grid's sections */
 
     dfa_status st = DFA_OK;
     /* the D kernel zeroes the accumulator where it can store 16 bytes at a time (bwd_mma.cuh) and

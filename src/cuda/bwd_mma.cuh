@@ -44,7 +44,27 @@ typedef struct {
     dfa__cuda_shape sh;
     float scale_log2;
     int qsplit; /* CTAs per key tile of the Hopper kernel's float32 instances (bwd_ws.cuh QSPLIT); 1 elsewhere */
+    int kv_sections; /* (batch, kv head) pairs per section of the key-block grid (dfa__bwd_tile_order); 0: none */
 } dfa__bwd_params;
+
+/* The key-block grid's order. With sections (sections > 0: pairs per section, heuristics.h
+   dfa__bwd_sections_for) the tiles come in sections of that many (batch, kv head) pairs, and
+   within a section the first key tiles of every pair come first, the pairs alternating
+   fastest: under a causal mask tile 0 walks every query row and the last tile a few, so the
+   longest walks start first and the short ones fill the section's end. Without (0), each pair's
+   tiles one after another, tile 0 first. unit: the tile's number in the grid; nn: key tiles per
+   pair; pairs: batch * kv heads. */
+static __device__ __forceinline__ void dfa__bwd_tile_order(uint32_t unit, int nn, int pairs, int sections, int *nb,
+                                                           int *bg) {
+    if (sections <= 0) {
+        *nb = (int)(unit % (uint32_t)nn), *bg = (int)(unit / (uint32_t)nn);
+        return;
+    }
+    const uint32_t per = (uint32_t)sections * (uint32_t)nn, sec = unit / per, r = unit - sec * per;
+    const int g0 = (int)sec * sections, gn = pairs - g0 < sections ? pairs - g0 : sections;
+    *nb = (int)(r / (uint32_t)gn);
+    *bg = g0 + (int)(r % (uint32_t)gn);
+}
 
 /* sum + the dot product of 8 packed 16-bit values of o and of dO. */
 template <int BF16> static __device__ __forceinline__ float dfa__bwd_dot8(uint4 a, uint4 b, float sum) {
@@ -144,7 +164,8 @@ __global__ void __launch_bounds__((BN / 16) * DSPLIT * 32) dfa__bwd_kv_kernel(co
     const int g = lane >> 2, t = lane & 3;
     const int kw = warp % (BN / 16), dsp = warp / (BN / 16);
     const int nn = (p.sh.seqlen_k + BN - 1) / BN;
-    const int nb_ = (int)(blockIdx.x % nn), bg = (int)(blockIdx.x / nn);
+    int nb_, bg;
+    dfa__bwd_tile_order(blockIdx.x, nn, p.sh.batch * p.sh.num_kv_heads, p.kv_sections, &nb_, &bg);
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads;
     const int n0 = nb_ * BN;

@@ -127,8 +127,11 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t unit = QSPLIT ? blockIdx.x % tiles : blockIdx.x;
     const int split = QSPLIT ? (int)(blockIdx.x / tiles) : 0;
     /* in-order dQ: a CTA waits only on CTAs of higher key blocks, so those are launched first
-       (a CTA never waits on one that may not be resident yet) */
-    const int nb_ = DQ_MODE == 2 ? nn - 1 - (int)(unit % nn) : (int)(unit % nn), bg = (int)(unit / nn);
+       (a CTA never waits on one that may not be resident yet); otherwise the grid's order
+       (dfa__bwd_tile_order) */
+    int nb_, bg;
+    dfa__bwd_tile_order(unit, nn, p.sh.batch * p.sh.num_kv_heads, DQ_MODE == 2 ? 0 : p.kv_sections, &nb_, &bg);
+    if (DQ_MODE == 2) nb_ = nn - 1 - nb_;
     const int b = bg / p.sh.num_kv_heads, kvh = bg % p.sh.num_kv_heads;
     const int group = p.sh.num_heads / p.sh.num_kv_heads, n0 = nb_ * BN;
     const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;

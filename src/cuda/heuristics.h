@@ -153,6 +153,29 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
     return n < 1 ? 1 : (int)n;
 }
 
+/* (batch, kv head) pairs per section of the backward's key-block grid (dfa__bwd_tile_order in
+   bwd_mma.cuh; 0: each pair's key tiles one after another), for either family. A CTA walks the
+   query blocks (times the group's heads) that see its key tile: under a causal mask, tile 0
+   walks all of them and the last tile a few. In the pairs' order the last pair's tile 0 starts
+   near the grid's end and runs on while most SMs idle; under GQA, where one walk covers a whole
+   group of heads, that is a large share of the call. Longest first within sections of pairs
+   leaves the short walks for the end: a section holds pairs enough for its walks, spread over
+   the SMs, to take DFA__BWD_SECTION_WALKS times its longest walk (causal walks average half of
+   the longest: 2 * WALKS * sms / nn pairs, nn key tiles per pair), so that its long walks end
+   well before it does. Masked calls take the same (a window's walks are alike, a document's
+   follow its tiles). Unmasked non-causal walks are all alike: no sections; nor with in-order dq
+   (a CTA waits on CTAs of higher key tiles, which its order launches first). A test may force
+   the size (dfa__cuda_force_bwd_sections). */
+#define DFA__BWD_SECTION_WALKS 4
+static inline int dfa__bwd_sections_for(const dfa__cuda_shape *s, int nn, int sms, int dq_mode) {
+    const int forced = dfa__cuda_forced_bwd_sections(), pairs = s->batch * s->num_kv_heads;
+    if (dq_mode == 2) return 0;
+    if (forced) return forced < 0 ? 0 : (forced < pairs ? forced : pairs);
+    if (!(s->causal || s->masked) || nn <= 0 || sms <= 0) return 0;
+    const long long n = (2LL * DFA__BWD_SECTION_WALKS * sms + nn - 1) / nn;
+    return (int)(n < pairs ? n : pairs);
+}
+
 /* Whether the unmasked configuration with TMA_DKV_SHORT_WALKS, 16-bit outputs and dQ added as it
    comes stores dK and dV by TMA (dfa__bwd_ws_short_walk): when a key tile's CTA walks at most
    DFA__BWD_TMA_DKV_MAX_ROWS query rows (rows: seqlen_q times the group's heads). The epilogue is a

@@ -63,6 +63,12 @@ extern "C" void dfa__cuda_force_bwd_qsplit(int n) { dfa__forced_bwd_qsplit.store
 
 extern "C" int dfa__cuda_forced_bwd_qsplit(void) { return dfa__forced_bwd_qsplit.load(std::memory_order_relaxed); }
 
+static std::atomic<int> dfa__forced_bwd_sections(0);
+
+extern "C" void dfa__cuda_force_bwd_sections(int n) { dfa__forced_bwd_sections.store(n, std::memory_order_relaxed); }
+
+extern "C" int dfa__cuda_forced_bwd_sections(void) { return dfa__forced_bwd_sections.load(std::memory_order_relaxed); }
+
 static std::atomic<int> dfa__forced_bwd_dkv_tma(0);
 
 extern "C" void dfa__cuda_force_bwd_dkv_tma(int mode) { dfa__forced_bwd_dkv_tma.store(mode, std::memory_order_relaxed); }

@@ -162,6 +162,14 @@ int dfa__cuda_forced_l2_heads(void);
 void dfa__cuda_force_bwd_qsplit(int n);
 int dfa__cuda_forced_bwd_qsplit(void);
 
+/* FOR TESTS ONLY: makes every later backward's key-block grid (either family, not in-order dq)
+   come in sections of n (batch, kv head) pairs (dfa__bwd_tile_order; at most all of them), or
+   in the pairs' order without sections (n < 0), or as heuristics.h dfa__bwd_sections_for
+   chooses again (n = 0). The order changes no bit of dk and dv; dq, added as the tiles come,
+   changes in its last bits. Same rules as dfa__cuda_force_family. */
+void dfa__cuda_force_bwd_sections(int n);
+int dfa__cuda_forced_bwd_sections(void);
+
 /* FOR TESTS ONLY: how every later backward with the unmasked d = 128 Hopper kernel, 16-bit
    outputs and dQ added as it comes stores dK and dV (heuristics.h dfa__bwd_tma_dkv_for):
    1 from registers, 2 by TMA through shared memory, 0 chosen by the query rows a CTA walks

@@ -482,6 +482,30 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
                   (long long)tl_count_nan(t, dv, nv), tl_desc_str(d));
             double tol[3];
             tol[0] = check_close("dq", kname, d, dq, nq_, gq, nq);
+            /* the key-block grid in sections of 3 pairs (longest walks first) and in the pairs'
+               order: the same dk, dv bits (each tile's walk is the same), dq the same bits when
+               deterministic, else within its tolerance (added as the tiles come) */
+            for (int sec = -1; sec <= 3; sec += 4) {
+                dev_poison(dqd, (size_t)nq * es);
+                dev_poison(dkd, (size_t)nk * es);
+                dev_poison(dvd, (size_t)nv * es);
+                dfa__cuda_force_bwd_sections(sec);
+                st = dfa_attn_bwd_cuda(&d2, qd, kd, vd, od, ld, dod, dqd, dkd, dvd, 0);
+                dfa__cuda_force_bwd_sections(0);
+                CHECK(st == DFA_OK, "bwd [%s] in sections of %d pairs failed: %s", kname, sec, dfa_last_error());
+                to_host(dq2, dqd, (size_t)nq * es);
+                to_host(dk2, dkd, (size_t)nk * es);
+                to_host(dv2, dvd, (size_t)nv * es);
+                CHECK(!memcmp(dk, dk2, (size_t)nk * es) && !memcmp(dv, dv2, (size_t)nv * es),
+                      "bwd [%s] in sections of %d pairs gives another dk or dv for %s", kname, sec, tl_desc_str(d));
+                if (det)
+                    CHECK(!memcmp(dq, dq2, (size_t)nq * es), "bwd [%s] in sections of %d pairs gives another dq for %s",
+                          kname, sec, tl_desc_str(d));
+                else
+                    CHECK(tl_count_nan(t, dq2, nq) == 0 && tl_max_err(t, dq2, gq, nq) <= tol[0],
+                          "bwd [%s] in sections of %d pairs: dq max error %.3g > tol %.3g for %s", kname, sec,
+                          tl_max_err(t, dq2, gq, nq), tol[0], tl_desc_str(d));
+            }
             check_vs_cpu("dq", kname, d, dq, cq, gq, nq, tol[0]);
             tol[1] = check_close("dk", kname, d, dk, nk_, gk, nk);
             check_vs_cpu("dk", kname, d, dk, ck, gk, nk, tol[1]);

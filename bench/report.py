@@ -77,7 +77,26 @@ def t_gpu_h100():
 
 
 def t_features():
-    return t_peers("gpu_features")
+    """attn_peers.py --features: softcap and sinks beside the same shape without them (their cost),
+    the MLA head dims and head dim 256, distflash beside the peers that ran each shape."""
+    meta, rows = load("gpu_features")
+    idx = by(rows, "case", "impl")
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    out = []
+    for c in cases:
+        ours = idx.get((c, "distflash"))
+        base = c.replace(" softcap 30", "").replace(" sinks", "")
+        ratio = "—"
+        if ours and base != c and (base, "distflash") in idx:
+            b = idx[(base, "distflash")]
+            ratio = " / ".join(f"{float(ours[k]) / float(b[k]):.2f}" for k in ("fwd_tflops", "fwdbwd_tflops"))
+        cell = [f"{num(ours['fwd_tflops'])} / {num(ours['fwdbwd_tflops'])}" if ours else "—", ratio]
+        for impl in ("flash-attn-4", "cudnn"):
+            r = idx.get((c, impl))
+            cell.append(f"{num(r['fwd_tflops'])} / {num(r['fwdbwd_tflops'])}" if r and r["fwd_tflops"] else "—")
+        out.append([c] + cell)
+    return provenance(meta) + "\n\n" + md_table(
+        ["case (bf16)", "distflash fwd / fwd+bwd", "against the case without", "FlashAttention-4", "cuDNN"], out)
 
 
 def t_peers(name):

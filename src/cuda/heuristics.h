@@ -162,16 +162,22 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
    leaves the short walks for the end: a section holds pairs enough for its walks, spread over
    the SMs, to take DFA__BWD_SECTION_WALKS times its longest walk (causal walks average half of
    the longest: 2 * WALKS * sms / nn pairs, nn key tiles per pair), so that its long walks end
-   well before it does. Masked calls take the same (a window's walks are alike, a document's
-   follow its tiles). Unmasked non-causal walks are all alike: no sections; nor with in-order dq
-   (a CTA waits on CTAs of higher key tiles, which its order launches first). A test may force
-   the size (dfa__cuda_force_bwd_sections). */
+   well before it does. The tail matters where the longest walk is a large share of an SM's
+   part of the call: more than 1 / DFA__BWD_TAIL_SHARE of it (causal: 2 sms / (pairs nn), as
+   under GQA with few kv heads; with many pairs the pairs' order ends within a few percent of
+   the ideal and keeps its CTAs on a few pairs' Q and dO at a time, which the L2 holds). Masked
+   calls take the same rule (a window's walks are alike, a document's follow its tiles).
+   Unmasked non-causal walks are all alike: no sections; nor with in-order dq (a CTA waits on
+   CTAs of higher key tiles, which its order launches first). A test may force the size
+   (dfa__cuda_force_bwd_sections). */
 #define DFA__BWD_SECTION_WALKS 4
+#define DFA__BWD_TAIL_SHARE 10
 static inline int dfa__bwd_sections_for(const dfa__cuda_shape *s, int nn, int sms, int dq_mode) {
     const int forced = dfa__cuda_forced_bwd_sections(), pairs = s->batch * s->num_kv_heads;
     if (dq_mode == 2) return 0;
     if (forced) return forced < 0 ? 0 : (forced < pairs ? forced : pairs);
     if (!(s->causal || s->masked) || nn <= 0 || sms <= 0) return 0;
+    if ((long long)pairs * nn >= 2LL * DFA__BWD_TAIL_SHARE * sms) return 0;
     const long long n = (2LL * DFA__BWD_SECTION_WALKS * sms + nn - 1) / nn;
     return (int)(n < pairs ? n : pairs);
 }

@@ -14,23 +14,8 @@
 
 #include "cuda/launch.h"
 #include "distflash_cuda.h"
+#include "lab_cuda.h"
 #include "testlib.h"
-
-#define LAB_CUDA(call)                                                                                     \
-    do {                                                                                                   \
-        cudaError_t e_ = (call);                                                                           \
-        if (e_ != cudaSuccess) {                                                                           \
-            fprintf(stderr, "bwd_order: %s failed: %s\n", #call, cudaGetErrorString(e_));                  \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
-#define LAB_OK(call)                                                                                       \
-    do {                                                                                                   \
-        if ((call) != DFA_OK) {                                                                            \
-            fprintf(stderr, "bwd_order: %s failed: %s\n", #call, dfa_last_error());                        \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
 
 typedef struct {
     const char *name;

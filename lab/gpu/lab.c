@@ -26,16 +26,8 @@
 
 #include "cuda/launch.h"
 #include "distflash_cuda.h"
+#include "lab_cuda.h"
 #include "lab_variants.h"
-
-#define LAB_CUDA(call)                                                                                     \
-    do {                                                                                                   \
-        cudaError_t e_ = (call);                                                                           \
-        if (e_ != cudaSuccess) {                                                                           \
-            fprintf(stderr, "lab: %s failed: %s\n", #call, cudaGetErrorString(e_));                        \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
 
 typedef struct {
     const char *name;

@@ -314,6 +314,11 @@ def main():
         print("  ".join(line), flush=True)
         del q, k, v, do, ref
         torch.cuda.empty_cache()
+        save(a, rows, dev)  # after every case, so a run cut short keeps what it measured
+    summary(rows)
+
+
+def save(a, rows, dev):
     with open(os.path.join(a.out, "attn_peers.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
     with open(os.path.join(a.out, "attn_peers.csv"), "w", newline="") as fh:
@@ -322,7 +327,6 @@ def main():
         w.writerows(rows)
     if a.data:
         write_data(a, rows, dev)
-    summary(rows)
 
 
 DATA_NAMES = {"fa4": "flash-attn-4"}  # bench/report.py's names of the peers

@@ -353,7 +353,9 @@ def write_data(a, rows, dev):
     peers.append("cuDNN through PyTorch SDPA")
     args = " ".join(x for x in ("--quick" if a.quick else "", "--features" if a.features else "", f"--only '{a.only}'" if a.only else "",
                                 f"--impls {a.impls}") if x)
-    meta = [("title", "One GPU: distflash beside FlashAttention-4 and cuDNN"),
+    title = "One GPU: softcap, sinks and head dims 192/128 and 256" if a.features else \
+        "One GPU: distflash beside FlashAttention-4 and cuDNN"
+    meta = [("title", title),
             ("date", datetime.date.today().isoformat()),
             ("machine", f"{dev} (one GPU), PyTorch {torch.__version__}, CUDA {torch.version.cuda}, "
                         f"cuDNN {torch.backends.cudnn.version()}"),

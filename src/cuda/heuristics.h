@@ -157,29 +157,21 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
    bwd_mma.cuh; 0: each pair's key tiles one after another), for either family. A CTA walks the
    query blocks (times the group's heads) that see its key tile: under a causal mask, tile 0
    walks all of them and the last tile a few. In the pairs' order the last pair's tile 0 starts
-   near the grid's end and runs on while most SMs idle; under GQA, where one walk covers a whole
-   group of heads, that is a large share of the call. Longest first within sections of pairs
-   leaves the short walks for the end: a section holds pairs enough for its walks, spread over
-   the SMs, to take DFA__BWD_SECTION_WALKS times its longest walk (causal walks average half of
-   the longest: 2 * WALKS * sms / nn pairs, nn key tiles per pair), so that its long walks end
-   well before it does. The tail matters where the longest walk is a large share of an SM's
-   part of the call: more than 1 / DFA__BWD_TAIL_SHARE of it (causal: 2 sms / (pairs nn), as
-   under GQA with few kv heads; with many pairs the pairs' order ends within a few percent of
-   the ideal and keeps its CTAs on a few pairs' Q and dO at a time, which the L2 holds). Masked
-   calls take the same rule (a window's walks are alike, a document's follow its tiles).
-   Unmasked non-causal walks are all alike: no sections; nor with in-order dq (a CTA waits on
-   CTAs of higher key tiles, which its order launches first). A test may force the size
-   (dfa__cuda_force_bwd_sections). */
-#define DFA__BWD_SECTION_WALKS 4
-#define DFA__BWD_TAIL_SHARE 10
+   near the grid's end and runs on while most SMs idle. Longest first within sections of pairs
+   leaves the short walks for the end; small sections keep the CTAs in flight on the Q and dO of
+   a few pairs, which the L2 holds. Timed on an H100 (lab/gpu/bwd_order.c), sections of 2 pairs
+   were as fast as the pairs' order or faster on every causal shape (up to 1.06x: GQA, 32k and
+   8k MHA) while sections of 16 or more lost up to 15% to the L2. Masked calls take the same
+   rule (a window's walks are alike, a document's follow its tiles). Unmasked non-causal walks
+   are all alike: no sections; nor with in-order dq (a CTA waits on CTAs of higher key tiles,
+   which its order launches first). A test may force the size (dfa__cuda_force_bwd_sections). */
+#define DFA__BWD_SECTION_PAIRS 2
 static inline int dfa__bwd_sections_for(const dfa__cuda_shape *s, int nn, int sms, int dq_mode) {
     const int forced = dfa__cuda_forced_bwd_sections(), pairs = s->batch * s->num_kv_heads;
     if (dq_mode == 2) return 0;
     if (forced) return forced < 0 ? 0 : (forced < pairs ? forced : pairs);
     if (!(s->causal || s->masked) || nn <= 0 || sms <= 0) return 0;
-    if ((long long)pairs * nn >= 2LL * DFA__BWD_TAIL_SHARE * sms) return 0;
-    const long long n = (2LL * DFA__BWD_SECTION_WALKS * sms + nn - 1) / nn;
-    return (int)(n < pairs ? n : pairs);
+    return DFA__BWD_SECTION_PAIRS < pairs ? DFA__BWD_SECTION_PAIRS : pairs;
 }
 
 /* Whether the unmasked configuration with TMA_DKV_SHORT_WALKS, 16-bit outputs and dQ added as it

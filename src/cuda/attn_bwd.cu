@@ -164,6 +164,9 @@ dfa_status dfa__cuda_bwd_with(const dfa__cuda_shape *s, const void *q, const voi
      {{F<M2, 0, 0>, F<M2, 0, 1>}, {F<M2, 1, 0>, F<M2, 1, 1>}}}
 static const dfa__bwd_launcher dfa__bwd_kv_kernels[2][3][2][2] = {DFA__KV_KERNELS(dfa__bwd_kv_mma, 0),
                                                                    DFA__KV_KERNELS(dfa__bwd_kv_ws, 2)};
+/* softcapped calls on the Hopper kernel (attn_bwd_softcap.cu); the mma.sync launchers take the
+   softcap themselves */
+static const dfa__bwd_launcher dfa__bwd_kv_kernels_softcapped[3][2][2] = DFA__KV_KERNELS(dfa__bwd_kv_ws_softcapped, 2);
 #undef DFA__KV_KERNELS
 
 extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v,
@@ -178,6 +181,8 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     const int all16 = dfa__bwd_all_keys_16bit(s, dq_mode, dkv16);
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, all16 ? dkv16->dk : dk, all16 ? dkv16->dv : dv, scratch,
                               all16 ? NULL : dkv16,
-                              dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16], dq_mode,
-                              stream, fn);
+                              wgmma && s->softcap > 0.0f
+                                  ? dfa__bwd_kv_kernels_softcapped[dq_mode][s->bf16 != 0][s->out_f32 && !all16]
+                                  : dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16],
+                              dq_mode, stream, fn);
 }

@@ -8,6 +8,7 @@
  *
  *   S^T  = K Q^T,  dP^T = V dO^T                (SS: both operands in shared memory)
  *   P^T  = exp2(S^T scale log2e - lse log2e),  dS^T = P^T (dP^T - D)
+ *          (SOFTCAP: S^T capped first, dS^T times the cap's derivative)
  *   dV  += P^T dO,  dK += dS^T Q                (RS: P^T / dS^T straight from registers)
  *   dQ   = dS K  over all 128 keys              (SS, dS^T written to shared memory)
  *
@@ -333,6 +334,9 @@ __global__ void __launch_bounds__(384, 1)
         dfa__mbar_arrive(DQ_FULL(di));                                                                          \
     } while (0)
 
+    /* SOFTCAP: S^T capped before P (tile.cuh); cap_t turns log2 P + lse2 back into t */
+    const dfa__softcap cap = dfa__softcap_of(p.sh);
+    const float cap_t = K::SOFTCAP ? 1.0f / (p.scale_log2 * cap.out) : 0.0f;
     dfa__mbar_wait(KV_FULL, 0);
     float dq[DQN / 2];
     /* One query block of the walk. TEST (a compile-time tag): whether the block may need the
@@ -385,7 +389,9 @@ __global__ void __launch_bounds__(384, 1)
             const float2 L = *(const float2 *)(ld + 8 * j + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
+                float sx = st[4 * j + e];
+                if constexpr (K::SOFTCAP) sx = cap.out * dfa__tanh_approx(sx * cap.in);
+                const float x = fmaf(sx, p.scale_log2, -((e & 1) ? L.y : L.x));
                 float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                 const int q = m0 + 8 * j + 2 * t + (e & 1);
                 if (!TEST ? false : MASKED ? !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])
@@ -402,6 +408,19 @@ __global__ void __launch_bounds__(384, 1)
             const float2 Dq = *(const float2 *)(ld + BM + 8 * j + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) dp[4 * j + e] = st[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
+            if constexpr (K::SOFTCAP) {
+                /* dS^T times the cap's derivative 1 - t^2, t recovered from P itself: log2 P + lse2
+                   = c t log2(e) (no register holds t from P to here). A P of 0 (masked, or under
+                   2^-126) gives t = -inf, or NaN on a row whose lse2 is +inf: clamped to -1, its
+                   factor is 0, as its P already made dS. */
+                const float2 L = *(const float2 *)(ld + 8 * j + 2 * t);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float th = (dfa__lg2_approx(st[4 * j + e]) + ((e & 1) ? L.y : L.x)) * cap_t;
+                    th = fminf(fmaxf(th, -1.0f), 1.0f);
+                    dp[4 * j + e] *= 1.0f - th * th;
+                }
+            }
         }
         uint32_t pf[BM / 16][4], sf[BM / 16][4];
 #pragma unroll

@@ -180,7 +180,7 @@ int dfa__cuda_forced_bwd_dkv_tma(void);
 
 /* The family a pass uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
    device into *wgmma (1: Hopper kernels: sm_90 and head dims 64 and 128, and 256 in the
-   forward, with head_dim_v = head_dim, and in the backward without a softcap). Fails (status recorded) when the device is older than
+   forward, with head_dim_v = head_dim). Fails (status recorded) when the device is older than
    sm_80, when the value head dim is not one the kernels take (dfa__cuda_check_head_dim_v), or
    when WGMMA is asked for where it cannot run. backward: 0 the forward, 1 the backward. */
 dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma, const char *fn);
@@ -193,8 +193,7 @@ dfa_status dfa__cuda_check_head_dim_v(int head_dim, int head_dim_v, const char *
 dfa_status dfa__cuda_fail_head_dim_v(int head_dim, int head_dim_v, const char *fn);
 
 /* A softcap (> 0) runs with value head dim = head dim; with one of its own DFA_ERR_UNSUPPORTED
-   naming d->softcap. The forward caps on the Hopper and the mma.sync kernels alike, the backward
-   on the mma.sync kernels (dfa__cuda_pick_family). */
+   naming d->softcap. Both families cap, forward and backward. */
 dfa_status dfa__cuda_check_softcap(float softcap, int head_dim, int head_dim_v, const char *fn);
 
 /* Maps a CUDA error to DFA_ERR_BACKEND (or DFA_ERR_OUT_OF_MEMORY) with CUDA's own message. */

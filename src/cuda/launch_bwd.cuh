@@ -131,6 +131,9 @@ static dfa_status dfa__bwd_kv_mma(const dfa__bwd_params &p, const dfa__cuda_dkv1
 template <class Plain, class Masked, int DQ_MODE, int BF16, int OUT32>
 static dfa_status dfa__bwd_ws_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                  const char *fn) {
+    if ((p.sh.softcap > 0.0f) != Plain::SOFTCAP)
+        return dfa__fail(DFA_ERR_INTERNAL, fn, "a Hopper backward %s softcap for a call %s one",
+                         Plain::SOFTCAP ? "with" : "without", Plain::SOFTCAP ? "without" : "with");
     if constexpr (DQ_MODE != 2)
         if (p.sh.masked) return dfa__launch_bwd_ws<Masked, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
     if constexpr (DQ_MODE == 0) {
@@ -153,6 +156,14 @@ static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16
     if (p.sh.head_dim == 64) return dfa__bwd_ws_of<P64, M64, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
     return dfa__bwd_ws_of<P128, M128, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
 }
+
+/* The Hopper key-block kernel for softcapped calls: dfa__bwd_kv_ws with the library's
+   configurations softcapped (dfa__bwd_softcapped), defined in attn_bwd_softcap.cu for every
+   dq mode, element type and output type, a translation unit of its own so that it builds beside
+   attn_bwd.cu. */
+template <int DQ_MODE, int BF16, int OUT32>
+dfa_status dfa__bwd_kv_ws_softcapped(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                     const char *fn);
 
 /* The deterministic dq pass (mma.sync), any head dim, and the value head dims of their own of
    dfa__mma_v_pair_for. */

@@ -83,6 +83,14 @@ static __device__ __forceinline__ float dfa__tanh_approx(float x) {
     return y;
 }
 
+/* log2(x) on the MUFU unit: lg2.approx.ftz (absolute error about 2^-22 for x in (0, 1]; log2(0)
+   and log2 of a denormal are -inf). */
+static __device__ __forceinline__ float dfa__lg2_approx(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Two adjacent floats added into global memory (sm_90's vector reduction, no return value). */
 static __device__ __forceinline__ void dfa__red_add2(float *dst, float x, float y) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(x), "f"(y) : "memory");

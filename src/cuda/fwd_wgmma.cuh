@@ -1,5 +1,6 @@
 /* Internal: the Hopper forward kernel (FlashAttention-3's design): wgmma with TMA loads and
- * warp specialisation, sm_90a only, for head dims 64, 128 and 256. What each head dim takes
+ * warp specialisation, sm_90a only, for head dims 64, 128 and 256, and DeepSeek's 192 / 128 (q and
+ * k 192 wide, v and o 128: the configuration's DV). What each head dim takes
  * (tile shape, ping-pong, Q in registers, ...) is its configuration struct K in heuristics.h;
  * the persistent kernel built from the same pieces is fwd_wgmma_persistent.cuh.
  *
@@ -26,12 +27,12 @@
 #include "fwd_mma.cuh"
 #include "wgmma_gen.cuh"
 
-/* Tile sizes and the shared-memory layout: Q (BM x D), two K and two V stages (BN x D), then
-   the barriers. */
-template <int D, int BN, int NCW> struct dfa__fwd_wgmma_layout {
+/* Tile sizes and the shared-memory layout: Q (BM x D), two K stages (BN x D) and two V stages
+   (BN x DV, DV the value head dim), then the barriers. */
+template <int D, int BN, int NCW, int DV = D> struct dfa__fwd_wgmma_layout {
     static constexpr int BM = 64 * NCW, STAGES = 2, NT = 128 * (NCW + 1);
-    static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
-    static constexpr int BAR_OFF = QBYTES + 2 * STAGES * KVBYTES;
+    static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2, VBYTES = BN * DV * 2;
+    static constexpr int BAR_OFF = QBYTES + STAGES * (KVBYTES + VBYTES);
     static constexpr int SMEM = BAR_OFF + 128 + 1024; /* barriers + room to align to 1024 */
 };
 
@@ -66,8 +67,9 @@ template <int STAGES> struct dfa__fwd_bars {
 
 /* The producer's K and V loads of a query tile's key blocks [n_begin / BN, + nblocks) into the
    stage ring, from ring position g on (the key blocks of the CTA's earlier tiles; 0 when a CTA
-   has one tile). Each K or V tile is NCB column blocks of BN 128-byte rows, one box each. */
-template <int NCB, int BN, int STAGES, int KVBYTES>
+   has one tile). Each K tile is NCB column blocks of BN 128-byte rows (KVBYTES), each V tile NCBV
+   of them (VBYTES), one box each. */
+template <int NCB, int BN, int STAGES, int KVBYTES, int NCBV = NCB, int VBYTES = KVBYTES>
 static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars<STAGES> &B, uint32_t sK, uint32_t sV,
                                                              const CUtensorMap *tk, const CUtensorMap *tv, int kvh,
                                                              int b, int n_begin, int nblocks, int g) {
@@ -81,35 +83,36 @@ static __device__ __forceinline__ void dfa__fwd_load_tile_kv(const dfa__fwd_bars
         for (int cb = 0; cb < NCB; cb++)
             dfa__tma_load_4d(sK + s * KVBYTES + cb * BN * 128, tk, B.k_full(s), cb * 64, kvh, n, b);
         dfa__mbar_wait(B.v_empty(s), ph ^ 1u);
-        dfa__mbar_expect_tx(B.v_full(s), KVBYTES);
+        dfa__mbar_expect_tx(B.v_full(s), VBYTES);
 #pragma unroll
-        for (int cb = 0; cb < NCB; cb++)
-            dfa__tma_load_4d(sV + s * KVBYTES + cb * BN * 128, tv, B.v_full(s), cb * 64, kvh, n, b);
+        for (int cb = 0; cb < NCBV; cb++)
+            dfa__tma_load_4d(sV + s * VBYTES + cb * BN * 128, tv, B.v_full(s), cb * 64, kvh, n, b);
     }
 }
 
-/* O += P V over a key block: P (16-bit, BN / 16 register fragments) from registers, V from the
-   stage at sVs; committed as one wgmma group. */
-template <int D, int BN, int BF16>
+/* O += P V over a key block: P (16-bit, BN / 16 register fragments) from registers, V (DV
+   columns) from the stage at sVs; committed as one wgmma group. */
+template <int DV, int BN, int BF16>
 static __device__ __forceinline__ void dfa__fwd_issue_pv(float *o, uint32_t (*pf)[4], uint32_t sVs) {
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) dfa__wgmma_rs<D, BF16>(o, pf[kk], dfa__wgmma_desc(sVs + kk * 16 * 128, BN * 128), 1);
+    for (int kk = 0; kk < BN / 16; kk++) dfa__wgmma_rs<DV, BF16>(o, pf[kk], dfa__wgmma_desc(sVs + kk * 16 * 128, BN * 128), 1);
     dfa__wgmma_commit();
 }
 
-/* The last P V of a tile (block gb of the stage ring, P in pf); o is complete when it returns. */
-template <int D, int BN, int BF16, bool PINGPONG, int KVBYTES>
+/* The last P V of a tile (block gb of the stage ring, P in pf; V stages of VBYTES, DV columns); o
+   is complete when it returns. */
+template <int DV, int BN, int BF16, bool PINGPONG, int VBYTES>
 static __device__ __forceinline__ void dfa__fwd_last_pv(float *o, uint32_t (*pf)[4], const dfa__fwd_bars<2> &B,
                                                         uint32_t sV, int gb, int c, int next_bar) {
     const int sp = gb % 2;
     dfa__mbar_wait(B.v_full(sp), (uint32_t)(gb / 2) & 1u);
     if (PINGPONG) dfa__named_sync(1 + c, 256);
     dfa__wgmma_fence();
-    dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + sp * KVBYTES);
+    dfa__fwd_issue_pv<DV, BN, BF16>(o, pf, sV + sp * VBYTES);
     if (PINGPONG) dfa__named_arrive(next_bar, 256);
     dfa__wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < D / 8 * 4; i++) dfa__reg_fence(o[i]);
+    for (int i = 0; i < DV / 8 * 4; i++) dfa__reg_fence(o[i]);
     dfa__mbar_arrive(B.v_empty(sp));
 }
 
@@ -135,9 +138,9 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
                                                              const int *mlo, const int *mhi, const int *lim, int m0,
                                                              const dfa__fwd_params &p, int c, int lane, int owed,
                                                              Finish finish) {
-    constexpr int D = K::D, BN = K::BN, NCW = K::NCW;
-    typedef dfa__fwd_wgmma_layout<D, BN, NCW> C;
-    constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = D / 8;
+    constexpr int D = K::D, DV = K::DV, BN = K::BN, NCW = K::NCW;
+    typedef dfa__fwd_wgmma_layout<D, BN, NCW, DV> C;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NT8 = BN / 8, OT8 = DV / 8;
     constexpr bool PINGPONG = K::PINGPONG, FAST_EXP = K::FAST_EXP, KEEP_MAX = K::KEEP_MAX, Q_RS = K::Q_IN_REGS;
     static_assert(!PERSIST || !PINGPONG, "an owed P V runs under the next tile's first S: no turns to take");
     const int next_bar = 1 + (c + 1) % NCW;
@@ -183,7 +186,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         DFA__FWD_ISSUE_S(s);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
         if (W) {
-            dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + so * C::KVBYTES);
+            dfa__fwd_issue_pv<DV, BN, BF16>(o, pf, sV + so * C::VBYTES);
             dfa__wgmma_wait<1>(); /* S has retired; the owed P V may still run */
         } else {
             dfa__wgmma_wait<0>();
@@ -219,7 +222,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         if (PINGPONG) dfa__named_sync(1 + c, 256);
         dfa__wgmma_fence();
         DFA__FWD_ISSUE_S(s);
-        dfa__fwd_issue_pv<D, BN, BF16>(o, pf, sV + sp * C::KVBYTES);
+        dfa__fwd_issue_pv<DV, BN, BF16>(o, pf, sV + sp * C::VBYTES);
         if (PINGPONG) dfa__named_arrive(next_bar, 256);
         dfa__wgmma_wait<1>();
 #pragma unroll
@@ -240,7 +243,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     }
     if (PERSIST && !Q_RS) dfa__mbar_arrive(B.q_empty()); /* every S of this tile has completed */
     if (PERSIST) return; /* the last P V goes in with the next tile's first S, or the kernel's last */
-    dfa__fwd_last_pv<D, BN, BF16, PINGPONG, C::KVBYTES>(o, pf, B, sV, g + nblocks - 1, c, next_bar);
+    dfa__fwd_last_pv<DV, BN, BF16, PINGPONG, C::VBYTES>(o, pf, B, sV, g + nblocks - 1, c, next_bar);
 #undef DFA__FWD_ISSUE_S
 }
 
@@ -302,9 +305,9 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
                           const dfa__fwd_params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef typename dfa__out_type<OUT32>::type OutT;
-    constexpr int D = K::D, BN = K::BN, NCW = K::NCW;
-    typedef dfa__fwd_wgmma_layout<D, BN, NCW> C;
-    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = D / 8;
+    constexpr int D = K::D, DV = K::DV, BN = K::BN, NCW = K::NCW;
+    typedef dfa__fwd_wgmma_layout<D, BN, NCW, DV> C;
+    constexpr int BM = C::BM, STAGES = C::STAGES, NCB = D / 64, OT8 = DV / 8;
     constexpr bool TMA_O = K::TMA_O && !OUT32;
     /* registers: the producer keeps what TMA issue needs, the consumers share the rest */
     constexpr int PRODUCER_REGS = NCW == 2 ? 40 : 32, CONSUMER_REGS = NCW == 2 ? 232 : 160;
@@ -321,17 +324,17 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
     dfa__fwd_tile_order(blockIdx.x, nm, heads, p.l2_heads, &mb, &bh);
     const int b = bh / p.sh.num_heads, h = bh % p.sh.num_heads, kvh = h / (p.sh.num_heads / p.sh.num_kv_heads);
     const int m0 = mb * BM;
-    const long long qstride = (long long)p.sh.num_heads * p.sh.head_dim;
-    OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * qstride + (long long)h * p.sh.head_dim;
+    const long long ostride = (long long)p.sh.num_heads * DV; /* o's rows: [batch, seqlen_q, heads, DV] */
+    OutT *og = (OutT *)p.o + (long long)b * p.sh.seqlen_q * ostride + (long long)h * DV;
     float *lseg = p.lse ? p.lse + (long long)bh * p.sh.seqlen_q : (float *)0;
     int kb0, kb1; /* the key blocks this query block sees (mask.cuh) */
     dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
     const int nblocks = kb1 - kb0, n_begin = kb0 * BN;
 
     if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf */
-        for (int i = tid; i < BM * (D / 8); i += C::NT) {
-            const int r = m0 + i / (D / 8), c = (i % (D / 8)) * 8;
-            if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * qstride + c);
+        for (int i = tid; i < BM * (DV / 8); i += C::NT) {
+            const int r = m0 + i / (DV / 8), c = (i % (DV / 8)) * 8;
+            if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * ostride + c);
         }
         if (lseg)
             for (int i = tid; i < BM; i += C::NT)
@@ -358,7 +361,8 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
             dfa__mbar_expect_tx(q_full, C::QBYTES);
 #pragma unroll
             for (int cb = 0; cb < NCB; cb++) dfa__tma_load_4d(sQ + cb * BM * 128, &tq, q_full, cb * 64, h, m0, b);
-            dfa__fwd_load_tile_kv<NCB, BN, STAGES, C::KVBYTES>(B, sK, sV, &tk, &tv, kvh, b, n_begin, nblocks, 0);
+            dfa__fwd_load_tile_kv<NCB, BN, STAGES, C::KVBYTES, DV / 64, C::VBYTES>(B, sK, sV, &tk, &tv, kvh, b, n_begin,
+                                                                                   nblocks, 0);
         }
         return;
     }
@@ -380,10 +384,9 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
     dfa__fwd_consume_tile<K, BF16, false>(o, m, l, pf, B, sQ, sK, sV, 0, nblocks, n_begin, mlo, mhi, lim, m0, p, c,
                                           lane, 0, [](float *) {});
     if (TMA_O)
-        dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sQ, &to, lseg, c, warp, lane, h, m0, b, p.sh.seqlen_q);
+        dfa__store_o_tma<DV, BM, BF16>((const float(*)[4])o, m, l, sQ, &to, lseg, c, warp, lane, h, m0, b, p.sh.seqlen_q);
     else
-        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, qstride, lseg, row0, p.sh.seqlen_q, p.sh.head_dim,
-                                          lane);
+        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, ostride, lseg, row0, p.sh.seqlen_q, DV, lane);
 #else
     (void)tq; (void)tk; (void)tv; (void)to; (void)p;
     __trap();

@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
                                      const dfa__fwd_params p, unsigned int *tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int D = K::D, BN = K::BN, NCW = K::NCW;
+    static_assert(K::DV == K::D, "the persistent forward takes value head dim = head dim");
     static_assert(K::TMA_O, "the persistent forward stores o by TMA from its staging tile");
     typedef dfa__fwd_wgmma_layout<D, BN, NCW> C;
     typedef dfa__fwd_persist_layout<D, BN, NCW> PC;

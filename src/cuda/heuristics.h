@@ -9,7 +9,8 @@
 #include "launch.h"
 
 /* ---------------------------------------------------------------------------------------------
- * The Hopper forward (fwd_wgmma.cuh, fwd_wgmma_persistent.cuh), per head dim D.
+ * The Hopper forward (fwd_wgmma.cuh, fwd_wgmma_persistent.cuh), per head dim D and value head
+ * dim DV (D itself but in DeepSeek's 192 / 128).
  *   BN          keys per block (the K/V stage ring's tile)
  *   NCW         consumer warpgroups, 64 query rows each: the query tile has 64 * NCW rows
  *   PINGPONG    the consumers take turns issuing their products (named barriers), so one's
@@ -27,7 +28,7 @@
  *               configuration below; calls with a softcap run dfa__fwd_softcapped<K>
  * Every configuration pipelines a warpgroup's blocks: S of block j + 1 is issued before the
  * softmax of block j, which then runs under P V of block j. */
-template <int D> struct dfa__fwd_wgmma_config;
+template <int D, int DV = D> struct dfa__fwd_wgmma_config;
 
 /* 192-row query tiles (each K/V tile serves 1.5x the rows of two consumers), three consumers at
    160 registers: o is 32 of them, which leaves no room for Q (Q_IN_REGS would spill) and makes
@@ -36,7 +37,7 @@ template <int D> struct dfa__fwd_wgmma_config;
    persistent kernel's overlap of tiles cannot combine with, so every CTA has one tile. o's
    direct stores are a small share of a tile at 32 values per thread. */
 template <> struct dfa__fwd_wgmma_config<64> {
-    static constexpr int D = 64, BN = 128, NCW = 3;
+    static constexpr int D = 64, DV = 64, BN = 128, NCW = 3;
     static constexpr bool PINGPONG = true, FAST_EXP = true, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
                           PERSISTENT = false, SOFTCAP = false;
 };
@@ -48,7 +49,7 @@ template <> struct dfa__fwd_wgmma_config<64> {
    short sequences) pay a CTA's set-up and its last P V and epilogue with nothing behind them:
    the persistent kernel overlaps those with the next tile (PERSISTENT). */
 template <> struct dfa__fwd_wgmma_config<128> {
-    static constexpr int D = 128, BN = 128, NCW = 2;
+    static constexpr int D = 128, DV = 128, BN = 128, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = true, TMA_O = true,
                           PERSISTENT = true, SOFTCAP = false;
 };
@@ -57,8 +58,18 @@ template <> struct dfa__fwd_wgmma_config<128> {
    else is held in registers; the products (four times d = 64's columns) dominate a block, so
    its exponentials keep exp2f. */
 template <> struct dfa__fwd_wgmma_config<256> {
-    static constexpr int D = 256, BN = 64, NCW = 2;
+    static constexpr int D = 256, DV = 256, BN = 64, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = false, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
+                          PERSISTENT = false, SOFTCAP = false;
+};
+
+/* DeepSeek's MLA: q and k 192 wide, v and o 128. d = 128's tiles and registers (o is 64 per
+   consumer thread, S 64) but Q stays in shared memory (its 48 registers would not fit beside
+   them), and the stages take 208 KB: 128 x 192 Q, two 128 x 192 K and two 128 x 128 V. One tile
+   per CTA (the persistent kernel's o staging tile would not fit beside them). */
+template <> struct dfa__fwd_wgmma_config<192, 128> {
+    static constexpr int D = 192, DV = 128, BN = 128, NCW = 2;
+    static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = false, TMA_O = true,
                           PERSISTENT = false, SOFTCAP = false;
 };
 
@@ -100,6 +111,9 @@ static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes
  *   TMA_DKV        dK and dV leave through shared memory and TMA (full 32-byte sectors, where
  *                  direct stores from the accumulator layout use 16 bytes of each); float32
  *                  instances: the key tiles handed whole to 16-bit outputs (dfa__cuda_dkv16)
+ *   SOFTCAP        S^T is capped before P and dS^T multiplied by the cap's derivative, recovered
+ *                  from P (bwd_ws.cuh): false in every configuration below; calls with a softcap
+ *                  run dfa__bwd_softcapped<K>
  * Every configuration walks a CTA's query blocks in runs: the blocks every row of which sees
  * every key of the CTA skip the element test altogether. */
 template <int D, bool MASKED> struct dfa__bwd_ws_config;
@@ -108,7 +122,7 @@ template <int D, bool MASKED> struct dfa__bwd_ws_config;
 template <> struct dfa__bwd_ws_config<64, false> {
     static constexpr int D = 64, BM = 128;
     static constexpr bool MASKED = false, FAST_EXP = false, DEFER_DQ = true, DQ_WHOLE_TILE = false, TMA_DKV = false;
-    static constexpr bool TMA_DKV_SHORT_WALKS = false; /* see dfa__bwd_tma_dkv_for */
+    static constexpr bool TMA_DKV_SHORT_WALKS = false, SOFTCAP = false; /* see dfa__bwd_tma_dkv_for */
 };
 /* Masked at d = 64: deferring dQ does not pay against the masked step, so dQ goes in right behind
    dV/dK. */
@@ -120,7 +134,7 @@ template <> struct dfa__bwd_ws_config<64, true> : dfa__bwd_ws_config<64, false> 
 template <> struct dfa__bwd_ws_config<128, false> {
     static constexpr int D = 128, BM = 64;
     static constexpr bool MASKED = false, FAST_EXP = true, DEFER_DQ = true, DQ_WHOLE_TILE = true, TMA_DKV = false;
-    static constexpr bool TMA_DKV_SHORT_WALKS = true; /* see dfa__bwd_tma_dkv_for */
+    static constexpr bool TMA_DKV_SHORT_WALKS = true, SOFTCAP = false; /* see dfa__bwd_tma_dkv_for */
 };
 /* Masked at d = 128: a window's or a document's CTAs walk few blocks, so the epilogue is a large
    share of their time: dK, dV by TMA. */
@@ -131,6 +145,11 @@ template <> struct dfa__bwd_ws_config<128, true> : dfa__bwd_ws_config<128, false
 /* An unmasked configuration for short walks (dfa__bwd_tma_dkv_for): dK, dV by TMA. */
 template <class K> struct dfa__bwd_ws_short_walk : K {
     static constexpr bool TMA_DKV = true;
+};
+/* Configuration K with softcapping: the same tiles and schedule; per score a tanh more for P and
+   a log2 for dS's factor. */
+template <class K> struct dfa__bwd_softcapped : K {
+    static constexpr bool SOFTCAP = true;
 };
 
 /* CTAs per key tile for the Hopper kernel's float32 instances that add dq as it comes (bwd_ws.cuh
@@ -190,16 +209,15 @@ static inline bool dfa__bwd_tma_dkv_for(long long rows) {
  * Which family runs a pass, and how the backward computes dq. */
 
 /* The Hopper kernels run a pass on sm_90 (their sm_90a code: wgmma, TMA, setmaxnreg, runs there
-   only) at the head dims they are built for: 64 and 128, and 256 in the forward (the backward's
-   dK, dV accumulators of 256 columns do not fit its consumers' registers), with the value head
-   dim equal to head_dim (dfa__cuda_pick_family). A softcapped backward runs on the mma.sync
-   kernels too: its dS needs each score's 1 - t^2 beside P, which the Hopper backward's
-   consumers (240 registers, dK and dV held whole) have no room to keep between P and dS.
-   Elsewhere the mma.sync kernels run (sm_80 on, any head dim, and the value head dims of
-   dfa__mma_v_pair_for). backward: 0 the forward, 1 the backward; softcap: the call's. */
-static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int backward, float softcap) {
-    if (backward && softcap > 0.0f) return false;
-    return cc == 90 && (head_dim == 64 || head_dim == 128 || (!backward && head_dim == 256));
+   only) at the head dims they are built for: 64 and 128, and in the forward 256 and 192 with a
+   value head dim of 128 (the backward's dK, dV accumulators of 256 or 192 + 128 columns do not
+   fit its consumers' registers), with or without a softcap (dfa__cuda_pick_family). Elsewhere the
+   mma.sync kernels run (sm_80 on, any head dim, and the value head dims of dfa__mma_v_pair_for).
+   backward: 0 the forward, 1 the backward. */
+static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int head_dim_v, int backward) {
+    if (cc != 90) return false;
+    if (head_dim_v != head_dim) return !backward && head_dim == 192 && head_dim_v == 128;
+    return head_dim == 64 || head_dim == 128 || (!backward && head_dim == 256);
 }
 
 /* How the backward computes dq: 0 a dq pass after the key-block kernel, 1 the key-block kernel

@@ -105,20 +105,15 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
     if (cc < 80)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the current device has compute capability %d.%d; 8.0 or newer is needed",
                          cc / 10, cc % 10);
-    /* a value head dim of its own: the mma.sync kernels, on every device (heuristics.h) */
-    if (s->head_dim_v != s->head_dim) {
-        if ((st = dfa__cuda_check_head_dim_v(s->head_dim, s->head_dim_v, fn))) return st;
-        if (family == DFA__FAMILY_WGMMA)
-            return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs d->head_dim_v = d->head_dim (here %d and %d)",
-                             backward ? "backward" : "forward", s->head_dim_v, s->head_dim);
-        *wgmma = 0;
-        return DFA_OK;
-    }
+    /* a value head dim of its own: the pairs the mma.sync kernels take, and of those the Hopper
+       forward's 192 / 128 (heuristics.h) */
+    if (s->head_dim_v != s->head_dim && (st = dfa__cuda_check_head_dim_v(s->head_dim, s->head_dim_v, fn))) return st;
     if ((st = dfa__cuda_check_softcap(s->softcap, s->head_dim, s->head_dim_v, fn))) return st;
-    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, backward, s->softcap);
-    if (family == DFA__FAMILY_WGMMA && !wgmma_ok && backward && s->softcap > 0.0f)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma backward takes no softcap (d->softcap = %g)",
-                         (double)s->softcap);
+    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, s->head_dim_v, backward);
+    if (family == DFA__FAMILY_WGMMA && !wgmma_ok && s->head_dim_v != s->head_dim)
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs d->head_dim_v = d->head_dim%s (here %d and %d)",
+                         backward ? "backward" : "forward", backward ? "" : ", or head dims 192 / 128, on sm_90",
+                         s->head_dim_v, s->head_dim);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128%s",
                          backward ? "backward" : "forward", backward ? "" : " or 256");

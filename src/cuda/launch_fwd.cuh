@@ -38,12 +38,12 @@ static dfa_status dfa__launch_fwd_mma(const dfa__fwd_params &p, cudaStream_t st,
                        "forward kernel launch", p);
 }
 
-/* The forward's tensor maps: q in boxes of bm rows, k and v in boxes of kv_rows. */
-static inline dfa_status dfa__fwd_tmaps(const dfa__fwd_params &p, int bf16, int D, int bm, int kv_rows, CUtensorMap *tq,
-                                        CUtensorMap *tk, CUtensorMap *tv, const char *fn) {
+/* The forward's tensor maps: q in boxes of bm rows, k and v in boxes of kv_rows; v's rows DV wide. */
+static inline dfa_status dfa__fwd_tmaps(const dfa__fwd_params &p, int bf16, int D, int DV, int bm, int kv_rows,
+                                        CUtensorMap *tq, CUtensorMap *tk, CUtensorMap *tv, const char *fn) {
     if (!dfa__tmap(tq, p.q, bf16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, bm) ||
         !dfa__tmap(tk, p.k, bf16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_rows) ||
-        !dfa__tmap(tv, p.v, bf16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_rows))
+        !dfa__tmap(tv, p.v, bf16, DV, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, kv_rows))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
     return DFA_OK;
 }
@@ -57,8 +57,8 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
    one-tile kernel. */
 template <class K, int BF16, int OUT32>
 static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
-    constexpr int D = K::D, BN = K::BN;
-    typedef dfa__fwd_wgmma_layout<D, BN, K::NCW> C;
+    constexpr int D = K::D, DV = K::DV, BN = K::BN;
+    typedef dfa__fwd_wgmma_layout<D, BN, K::NCW, DV> C;
     const int nm = (p.sh.seqlen_q + C::BM - 1) / C::BM;
     const long long tiles = (long long)p.sh.batch * p.sh.num_heads * nm;
     if constexpr (K::PERSISTENT && !OUT32) {
@@ -68,11 +68,11 @@ static dfa_status dfa__launch_fwd_wgmma(const dfa__fwd_params &p, cudaStream_t s
         if (dfa__fwd_persistent_for(tiles, sms)) return dfa__launch_fwd_wgmma_persistent<K, BF16>(p, tiles, sms, st, fn);
     }
     CUtensorMap tq, tk, tv, to;
-    const dfa_status st_maps = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
+    const dfa_status st_maps = dfa__fwd_tmaps(p, BF16, D, DV, C::BM, BN, &tq, &tk, &tv, fn);
     if (st_maps) return st_maps;
     /* o by TMA (16-bit o): boxes of one consumer warpgroup's 64 rows; otherwise unused */
     if (K::TMA_O && !OUT32) {
-        if (!dfa__tmap(&to, p.o, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, 64))
+        if (!dfa__tmap(&to, p.o, BF16, DV, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, 64))
             return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for o");
     } else {
         to = tq;
@@ -93,7 +93,7 @@ static dfa_status dfa__launch_fwd_wgmma_persistent(const dfa__fwd_params &p, lon
     typedef dfa__fwd_persist_layout<D, BN, K::NCW> PC;
     if (tiles > 0x7fffffffLL) return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "too many query tiles (%lld)", tiles);
     CUtensorMap tq, tk, tv, to;
-    dfa_status s = dfa__fwd_tmaps(p, BF16, D, C::BM, BN, &tq, &tk, &tv, fn);
+    dfa_status s = dfa__fwd_tmaps(p, BF16, D, D, C::BM, BN, &tq, &tk, &tv, fn);
     if (s) return s;
     /* o by TMA: boxes of one consumer warpgroup's 64 rows */
     if (!dfa__tmap(&to, p.o, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, 64))
@@ -137,11 +137,17 @@ static dfa_status dfa__fwd_mma(const dfa__fwd_params &p, cudaStream_t st, const 
     return dfa__fwd_mma_of<256, BF16, OUT32>(p, st, fn);
 }
 
-/* The Hopper forward, head dims 64, 128 and 256, each in its configuration (heuristics.h; the
-   kernel lab passes configurations of its own). */
+/* The Hopper forward, head dims 64, 128 and 256 and 192 / 128 (value head dim 128), each in its
+   configuration (heuristics.h; the kernel lab passes configurations of its own). */
 template <int BF16, int OUT32, class K64 = dfa__fwd_wgmma_config<64>, class K128 = dfa__fwd_wgmma_config<128>,
-          class K256 = dfa__fwd_wgmma_config<256>>
+          class K256 = dfa__fwd_wgmma_config<256>, class K192 = dfa__fwd_wgmma_config<192, 128>>
 static dfa_status dfa__fwd_wgmma(const dfa__fwd_params &p, cudaStream_t st, const char *fn) {
+    if (p.sh.head_dim_v != p.sh.head_dim) { /* 192 / 128 only, without a softcap (dfa__cuda_pick_family) */
+        if (p.sh.head_dim != K192::D || p.sh.head_dim_v != K192::DV || p.sh.softcap > 0.0f)
+            return dfa__fail(DFA_ERR_INTERNAL, fn, "the Hopper forward for head dims %d / %d", p.sh.head_dim,
+                             p.sh.head_dim_v);
+        return dfa__launch_fwd_wgmma<K192, BF16, OUT32>(p, st, fn);
+    }
     if (p.sh.softcap > 0.0f) {
         if (p.sh.head_dim == 64) return dfa__launch_fwd_wgmma<dfa__fwd_softcapped<K64>, BF16, OUT32>(p, st, fn);
         if (p.sh.head_dim == 256) return dfa__launch_fwd_wgmma<dfa__fwd_softcapped<K256>, BF16, OUT32>(p, st, fn);

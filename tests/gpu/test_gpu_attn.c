@@ -352,11 +352,12 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     void *od = dev_alloc((size_t)no * es);
     float *ld = dev_alloc(4 * (size_t)nl);
 
-    /* the Hopper kernels: forward at head dims 64, 128 and 256, backward at 64 and 128, with the
-       value head dim equal to head_dim (else the mma.sync kernels, on sm_90 too) */
+    /* the Hopper kernels: forward at head dims 64, 128, 256 and 192 / 128, backward at 64 and 128
+       (else the mma.sync kernels, on sm_90 too) */
     const int wgmma_ok = cc == 90 && Dv == d->head_dim && (d->head_dim == 64 || d->head_dim == 128);
-    const int wgmma_fwd_ok = wgmma_ok || (cc == 90 && Dv == d->head_dim && d->head_dim == 256);
-    const int wgmma_bwd_ok = wgmma_ok && !(d->softcap > 0); /* a softcapped backward: mma.sync */
+    const int wgmma_fwd_ok = wgmma_ok || (cc == 90 && ((Dv == d->head_dim && d->head_dim == 256) ||
+                                                      (d->head_dim == 192 && Dv == 128)));
+    const int wgmma_bwd_ok = wgmma_ok;
     const char *kernels[2] = {"mma", "wgmma"};
     for (int kern = 0; kern < 1 + wgmma_fwd_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;

@@ -70,17 +70,14 @@
  *  - Sinks (distflash.h, "Logits, softcap and sinks"): d->sinks and d->dsinks are device
  *    pointers on the current device, 4-byte aligned ([num_heads] float32 each), read and
  *    written in stream order; that every sink is finite is the caller's promise (reading
- *    them would synchronise). The forward runs the kernels without the sinks and then one
- *    element-wise pass adds each row's sink to its lse and rescales its o (a 16-bit o is
- *    rounded twice: within the tolerance of one naive same-precision computation); with
- *    lse = NULL it still needs each row's lse for that, in 4 bytes per (batch, head, query
- *    row) of stream-ordered scratch (cudaMallocAsync, as the backward's), or in the caller's
- *    scratch with dfa_attn_fwd_cuda_with_scratch. The backward's kernels need nothing more
+ *    them would synchronise). The forward's kernels add each row's sink to its normaliser as
+ *    they finish the row (o is rounded once; no pass and no scratch more). The backward's
+ *    kernels need nothing more
  *    (lse holds the sinks); with dsinks one more launch sums dsinks from the D pass's sums in
  *    a fixed order, without atomics: dsinks has the same bits on every run, with or without
  *    DFA_FLAG_DETERMINISTIC.
- *  - Softcap (d->softcap > 0): the forward caps the scores on the kernels above, the
- *    backward runs on the mma.sync kernels (sm_90 included; docs/kernels.md). With a
+ *  - Softcap (d->softcap > 0): the forward and the backward cap the scores on the kernels
+ *    above (docs/kernels.md). With a
  *    head_dim_v other than head_dim it is refused (DFA_ERR_UNSUPPORTED naming d->softcap).
  *  - Thread safety: calls are reentrant and may be made from several host
  *    threads at once, on the same or on different streams; calls on one
@@ -126,8 +123,7 @@ DFA_API size_t dfa_attn_bwd_cuda_scratch_bytes(const dfa_attn_desc *d);
 
 /* Device scratch bytes dfa_attn_fwd_cuda_with_scratch needs with this descriptor (0 if d is
    invalid): 256 bytes, plus under a mask 8 bytes per (batch, query row) and per (batch, key
-   row), plus with sinks 4 bytes per (batch, head, query row) (the lse the sinks pass reads
-   when the caller passes lse = NULL), each part rounded up to 256 bytes. */
+   row), rounded up to 256 bytes. */
 DFA_API size_t dfa_attn_fwd_cuda_scratch_bytes(const dfa_attn_desc *d);
 
 /* The same calls as dfa_attn_fwd_cuda and dfa_attn_bwd_cuda, with the caller's scratch in

@@ -36,6 +36,7 @@ dfa__cuda_shape dfa__cuda_shape_of(const dfa_attn_desc *d) {
     s.head_dim_v = d->head_dim_v ? d->head_dim_v : d->head_dim;
     s.sinks = d->sinks;
     s.dsinks = d->dsinks;
+    s.fwd_sinks = 0;
     if (d->causal) {
         const long long off = (long long)(d->q_start - d->k_start); /* both < 2^62 in magnitude */
         if (off >= (long long)d->seqlen_k - 1) s.causal = 0;     /* row 0 already sees every key */
@@ -89,13 +90,9 @@ static size_t mask_bytes_of(const dfa_attn_desc *d) {
 }
 
 /* A caller's scratch: the forward's holds the mask intervals, then the persistent kernel's tile
-   counter, then with sinks an lse for callers that pass none (the sinks are added from it);
-   the backward's the dq accumulator, D and lse2 (dfa__cuda_bwd_scratch), then the mask
+   counter; the backward's the dq accumulator, D and lse2 (dfa__cuda_bwd_scratch), then the mask
    intervals. */
-static size_t fwd_lse_bytes(const dfa_attn_desc *d) {
-    return d->sinks ? align256((size_t)dfa__lse_elems(d) * sizeof(float)) : 0;
-}
-static size_t fwd_scratch_of(const dfa_attn_desc *d) { return mask_bytes_of(d) + 256 + fwd_lse_bytes(d); }
+static size_t fwd_scratch_of(const dfa_attn_desc *d) { return mask_bytes_of(d) + 256; }
 /* *own: the kernels' part, where the mask's starts (s: d's shape, before its mask is prepared) */
 static size_t bwd_scratch_of(const dfa_attn_desc *d, const dfa__cuda_shape *s, size_t *own) {
     *own = align256(dfa__cuda_bwd_scratch(s));
@@ -161,29 +158,16 @@ static dfa_status fwd_call(const dfa_attn_desc *user_d, const void *q, const voi
     if ((st = dfa__cuda_check_device_ptrs(ps, 5, fn))) return st;
     if ((st = check_docs(&d, fn)) || (st = check_sinks(&d, fn))) return st;
     dfa__cuda_shape s = dfa__cuda_shape_of(&d);
-    float *lse_own = NULL; /* with sinks and no lse: the forward's lse in scratch, for the sinks pass */
+    s.fwd_sinks = d.sinks != NULL; /* the kernels add them to each row's normaliser */
     if (with_scratch) {
         const dfa__buffer ts[] = {tensor(&d, q, 'q', "q"), tensor(&d, k, 'k', "k"), tensor(&d, v, 'v', "v"),
                                   tensor(&d, o, 'o', "o"), tensor(&d, lse, 'l', "lse")};
         if ((st = check_scratch(&d, scratch, scratch_bytes, fwd_scratch_of(&d), ts, 5, fn))) return st;
         s.fwd_counter = (unsigned int *)((char *)scratch + mask_bytes_of(&d)); /* after the intervals */
-        if (d.sinks && !lse) lse_own = (float *)(void *)((char *)scratch + mask_bytes_of(&d) + 256);
     }
-    void *owned = NULL, *lse_buf = NULL;
+    void *owned = NULL;
     if ((st = mask_begin(&d, &s, with_scratch ? scratch : NULL, &owned, stream, fn))) return st;
-    if (d.sinks && !lse && !lse_own) {
-        const cudaError_t e = cudaMallocAsync(&lse_buf, fwd_lse_bytes(&d), stream);
-        if (e != cudaSuccess) return dfa__cuda_mask_end(owned, dfa__cuda_fail(e, fn, "cudaMallocAsync of the lse"), stream, fn);
-        lse_own = lse_buf;
-    }
-    float *l = lse ? lse : lse_own;
-    st = dfa__cuda_fwd(&s, q, k, v, o, l, stream, fn);
-    if (!st && d.sinks) /* the kernels ran without the sinks: they join each row now */
-        st = dfa__cuda_add_sinks((int)d.dtype, d.batch, d.seqlen_q, d.num_heads, s.head_dim_v, o, l, d.sinks, stream, fn);
-    if (lse_buf) {
-        const cudaError_t e = cudaFreeAsync(lse_buf, stream);
-        if (!st && e != cudaSuccess) st = dfa__cuda_fail(e, fn, "cudaFreeAsync of the lse");
-    }
+    st = dfa__cuda_fwd(&s, q, k, v, o, lse, stream, fn);
     return dfa__cuda_mask_end(owned, st, stream, fn);
 }
 

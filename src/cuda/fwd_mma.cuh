@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(NW * 32) dfa__fwd_mma_kernel(const dfa__fwd_pa
     }
     dfa__cp_async_wait<0>();
     dfa__store_o_lse<OT8, BF16, OutT>(acc, m, l, og, ostride, lseg, m0 + warp * 16, p.sh.seqlen_q,
-                                      DFA__VDIM(p.sh), lane);
+                                      DFA__VDIM(p.sh), lane, dfa__row_sink(p.sh, h));
 }
 
 #endif

@@ -269,24 +269,27 @@ static __device__ __forceinline__ void dfa__fwd_row_state(const dfa__cuda_shape 
    tile: no product reads its rows any more, as its last S has retired and each warpgroup's
    products read only its own rows; the persistent kernel's own staging tile), in the 128-byte
    swizzle that the tensor map `to` (boxes of 64 rows) reads; one thread then stores it, and rows
-   past seqlen_q fall outside the tensor and are dropped. The consumers issue D / 4 conflict-free
+   past seqlen_q fall outside the tensor and are dropped; sink as dfa__store_o_lse's. The
+   consumers issue D / 4 conflict-free
    shared stores per thread instead of as many scattered 4-byte global ones. The issuing thread
    waits until the copy engine has read the tile, so that it may be written again. */
 template <int D, int BM, int BF16>
 static __device__ __forceinline__ void dfa__store_o_tma(const float (*acc)[4], const float *m, const float *l_part,
                                                         uint32_t sQ, const CUtensorMap *to, float *lse, int c,
-                                                        int warp, int lane, int h, int m0, int b, int seqlen_q) {
+                                                        int warp, int lane, int h, int m0, int b, int seqlen_q,
+                                                        float sink) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float l = dfa__quad_sum(l_part[r]);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float inv;
+        const float row_lse = dfa__row_finish(m[r], l, sink, &inv);
         const int row = warp * 16 + g + 8 * r; /* within the warpgroup's 64 */
 #pragma unroll
         for (int j = 0; j < D / 8; j++)
             dfa__st_swz128_pair<BF16>(sQ, BM, c * 64 + row, j, t, acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
         const int grow = m0 + c * 64 + row;
-        if (lse && t == 0 && grow < seqlen_q) lse[grow] = dfa__row_lse(m[r], l);
+        if (lse && t == 0 && grow < seqlen_q) lse[grow] = row_lse;
     }
     dfa__fence_proxy_async();
     dfa__named_sync(4 + c, 128); /* ids 1 .. 3 are the ping-pong's */
@@ -331,14 +334,14 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
     dfa__mask_key_blocks<BN>(p.sh, b, m0, BM, &kb0, &kb1);
     const int nblocks = kb1 - kb0, n_begin = kb0 * BN;
 
-    if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf */
+    if (nblocks == 0) { /* no row of this tile sees a key: o = 0, lse = -inf (the sink where there is one) */
         for (int i = tid; i < BM * (DV / 8); i += C::NT) {
             const int r = m0 + i / (DV / 8), c = (i % (DV / 8)) * 8;
             if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * ostride + c);
         }
         if (lseg)
             for (int i = tid; i < BM; i += C::NT)
-                if (m0 + i < p.sh.seqlen_q) lseg[m0 + i] = -INFINITY;
+                if (m0 + i < p.sh.seqlen_q) lseg[m0 + i] = dfa__row_sink(p.sh, h);
         return;
     }
 
@@ -383,10 +386,12 @@ __global__ void __launch_bounds__(128 * (K::NCW + 1), 1)
     uint32_t pf[BN / 16][4];
     dfa__fwd_consume_tile<K, BF16, false>(o, m, l, pf, B, sQ, sK, sV, 0, nblocks, n_begin, mlo, mhi, lim, m0, p, c,
                                           lane, 0, [](float *) {});
+    const float sink = dfa__row_sink(p.sh, h);
     if (TMA_O)
-        dfa__store_o_tma<DV, BM, BF16>((const float(*)[4])o, m, l, sQ, &to, lseg, c, warp, lane, h, m0, b, p.sh.seqlen_q);
+        dfa__store_o_tma<DV, BM, BF16>((const float(*)[4])o, m, l, sQ, &to, lseg, c, warp, lane, h, m0, b, p.sh.seqlen_q,
+                                       sink);
     else
-        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, ostride, lseg, row0, p.sh.seqlen_q, DV, lane);
+        dfa__store_o_lse<OT8, BF16, OutT>((float(*)[4])o, m, l, og, ostride, lseg, row0, p.sh.seqlen_q, DV, lane, sink);
 #else
     (void)tq; (void)tk; (void)tv; (void)to; (void)p;
     __trap();

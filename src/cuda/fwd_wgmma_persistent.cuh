@@ -66,7 +66,7 @@ static __device__ __forceinline__ int dfa__fwd_next_tile(const dfa__fwd_params &
             const int r = row0 + i / (D / 8), col = (i % (D / 8)) * 8;
             if (r < p.sh.seqlen_q) dfa__store_zero8(og + (long long)r * qstride + col);
         }
-        if (lseg && lane < 16 && row0 + lane < p.sh.seqlen_q) lseg[row0 + lane] = -INFINITY;
+        if (lseg && lane < 16 && row0 + lane < p.sh.seqlen_q) lseg[row0 + lane] = dfa__row_sink(p.sh, T->h);
     }
 }
 
@@ -78,7 +78,7 @@ static __device__ __forceinline__ void dfa__fwd_persist_store(const dfa__fwd_par
                                                               int lane) {
     dfa__store_o_tma<D, BM, BF16>((const float(*)[4])o, m, l, sO, to,
                                   p.lse ? p.lse + (long long)T.bh * p.sh.seqlen_q : (float *)0, c, warp, lane, T.h,
-                                  T.m0, T.b, p.sh.seqlen_q);
+                                  T.m0, T.b, p.sh.seqlen_q, dfa__row_sink(p.sh, T.h));
 }
 
 template <class K, int BF16>

@@ -49,6 +49,10 @@ typedef struct {
     int head_dim_v;
     const float *sinks;
     float *dsinks;
+    /* 1: the forward's kernels add sinks[h] to each row's normaliser themselves (the public
+       forward, api.c); 0: they ignore the sinks (the sequence-parallel executor's blocks, whose
+       partial results take the sinks once merged). */
+    int fwd_sinks;
 } dfa__cuda_shape;
 
 /* Resolves a validated descriptor (f16/bf16) into a shape (out_f32 = 0). A descriptor with

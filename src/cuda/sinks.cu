@@ -1,16 +1,9 @@
 /* Attention sinks on the device (the math is in distflash.h, "Logits, softcap and sinks"),
- * outside the attention kernels: the forward runs without the sink and one element-wise pass
- * adds it to each row afterwards; the backward's kernels need nothing (their P = exp(s - lse)
- * with an lse that holds the sink), and one reduction gives dsinks.
- *
- * Rounding of a 16-bit o: the forward has already rounded o0 to the storage type, and this
- * pass rounds o0 * f again (f = exp(lse0 - lse) in (0, 1]). The first rounding's error
- * shrinks with f, so together they stay within about one and a half units in the last place
- * of the result, against half a unit for one rounding; the tolerance rule (twice the error of
- * a naive same-precision computation, plus a small absolute term: tests/testlib) already
- * allows twice the naive error, whose own rounding of o is half a unit, on top of the float32
- * sums' own error, so the second rounding stays inside it. A float32 o (the sequence-parallel executor's accumulators) takes the factor
- * before its only rounding. */
+ * outside the attention kernels. The single-device forward's kernels add the sinks themselves
+ * (tile.cuh, dfa__row_finish); the sequence-parallel executor's blocks run without them, and
+ * one element-wise pass here adds them to the merged float32 accumulators (o and lse), before
+ * their only rounding. The backward's kernels need nothing (their P = exp(s - lse) with an lse
+ * that holds the sink), and one reduction here gives dsinks. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>

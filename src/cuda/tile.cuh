@@ -279,17 +279,42 @@ static __device__ __forceinline__ float dfa__row_lse(float m, float l) {
     return l > 0.0f ? m * DFA__LN2 + logf(l) : -INFINITY;
 }
 
+/* The sink logit of head h's rows where the forward's kernels add it (sh.fwd_sinks), else -inf. */
+static __device__ __forceinline__ float dfa__row_sink(const dfa__cuda_shape &sh, int h) {
+    return sh.fwd_sinks ? __ldg(sh.sinks + h) : -INFINITY;
+}
+
+/* A row's end: its lse, and in *inv the factor its o accumulator takes, from the running maximum
+   m (base 2) and sum l, with the sink logit in the normaliser (distflash.h, "Logits, softcap and
+   sinks"; -inf: none). Over the larger of the two maxima: l' = l 2^(m - M) + 2^(sink log2e - M),
+   o = acc 2^(m - M) / l', lse = M ln 2 + ln l'. A row that saw no key: o = 0 and lse = sink. */
+static __device__ __forceinline__ float dfa__row_finish(float m, float l, float sink, float *inv) {
+    if (sink == -INFINITY) {
+        *inv = l > 0.0f ? 1.0f / l : 0.0f;
+        return dfa__row_lse(m, l);
+    }
+    if (!(l > 0.0f)) {
+        *inv = 0.0f;
+        return sink;
+    }
+    const float s2 = sink * DFA__LOG2E, M = fmaxf(m, s2), a = exp2f(m - M), L = fmaf(l, a, exp2f(s2 - M));
+    *inv = a / L;
+    return M * DFA__LN2 + logf(L);
+}
+
 /* Writes this warp's 16 rows of the normalised output (C layout, NT8 tiles of 8 columns)
-   and their log-sum-exp. row0 = first of the 16 rows; o_row(r) addresses are base + r*stride. */
+   and their log-sum-exp, with the rows' sink logit (dfa__row_finish; -inf: none). row0 = first
+   of the 16 rows; o_row(r) addresses are base + r*stride. */
 template <int NT8, int BF16, typename OutT>
 static __device__ __forceinline__ void dfa__store_o_lse(float (*acc)[4], const float *m, const float *l_part,
                                                         OutT *o, long long stride, float *lse, int row0,
-                                                        int seqlen_q, int d, int lane) {
+                                                        int seqlen_q, int d, int lane, float sink) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float l = dfa__quad_sum(l_part[r]);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float inv;
+        const float row_lse = dfa__row_finish(m[r], l, sink, &inv);
         const int row = row0 + g + 8 * r;
         if (row < seqlen_q) {
             OutT *orow = o + (long long)row * stride;
@@ -298,7 +323,7 @@ static __device__ __forceinline__ void dfa__store_o_lse(float (*acc)[4], const f
                 const int c = j * 8 + 2 * t;
                 if (c < d) dfa__store2<BF16>(orow + c, acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
             }
-            if (lse && t == 0) lse[row] = dfa__row_lse(m[r], l);
+            if (lse && t == 0) lse[row] = row_lse;
         }
     }
 }

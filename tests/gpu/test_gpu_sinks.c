@@ -122,7 +122,7 @@ static void check_sinks_case(const scase *c) {
     static const int fams[2] = {DFA__FAMILY_MMA, DFA__FAMILY_WGMMA};
     for (int kern = 0; kern < 1 + wgmma_fwd; kern++) {
         dfa__cuda_force_family(fams[kern]);
-        /* plain, lse = NULL, the caller's scratch (which then holds the lse the sinks need) */
+        /* plain, lse = NULL, the caller's scratch */
         for (int rep = 0; rep < 3; rep++) {
             dev_poison(od, (size_t)nq * es);
             dev_poison(ld, 4 * (size_t)nl);

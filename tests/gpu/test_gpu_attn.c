@@ -3,7 +3,7 @@
  * 128, 1000, 4097; causal masks with offsets (rows that see nothing included);
  * GQA/MQA; every head-dim class; value head dims of their own (192/128, 128/64 and dims
  * padded into those pairs; masks too); bf16 and f16; every forward kernel the device
- * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 forward), forward and
+ * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 and 192/128 forward), forward and
  * backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
  * The internal launchers' float32 outputs (out_f32 = 1, for the sequence-parallel
@@ -573,7 +573,7 @@ static const shape cases[] = {
     {4, 600, 600, 16, 4, 128, DFA_BF16, 1, 0, 0, 0, 0, 0},
     {3, 640, 640, 16, 4, 128, DFA_F16, 1, 0, 600, 0, 0, 0},
     /* a value head dim of its own: DeepSeek's 192 / 128 and 128 / 64 (the mma.sync kernels on every
-       device), causal with offsets, GQA/MQA, odd lengths; dims inside a pair, padded with zeros
+       device, and the Hopper forward at 192 / 128 exactly), causal with offsets, GQA/MQA, odd lengths; dims inside a pair, padded with zeros
        (96 / 40 in 128 / 64; 160 / 96 and 64 / 128 in 192 / 128) */
     {1, 1, 1, 2, 2, 192, DFA_BF16, 1, 0, 0, 1, 128, 0},
     {2, 17, 33, 4, 1, 192, DFA_F16, 1, 16, 0, 1, 128, 0},
@@ -589,7 +589,7 @@ static const shape cases[] = {
     {1, 150, 99, 2, 2, 64, DFA_BF16, 0, 0, 0, 1, 128, 0},
     {1, 4097, 4097, 1, 1, 192, DFA_BF16, 1, 0, 0, 0, 128, 0},
     /* logit softcapping (Gemma 2's 50 and 30, and caps small enough that most scores saturate):
-       the forward on every family, the backward on mma.sync; GQA/MQA, offsets, odd lengths,
+       forward and backward on every family; GQA/MQA, offsets, odd lengths,
        every head-dim class, the persistent forward, rows that see nothing */
     {1, 1, 1, 2, 1, 128, DFA_BF16, 1, 0, 0, 1, 0, 30.0f},
     {2, 300, 517, 8, 2, 128, DFA_BF16, 1, 217, 0, 1, 0, 2.0f},
@@ -639,7 +639,8 @@ static const mcase mask_cases[] = {
     {2, 129, 129, 3, 3, 40, DFA_BF16, 1, 0, 0, 1, 1, 64, -1, 0, 0},
     {1, 100, 100, 2, 2, 256, DFA_F16, 0, 0, 0, 1, 0, 0, 0, 0, 0},
     {3, 520, 520, 12, 4, 128, DFA_BF16, 1, 0, 0, 1, 1, 300, -1, 0, 0}, /* 180 query tiles: the persistent forward */
-    /* a value head dim of its own (the mma.sync kernels on every device) under documents and windows */
+    /* a value head dim of its own (the mma.sync kernels, and the Hopper forward at 192 / 128) under
+       documents and windows */
     {2, 700, 700, 4, 2, 192, DFA_BF16, 1, 0, 0, 1, 0, 0, 0, 128, 0},
     {1, 600, 600, 4, 1, 192, DFA_F16, 1, 0, 0, 0, 1, 150, -1, 128, 0},
     {1, 333, 333, 2, 2, 128, DFA_BF16, 0, 0, 0, 1, 1, 40, 64, 64, 0},

@@ -3,8 +3,8 @@
  * 128, 1000, 4097; causal masks with offsets (rows that see nothing included);
  * GQA/MQA; every head-dim class; value head dims of their own (192/128, 128/64 and dims
  * padded into those pairs; masks too); bf16 and f16; every forward kernel the device
- * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 and 192/128 forward), forward and
- * backward; atomic and deterministic dq. Tolerance: twice the error of a naive
+ * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 and 192/128 in the
+ * forward), forward and backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
  * The internal launchers' float32 outputs (out_f32 = 1, for the sequence-parallel
  * executor) on the same cases: at least as accurate as the 16-bit results, which

@@ -270,8 +270,8 @@ static __device__ __forceinline__ void dfa__fwd_row_state(const dfa__cuda_shape 
    products read only its own rows; the persistent kernel's own staging tile), in the 128-byte
    swizzle that the tensor map `to` (boxes of 64 rows) reads; one thread then stores it, and rows
    past seqlen_q fall outside the tensor and are dropped; sink as dfa__store_o_lse's. The
-   consumers issue D / 4 conflict-free
-   shared stores per thread instead of as many scattered 4-byte global ones. The issuing thread
+   consumers issue D / 4 conflict-free shared stores per thread instead of as many scattered
+   4-byte global ones. The issuing thread
    waits until the copy engine has read the tile, so that it may be written again. */
 template <int D, int BM, int BF16>
 static __device__ __forceinline__ void dfa__store_o_tma(const float (*acc)[4], const float *m, const float *l_part,

@@ -185,11 +185,11 @@ static inline int dfa__bwd_qsplit_for(long long ctas, long long iters, int sms) 
    are all alike: no sections; nor with in-order dq (a CTA waits on CTAs of higher key tiles,
    which its order launches first). A test may force the size (dfa__cuda_force_bwd_sections). */
 #define DFA__BWD_SECTION_PAIRS 2
-static inline int dfa__bwd_sections_for(const dfa__cuda_shape *s, int nn, int sms, int dq_mode) {
+static inline int dfa__bwd_sections_for(const dfa__cuda_shape *s, int dq_mode) {
     const int forced = dfa__cuda_forced_bwd_sections(), pairs = s->batch * s->num_kv_heads;
     if (dq_mode == 2) return 0;
     if (forced) return forced < 0 ? 0 : (forced < pairs ? forced : pairs);
-    if (!(s->causal || s->masked) || nn <= 0 || sms <= 0) return 0;
+    if (!(s->causal || s->masked)) return 0;
     return DFA__BWD_SECTION_PAIRS < pairs ? DFA__BWD_SECTION_PAIRS : pairs;
 }
 

@@ -126,10 +126,11 @@ dfa_status dfa__cuda_merge(int dtype, int batch, int seqlen_q, int num_heads, in
 
 /* Attention sinks (sinks.cu). add_sinks: the rows of a forward computed without sinks get them,
    in place: lse = logaddexp(lse, sinks[h]), o *= exp(lse_before - lse) (a row whose lse is -inf
-   gets o = 0, lse = sinks[h]). o is [batch, seqlen, heads, dv] of dtype (as dfa__cuda_merge: 0
-   f32, 1 bf16, 2 f16), lse [batch, heads, seqlen] float32, sinks [heads] device memory. */
-dfa_status dfa__cuda_add_sinks(int dtype, int batch, int seqlen, int heads, int dv, void *o, float *lse,
-                               const float *sinks, cudaStream_t stream, const char *fn);
+   gets o = 0, lse = sinks[h]). o is [batch, seqlen, heads, dv] float32 (the sequence-parallel
+   executor's merged accumulator), lse [batch, heads, seqlen] float32, sinks [heads] device
+   memory. */
+dfa_status dfa__cuda_add_sinks(int batch, int seqlen, int heads, int dv, float *o, float *lse, const float *sinks,
+                               cudaStream_t stream, const char *fn);
 
 /* dsinks[h] = -sum over b, i of exp(sinks[h] - lse[b][h][i]) D[b][h][i], overwritten, in a fixed
    order (the same bits on every run). D: dsum ([batch, heads, seqlen], the backward's D pass), or

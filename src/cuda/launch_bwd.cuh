@@ -18,27 +18,13 @@
 typedef dfa_status (*dfa__bwd_launcher)(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                         const char *fn);
 
-/* p with the key-block grid's sections (heuristics.h dfa__bwd_sections_for) for key tiles of BN;
-   *sms: the device's SMs. Fails (status recorded) when the device cannot be queried. */
-static dfa_status dfa__bwd_with_sections(const dfa__bwd_params &p_in, int BN, int dq_mode, dfa__bwd_params *p,
-                                         int *sms, const char *fn) {
-    dfa_status st = DFA_OK;
-    *p = p_in;
-    *sms = dfa__cuda_device_attr(cudaDevAttrMultiProcessorCount, fn, &st);
-    if (*sms < 0) return st;
-    p->kv_sections = dfa__bwd_sections_for(&p->sh, (p->sh.seqlen_k + BN - 1) / BN, *sms, dq_mode);
-    return DFA_OK;
-}
-
 template <int DP, int BN, int BM, int DSPLIT, int ATOMIC, int BF16, int OUT32, int DV = DP, bool SOFTCAP = false>
 static dfa_status dfa__launch_bwd_kv(const dfa__bwd_params &p_in, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
     typedef dfa__bwd_kv_cfg<DP, BN, BM, DSPLIT, ATOMIC, DV> C;
     const long long ctas = (long long)((p_in.sh.seqlen_k + BN - 1) / BN) * p_in.sh.batch * p_in.sh.num_kv_heads;
-    dfa__bwd_params p;
-    int sms;
-    const dfa_status sst = dfa__bwd_with_sections(p_in, BN, ATOMIC, &p, &sms, fn);
-    if (sst) return sst;
+    dfa__bwd_params p = p_in;
+    p.kv_sections = dfa__bwd_sections_for(&p.sh, ATOMIC); /* the grid's order (heuristics.h) */
     return dfa__launch(dfa__bwd_kv_kernel<DP, BN, BM, DSPLIT, ATOMIC, BF16, OUT32, DV, SOFTCAP>, ctas, C::NT, C::SMEM, st, fn,
                        "key tiles", "backward key-block kernel launch", p, dkv16);
 }
@@ -60,12 +46,13 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
     constexpr int D = K::D, BM = K::BM;
     typedef dfa__bwd_ws_layout<D, BM> C;
     long long ctas = (long long)((p_in.sh.seqlen_k + C::BN - 1) / C::BN) * p_in.sh.batch * p_in.sh.num_kv_heads;
-    dfa__bwd_params p;
-    int sms;
-    const dfa_status sst = dfa__bwd_with_sections(p_in, C::BN, DQ_MODE, &p, &sms, fn);
-    if (sst) return sst;
+    dfa__bwd_params p = p_in;
+    p.kv_sections = dfa__bwd_sections_for(&p.sh, DQ_MODE); /* the grid's order (heuristics.h) */
     p.qsplit = 1;
     if (OUT32 && DQ_MODE == 1 && !(dkv16.to > dkv16.from && dkv16.dk)) {
+        dfa_status sms_st = DFA_OK;
+        const int sms = dfa__cuda_device_attr(cudaDevAttrMultiProcessorCount, fn, &sms_st);
+        if (sms < 0) return sms_st;
         const long long iters = (long long)((p.sh.seqlen_q + BM - 1) / BM) * (p.sh.num_heads / p.sh.num_kv_heads);
         p.qsplit = dfa__bwd_qsplit_for(ctas, iters, sms);
         if (p.qsplit > 1) {

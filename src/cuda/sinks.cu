@@ -10,26 +10,13 @@
 
 #include "launch.cuh"
 
+/* Element i of a 16-bit (T: DFA_BF16 or DFA_F16) o or dout, as float. */
 template <int T> static __device__ __forceinline__ float dfa__sink_ld(const void *p, long long i) {
-    if (T == DFA_F32) return ((const float *)p)[i];
     const unsigned short h = ((const unsigned short *)p)[i];
     if (T == DFA_BF16) return __uint_as_float((uint32_t)h << 16);
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
-}
-
-template <int T> static __device__ __forceinline__ void dfa__sink_st(void *p, long long i, float x) {
-    if (T == DFA_F32) {
-        ((float *)p)[i] = x;
-        return;
-    }
-    unsigned short h;
-    if (T == DFA_BF16)
-        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    else
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    ((unsigned short *)p)[i] = h;
 }
 
 /* The host's dfa__lse_add_sink (src/common/sinks.h), on the device: the row's lse with the sink
@@ -44,11 +31,10 @@ static __device__ __forceinline__ float dfa__lse_with_sink(float lse, float sink
     return lse >= sink ? lse + log1pf(e) : sink + log1pf(expf(lse - sink));
 }
 
-/* One warp per (batch, row, head) in o's memory order ([batch, seqlen, heads, dv]); lse is
-   [batch, heads, seqlen]. Every lane computes the row's factor (the same bits), lane 0 writes
+/* One warp per (batch, row, head) in o's memory order ([batch, seqlen, heads, dv], float32); lse
+   is [batch, heads, seqlen]. Every lane computes the row's factor (the same bits), lane 0 writes
    the new lse once the row's o has been read. */
-template <int T>
-__global__ void dfa__add_sinks_kernel(int seqlen, int heads, int dv, long long rows, void *o, float *lse,
+__global__ void dfa__add_sinks_kernel(int seqlen, int heads, int dv, long long rows, float *o, float *lse,
                                       const float *sinks) {
     const long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -58,20 +44,16 @@ __global__ void dfa__add_sinks_kernel(int seqlen, int heads, int dv, long long r
     float scale;
     const float l = dfa__lse_with_sink(lse[li], sinks[h], &scale);
     const long long first = r * dv;
-    for (int c = lane; c < dv; c += 32) dfa__sink_st<T>(o, first + c, scale * dfa__sink_ld<T>(o, first + c));
+    for (int c = lane; c < dv; c += 32) o[first + c] *= scale;
     __syncwarp();
     if (lane == 0) lse[li] = l;
 }
 
-extern "C" dfa_status dfa__cuda_add_sinks(int dtype, int batch, int seqlen, int heads, int dv, void *o, float *lse,
+extern "C" dfa_status dfa__cuda_add_sinks(int batch, int seqlen, int heads, int dv, float *o, float *lse,
                                           const float *sinks, cudaStream_t stream, const char *fn) {
     const long long rows = (long long)batch * seqlen * heads;
-    void (*kernel)(int, int, int, long long, void *, float *, const float *) =
-        dtype == DFA_F32 ? dfa__add_sinks_kernel<DFA_F32>
-        : dtype == DFA_BF16 ? dfa__add_sinks_kernel<DFA_BF16>
-                            : dfa__add_sinks_kernel<DFA_F16>;
-    return dfa__launch(kernel, (rows + 7) / 8, 256, 0, stream, fn, "rows", "sink kernel launch", seqlen, heads, dv,
-                       rows, o, lse, sinks);
+    return dfa__launch(dfa__add_sinks_kernel, (rows + 7) / 8, 256, 0, stream, fn, "rows", "sink kernel launch", seqlen,
+                       heads, dv, rows, o, lse, sinks);
 }
 
 #define DFA__DSINK_THREADS 256

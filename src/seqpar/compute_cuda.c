@@ -119,7 +119,7 @@ static void cuda_merge_rows(void *ctx, int batch, int heads, int D, int n, int r
 static void cuda_add_sinks(void *ctx, int batch, int heads, int Dv, int n, float *o_acc, float *lse_acc,
                            const float *sinks) {
     cuda_ctx *c = ctx;
-    note_status(c, dfa__cuda_add_sinks(DFA_F32, batch, n, heads, Dv, o_acc, lse_acc, sinks, c->stream,
+    note_status(c, dfa__cuda_add_sinks(batch, n, heads, Dv, o_acc, lse_acc, sinks, c->stream,
                                        "dfa__compute_cuda add_sinks"));
 }
 

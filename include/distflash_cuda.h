@@ -15,10 +15,10 @@
  *    not implemented for fwd/bwd on the device: DFA_ERR_UNSUPPORTED (use the
  *    CPU calls). The merge supports all three types.
  *  - Devices: compute capability 8.0 or newer (DFA_ERR_UNSUPPORTED otherwise).
- *    On sm_90 (H100/H200), head_dim 64 and 128 run the Hopper kernels (wgmma
- *    with TMA loads, warp-specialised), and so does the forward at head_dim
- *    256; every other case runs the mma.sync kernels (any multiple of 8 up to
- *    256).
+ *    On sm_90 (H100/H200), head_dim 64, 128 and 256, and 192 with
+ *    head_dim_v 128, run the Hopper kernels (wgmma with TMA loads,
+ *    warp-specialised); every other case runs the mma.sync kernels (any
+ *    multiple of 8 up to 256).
  *  - Stream ordering: every call only enqueues work on `stream` (0 is the
  *    legacy default stream) and returns without synchronising. Inputs must be
  *    ready in stream order, and outputs are ready when the stream reaches that

@@ -3,7 +3,8 @@
  *      accumulator zeroed on the way (bwd_mma.cuh, dfa__bwd_dsum_kernel; a memset before it
  *      where the accumulator is not 16-byte aligned);
  *   2. the key-block kernel: dK, dV and, in dq modes 1 and 2, dQ added into the accumulator
- *      (bwd_ws.cuh where the Hopper kernels run, bwd_mma.cuh's dfa__bwd_kv_kernel otherwise);
+ *      (bwd_ws.cuh where the Hopper kernels run, bwd_ws_wide.cuh there at head dims 256 and
+ *      192 / 128, bwd_mma.cuh's dfa__bwd_kv_kernel otherwise);
  *   3. in dq mode 0 the dq pass (bwd_mma.cuh, dfa__bwd_dq_kernel), else the conversion of the
  *      accumulator to dq's storage type (none when dq is float32: it was its own accumulator).
  * The dq mode (dfa__bwd_dq_mode, heuristics.h) follows DFA_FLAG_DETERMINISTIC:
@@ -167,6 +168,8 @@ static const dfa__bwd_launcher dfa__bwd_kv_kernels[2][3][2][2] = {DFA__KV_KERNEL
 /* softcapped calls on the Hopper kernel (attn_bwd_softcap.cu); the mma.sync launchers take the
    softcap themselves */
 static const dfa__bwd_launcher dfa__bwd_kv_kernels_softcapped[3][2][2] = DFA__KV_KERNELS(dfa__bwd_kv_ws_softcapped, 2);
+/* head dims 256 and 192 / 128 on the Hopper kernels, softcapped or not (attn_bwd_wide.cu) */
+static const dfa__bwd_launcher dfa__bwd_kv_kernels_wide[3][2][2] = DFA__KV_KERNELS(dfa__bwd_kv_wide, 2);
 #undef DFA__KV_KERNELS
 
 extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v,
@@ -181,7 +184,9 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
     const int all16 = dfa__bwd_all_keys_16bit(s, dq_mode, dkv16);
     return dfa__cuda_bwd_with(s, q, k, v, o, lse, dout, dq, all16 ? dkv16->dk : dk, all16 ? dkv16->dv : dv, scratch,
                               all16 ? NULL : dkv16,
-                              wgmma && s->softcap > 0.0f
+                              wgmma && dfa__bwd_wide_for(s->head_dim, s->head_dim_v)
+                                  ? dfa__bwd_kv_kernels_wide[dq_mode][s->bf16 != 0][s->out_f32 && !all16]
+                              : wgmma && s->softcap > 0.0f
                                   ? dfa__bwd_kv_kernels_softcapped[dq_mode][s->bf16 != 0][s->out_f32 && !all16]
                                   : dfa__bwd_kv_kernels[wgmma][dq_mode][s->bf16 != 0][s->out_f32 && !all16],
                               dq_mode, stream, fn);

@@ -152,6 +152,35 @@ template <class K> struct dfa__bwd_softcapped : K {
     static constexpr bool SOFTCAP = true;
 };
 
+/* The Hopper backward for the wide head dims (bwd_ws_wide.cuh): 256, and 192 with a value head
+ * dim of 128. A CTA owns 64 keys; its two consumers split the columns of dK, dV and dQ in
+ * 64-column blocks, consumer 0 taking the first KN0, VN0 and QN0 and consumer 1 the rest. At
+ * 192 / 128 the five blocks of dK and dV do not halve: consumer 0 takes 2 + 1 and consumer 1
+ * 1 + 1, and dQ's three the other way round (1 and 2), so that both run as many product columns
+ * per block (256).
+ *   STAGES    Q and dO blocks in flight: 2 at 192 / 128; 1 at 256, where a second would not fit
+ *             shared memory beside K, V and the float32 dQ staging tile
+ *   MASKED    as dfa__bwd_ws_config's (the element test always reads the mask's intervals)
+ *   FAST_EXP  P recomputed with ex2.approx.ftz alone
+ *   DEFER_SDP the next block's S^T and dP^T go in behind this block's dV, dK and dQ, under which
+ *             the dQ tile is staged: at 192 / 128 (two stages, and registers for both S^T and dP^T
+ *             beside dQ), not at 256 (one stage: the next Q lands after this block's dK)
+ *   SOFTCAP   S^T capped before P; false here, dfa__bwd_softcapped<K> for softcapped calls (at
+ *             256: a value head dim of its own takes no softcap) */
+template <int D, int DV, bool M> struct dfa__bwd_wide_config;
+template <bool M> struct dfa__bwd_wide_config<256, 256, M> {
+    static constexpr int D = 256, DV = 256, STAGES = 1, KN0 = 128, VN0 = 128, QN0 = 128;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_SDP = false;
+};
+template <bool M> struct dfa__bwd_wide_config<192, 128, M> {
+    static constexpr int D = 192, DV = 128, STAGES = 2, KN0 = 128, VN0 = 64, QN0 = 64;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_SDP = true;
+};
+/* Whether a call's head dims take the wide Hopper backward (where the Hopper kernels run). */
+static inline bool dfa__bwd_wide_for(int head_dim, int head_dim_v) {
+    return (head_dim == 256 && head_dim_v == 256) || (head_dim == 192 && head_dim_v == 128);
+}
+
 /* CTAs per key tile for the Hopper kernel's float32 instances that add dq as it comes (bwd_ws.cuh
    QSPLIT). A grid of fewer key tiles than SMs (the sequence-parallel executor's narrow blocks: a
    document's tail against the next chunk's rows, a few key tiles per kv head, each CTA walking
@@ -209,15 +238,13 @@ static inline bool dfa__bwd_tma_dkv_for(long long rows) {
  * Which family runs a pass, and how the backward computes dq. */
 
 /* The Hopper kernels run a pass on sm_90 (their sm_90a code: wgmma, TMA, setmaxnreg, runs there
-   only) at the head dims they are built for: 64 and 128, and in the forward 256 and 192 with a
-   value head dim of 128 (the backward's dK, dV accumulators of 256 or 192 + 128 columns do not
-   fit its consumers' registers), with or without a softcap (dfa__cuda_pick_family). Elsewhere the
-   mma.sync kernels run (sm_80 on, any head dim, and the value head dims of dfa__mma_v_pair_for).
-   backward: 0 the forward, 1 the backward. */
-static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int head_dim_v, int backward) {
+   only) at the head dims they are built for, forward and backward: 64, 128 and 256, and 192 with
+   a value head dim of 128, with or without a softcap (dfa__cuda_pick_family). Elsewhere the
+   mma.sync kernels run (sm_80 on, any head dim, and the value head dims of dfa__mma_v_pair_for). */
+static inline bool dfa__hopper_kernels_for(int cc, int head_dim, int head_dim_v) {
     if (cc != 90) return false;
-    if (head_dim_v != head_dim) return !backward && head_dim == 192 && head_dim_v == 128;
-    return head_dim == 64 || head_dim == 128 || (!backward && head_dim == 256);
+    if (head_dim_v != head_dim) return head_dim == 192 && head_dim_v == 128;
+    return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
 /* How the backward computes dq: 0 a dq pass after the key-block kernel, 1 the key-block kernel

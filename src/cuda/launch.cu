@@ -109,14 +109,15 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
        forward's 192 / 128 (heuristics.h) */
     if (s->head_dim_v != s->head_dim && (st = dfa__cuda_check_head_dim_v(s->head_dim, s->head_dim_v, fn))) return st;
     if ((st = dfa__cuda_check_softcap(s->softcap, s->head_dim, s->head_dim_v, fn))) return st;
-    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, s->head_dim_v, backward);
+    (void)backward; /* both passes have Hopper kernels at the same head dims */
+    const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, s->head_dim_v);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok && s->head_dim_v != s->head_dim)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs d->head_dim_v = d->head_dim%s (here %d and %d)",
-                         backward ? "backward" : "forward", backward ? "" : ", or head dims 192 / 128, on sm_90",
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn,
+                         "the wgmma kernels need d->head_dim_v = d->head_dim, or head dims 192 / 128, on sm_90 (here "
+                         "%d and %d)",
                          s->head_dim_v, s->head_dim);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok)
-        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma %s needs an sm_90 device and head_dim 64 or 128%s",
-                         backward ? "backward" : "forward", backward ? "" : " or 256");
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the wgmma kernels need an sm_90 device and head_dim 64, 128 or 256");
     *wgmma = family == DFA__FAMILY_WGMMA || (family == DFA__FAMILY_AUTO && wgmma_ok);
     return DFA_OK;
 }

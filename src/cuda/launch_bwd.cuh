@@ -9,6 +9,7 @@
 
 #include "bwd_mma.cuh"
 #include "bwd_ws.cuh"
+#include "bwd_ws_wide.cuh"
 #include "heuristics.h"
 #include "launch.cuh"
 #include "tmap.h"
@@ -151,6 +152,57 @@ static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16
 template <int DQ_MODE, int BF16, int OUT32>
 dfa_status dfa__bwd_kv_ws_softcapped(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn);
+
+/* The wide Hopper key-block kernel of configuration K (bwd_ws_wide.cuh, heuristics.h) with its
+   tensor maps: Q and K head_dim wide, V and dO head_dim_v wide. */
+template <class K, int DQ_MODE, int BF16, int OUT32>
+static dfa_status dfa__launch_bwd_wide(const dfa__bwd_params &p_in, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                       const char *fn) {
+    typedef dfa__bwd_wide_layout<K::D, K::DV, K::STAGES> C;
+    const long long ctas = (long long)((p_in.sh.seqlen_k + C::BN - 1) / C::BN) * p_in.sh.batch * p_in.sh.num_kv_heads;
+    dfa__bwd_params p = p_in;
+    p.kv_sections = dfa__bwd_sections_for(&p.sh, DQ_MODE);
+    p.qsplit = 1;
+    CUtensorMap tq, tk, tv, tdo, tdq;
+    memset(&tdq, 0, sizeof tdq); /* not read without dQ in the kernel */
+    if (!dfa__tmap(&tq, p.q, BF16, K::D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
+        !dfa__tmap(&tdo, p.dout, BF16, K::DV, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM) ||
+        !dfa__tmap(&tk, p.k, BF16, K::D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        !dfa__tmap(&tv, p.v, BF16, K::DV, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, K::D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, C::BM)))
+        return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
+    return dfa__launch(dfa__bwd_wide_kernel<K, DQ_MODE, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
+                       "backward key-block kernel launch", tq, tk, tv, tdo, tdq, p, dkv16);
+}
+
+/* The wide Hopper key-block kernel at head dims (D, DV): masked calls take the masked
+   configuration, softcapped calls (D = DV) its softcapped form; DQ_MODE as in dfa__bwd_ws_of. */
+template <int D, int DV, int DQ_MODE, int BF16, int OUT32>
+static dfa_status dfa__bwd_wide_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                   const char *fn) {
+    typedef dfa__bwd_wide_config<D, DV, true> M;
+    typedef dfa__bwd_wide_config<D, DV, false> P;
+    if constexpr (D == DV)
+        if (p.sh.softcap > 0.0f) {
+            if constexpr (DQ_MODE != 2)
+                if (p.sh.masked) return dfa__launch_bwd_wide<dfa__bwd_softcapped<M>, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+            if constexpr (DQ_MODE != 0)
+                return dfa__launch_bwd_wide<dfa__bwd_softcapped<P>, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+        }
+    if (p.sh.softcap > 0.0f && D != DV) return dfa__cuda_check_softcap(p.sh.softcap, D, DV, fn);
+    if constexpr (DQ_MODE != 2)
+        if (p.sh.masked) return dfa__launch_bwd_wide<M, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+    if constexpr (DQ_MODE == 0)
+        return dfa__fail(DFA_ERR_INTERNAL, fn, "the Hopper backward without dq for a call without a mask");
+    else
+        return dfa__launch_bwd_wide<P, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+}
+
+/* The wide Hopper key-block kernel (head dims 256, and 192 / 128: dfa__bwd_wide_for), defined in
+   attn_bwd_wide.cu for every dq mode, element type and output type (a translation unit of its
+   own, which builds beside attn_bwd.cu). */
+template <int DQ_MODE, int BF16, int OUT32>
+dfa_status dfa__bwd_kv_wide(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st, const char *fn);
 
 /* The deterministic dq pass (mma.sync), any head dim, and the value head dims of their own of
    dfa__mma_v_pair_for. */

@@ -3,8 +3,8 @@
  * 128, 1000, 4097; causal masks with offsets (rows that see nothing included);
  * GQA/MQA; every head-dim class; value head dims of their own (192/128, 128/64 and dims
  * padded into those pairs; masks too); bf16 and f16; every forward kernel the device
- * has (mma.sync everywhere; wgmma on sm_90 for head dims 64/128, and 256 and 192/128 in the
- * forward), forward and backward; atomic and deterministic dq. Tolerance: twice the error of a naive
+ * has (mma.sync everywhere; wgmma on sm_90 for head dims 64, 128, 256 and 192/128),
+ * forward and backward; atomic and deterministic dq. Tolerance: twice the error of a naive
  * same-precision computation plus a small absolute term (as tests/cpu).
  * The internal launchers' float32 outputs (out_f32 = 1, for the sequence-parallel
  * executor) on the same cases: at least as accurate as the 16-bit results, which
@@ -352,12 +352,12 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     void *od = dev_alloc((size_t)no * es);
     float *ld = dev_alloc(4 * (size_t)nl);
 
-    /* the Hopper kernels: forward at head dims 64, 128, 256 and 192 / 128, backward at 64 and 128
-       (else the mma.sync kernels, on sm_90 too) */
-    const int wgmma_ok = cc == 90 && Dv == d->head_dim && (d->head_dim == 64 || d->head_dim == 128);
-    const int wgmma_fwd_ok = wgmma_ok || (cc == 90 && ((Dv == d->head_dim && d->head_dim == 256) ||
-                                                      (d->head_dim == 192 && Dv == 128)));
-    const int wgmma_bwd_ok = wgmma_ok;
+    /* the Hopper kernels at head dims 64, 128, 256 and 192 / 128, forward and backward (else the
+       mma.sync kernels, on sm_90 too) */
+    const int wgmma_ok = cc == 90 && ((Dv == d->head_dim && (d->head_dim == 64 || d->head_dim == 128 ||
+                                                             d->head_dim == 256)) ||
+                                      (d->head_dim == 192 && Dv == 128));
+    const int wgmma_fwd_ok = wgmma_ok, wgmma_bwd_ok = wgmma_ok;
     const char *kernels[2] = {"mma", "wgmma"};
     for (int kern = 0; kern < 1 + wgmma_fwd_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;

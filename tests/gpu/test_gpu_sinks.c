@@ -117,7 +117,7 @@ static void check_sinks_case(const scase *c) {
     float *lse = malloc(4 * (size_t)nl);
 
     const int wgmma_fwd = cc == 90 && (d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256);
-    const int wgmma_bwd = cc == 90 && (d.head_dim == 64 || d.head_dim == 128);
+    const int wgmma_bwd = wgmma_fwd;
     static const char *names[2] = {"mma", "wgmma"};
     static const int fams[2] = {DFA__FAMILY_MMA, DFA__FAMILY_WGMMA};
     for (int kern = 0; kern < 1 + wgmma_fwd; kern++) {

@@ -22,6 +22,8 @@
  * and whose warp 1 adds each dQ tile into the float32 accumulator by TMA reduce-adds from one
  * staging tile both consumers fill (in key-block order with DQ_MODE 2); two consumer warpgroups
  * (setmaxnreg 240) running the products above. DQ_MODE 0 computes no dQ (a dq pass follows).
+ * With K::DEFER_SDP the next block's S^T and dP^T are issued behind this block's dV, dK and dQ,
+ * and this block's dQ tile is staged while they run.
  *
  * Shared memory: K (BN x D), V (BN x DV), the ring of Q (BM x D) and dO (BM x DV), two P^T and
  * two dS^T buffers (BN x BM), the dQ staging tile (BM x D float32 as D / 32 boxes of 32 floats x

@@ -22,8 +22,8 @@
  * and whose warp 1 adds each dQ tile into the float32 accumulator by TMA reduce-adds from one
  * staging tile both consumers fill (in key-block order with DQ_MODE 2); two consumer warpgroups
  * (setmaxnreg 240) running the products above. DQ_MODE 0 computes no dQ (a dq pass follows).
- * With K::DEFER_SDP the next block's S^T and dP^T are issued behind this block's dV, dK and dQ,
- * and this block's dQ tile is staged while they run.
+ * With K::DEFER_DQ block j's dQ product goes in with block j + 1's S^T and dP^T, under which its
+ * tile is staged.
  *
  * Shared memory: K (BN x D), V (BN x DV), the ring of Q (BM x D) and dO (BM x DV), two P^T and
  * two dS^T buffers (BN x BM), the dQ staging tile (BM x D float32 as D / 32 boxes of 32 floats x
@@ -191,35 +191,73 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < KN / 2; i++) dk[i] = 0.0f;
 #pragma unroll
         for (int i = 0; i < VN / 2; i++) dv[i] = 0.0f;
-        float st[16], dp[16];
-        /* S^T and dP^T of block it, as two wgmma groups, once its Q and dO have landed */
-        auto issue_sdp = [&](const int it) {
-            const int s = it % STAGES;
-            dfa__mbar_wait(FULL(s), (uint32_t)(it / STAGES) & 1u);
-            const uint32_t q_lo = dfa__wgmma_desc_lo(sQ + s * C::QBYTES + R0 * 128, 16);
-            const uint32_t o_lo = dfa__wgmma_desc_lo(sO + s * C::OBYTES + R0 * 128, 16);
+        constexpr int QN = CI ? D - K::QN0 : K::QN0, QC0 = CI ? K::QN0 : 0; /* dQ's columns */
+        float dq[DQ_ATOMIC ? QN / 2 : 1];
+        (void)dq;
+        /* dQ of block J = dS K, this consumer's columns: block J's dS^T read MN-major as dS, K's
+           64-column blocks BN * 128 bytes apart (one wgmma group) */
+        auto issue_dq = [&](const int J) {
+            const uint32_t ds_lo = dfa__wgmma_desc_lo(sS + (J & 1) * C::PBYTES, 16);
+            const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + (QC0 / 64) * BN * 128, QN > 64 ? BN * 128 : 16);
             dfa__wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                dfa__wgmma_ss<32, BF16>(st, dfa__wgmma_desc_at(k_lo, (kk / 4) * BN * 128 + (kk % 4) * 32),
-                                        dfa__wgmma_desc_at(q_lo, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
-            dfa__wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < DV / 16; kk++)
-                dfa__wgmma_ss<32, BF16>(dp, dfa__wgmma_desc_at(v_lo, (kk / 4) * BN * 128 + (kk % 4) * 32),
-                                        dfa__wgmma_desc_at(o_lo, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
+            for (int kk = 0; kk < BN / 16; kk++)
+                dfa__wgmma_ss_tt<QN, BF16>(dq, dfa__wgmma_desc_at(ds_lo, kk * 16 * 128),
+                                           dfa__wgmma_desc_at(kq_lo, kk * 16 * 128), kk > 0);
             dfa__wgmma_commit();
         };
-        /* One block. NEXT (DEFER_SDP, every block but the last): the next block's S^T and dP^T go
-           in behind this block's dV, dK and dQ, so that the tensor pipe does not drain while this
-           block's dQ tile is staged (no wgmma under a data-dependent branch: ptxas would
-           serialise them, hence a copy of the step per case) */
-        auto step = [&](const int it, auto next_tag) {
-            constexpr bool NEXT = decltype(next_tag)::value != 0;
+        /* block J's dQ tile (its product retired), scaled, into the staging tile for the writer */
+        auto stage_dq = [&](const int J) {
+#pragma unroll
+            for (int i = 0; i < QN / 2; i++) dfa__reg_fence(dq[i]);
+            /* the staging tile is free once the writer has read the previous block's */
+            if (J > 0) dfa__mbar_wait(DQ_EMPTY, (uint32_t)(J - 1) & 1u);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = key0 + 8 * r; /* the accumulator's rows: warp * 16 + g (+ 8) */
+#pragma unroll
+                for (int i = 0; i < QN / 8; i++) {
+                    const int col = QC0 + 8 * i + 2 * t, box = col >> 5, cc = col & 31;
+                    const uint32_t a = sDQ + box * BM * 128 + row * 128 + ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(dq[4 * i + 2 * r] * p.sh.scale),
+                                 "f"(dq[4 * i + 2 * r + 1] * p.sh.scale)
+                                 : "memory");
+                }
+            }
+            dfa__fence_proxy_async();
+            dfa__mbar_arrive(DQ_FULL);
+        };
+        /* One block. DEFER (DEFER_DQ, dQ computed): block it - 1's dQ product goes in first (at
+           it = 0 a product on the unwritten buffer whose result is dropped: a wgmma under a
+           data-dependent branch makes ptxas serialise them), then this block's S^T and dP^T,
+           under which block it - 1's dQ tile is staged; nothing is in flight across blocks.
+           Otherwise dQ goes in right behind dV and dK and is staged after them. */
+        constexpr bool DEFER = K::DEFER_DQ && DQ_ATOMIC;
+        for (int it = 0; it < total; it++) {
             const int s = it % STAGES, m0 = (mb_begin + it % nmb) * BM, buf = it & 1;
             const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::OBYTES;
             const float *ld = sLD + s * 2 * BM;
-            if (!K::DEFER_SDP) issue_sdp(it);
+            float st[16], dp[16];
+            if constexpr (DEFER) issue_dq(it - 1);
+            dfa__mbar_wait(FULL(s), (uint32_t)(it / STAGES) & 1u);
+            {
+                const uint32_t q_lo = dfa__wgmma_desc_lo(q_s + R0 * 128, 16), o_lo = dfa__wgmma_desc_lo(o_s + R0 * 128, 16);
+                dfa__wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    dfa__wgmma_ss<32, BF16>(st, dfa__wgmma_desc_at(k_lo, (kk / 4) * BN * 128 + (kk % 4) * 32),
+                                            dfa__wgmma_desc_at(q_lo, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
+                dfa__wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < DV / 16; kk++)
+                    dfa__wgmma_ss<32, BF16>(dp, dfa__wgmma_desc_at(v_lo, (kk / 4) * BN * 128 + (kk % 4) * 32),
+                                            dfa__wgmma_desc_at(o_lo, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
+                dfa__wgmma_commit();
+            }
+            if constexpr (DEFER) {
+                dfa__wgmma_wait<2>(); /* block it - 1's dQ, not S^T and dP^T */
+                if (it > 0) stage_dq(it - 1);
+            }
             float th[K::SOFTCAP ? 16 : 1]; /* SOFTCAP: each score's tanh, for dS's factor */
             (void)th;
             const bool need_mask = n0 + BN > p.sh.seqlen_k || MASKED ||
@@ -284,62 +322,19 @@ __global__ void __launch_bounds__(384, 1)
             for (int kk = 0; kk < BM / 16; kk++)
                 dfa__wgmma_ss_tb<KN, BF16>(dk, dfa__wgmma_desc_at(ds_lo, kk * 32), dfa__wgmma_desc_at(qk_lo, kk * 16 * 128), 1);
             dfa__wgmma_commit();
-            if constexpr (DQ_ATOMIC != 0) {
-                /* dQ = dS K, this consumer's columns: dS^T read MN-major as dS, K's 64-column blocks
-                   BN * 128 bytes apart */
-                constexpr int QN = CI ? D - K::QN0 : K::QN0, QC0 = CI ? K::QN0 : 0;
-                float dq[QN / 2];
-                const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + (QC0 / 64) * BN * 128, QN > 64 ? BN * 128 : 16);
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    dfa__wgmma_ss_tt<QN, BF16>(dq, dfa__wgmma_desc_at(ds_lo, kk * 16 * 128),
-                                               dfa__wgmma_desc_at(kq_lo, kk * 16 * 128), kk > 0);
-                dfa__wgmma_commit();
-                if constexpr (NEXT) {
-                    issue_sdp(it + 1);
-                    dfa__wgmma_wait<2>(); /* dV, dK and dQ: not the next block's S^T, dP^T */
-                } else {
-                    dfa__wgmma_wait<0>();
-                }
-#pragma unroll
-                for (int i = 0; i < QN / 2; i++) dfa__reg_fence(dq[i]);
-                dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse2 and D of this stage are no longer read */
-                /* the staging tile is free once the writer has read the previous block's */
-                if (it > 0) dfa__mbar_wait(DQ_EMPTY, (uint32_t)(it - 1) & 1u);
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = key0 + 8 * r; /* the accumulator's rows: warp * 16 + g (+ 8) */
-#pragma unroll
-                    for (int i = 0; i < QN / 8; i++) {
-                        const int col = QC0 + 8 * i + 2 * t, box = col >> 5, cc = col & 31;
-                        const uint32_t a = sDQ + box * BM * 128 + row * 128 + ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;
-                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(dq[4 * i + 2 * r] * p.sh.scale),
-                                     "f"(dq[4 * i + 2 * r + 1] * p.sh.scale)
-                                     : "memory");
-                    }
-                }
-                dfa__fence_proxy_async();
-                dfa__mbar_arrive(DQ_FULL);
-            } else {
-                if constexpr (NEXT) {
-                    issue_sdp(it + 1);
-                    dfa__wgmma_wait<2>();
-                } else {
-                    dfa__wgmma_wait<0>();
-                }
-                dfa__mbar_arrive(EMPTY(s));
-            }
+            if constexpr (DQ_ATOMIC != 0 && !DEFER) issue_dq(it);
+            dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < KN / 2; i++) dfa__reg_fence(dk[i]);
 #pragma unroll
             for (int i = 0; i < VN / 2; i++) dfa__reg_fence(dv[i]);
-        };
-        if (K::DEFER_SDP) {
-            if (total > 0) issue_sdp(0);
-            for (int it = 0; it + 1 < total; it++) step(it, dfa__ctag<1>());
-            if (total > 0) step(total - 1, dfa__ctag<0>());
-        } else {
-            for (int it = 0; it < total; it++) step(it, dfa__ctag<0>());
+            dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse2 and D of this stage are no longer read */
+            if constexpr (DQ_ATOMIC != 0 && !DEFER) stage_dq(it);
+        }
+        if constexpr (DEFER) { /* the last block's dQ (none: a dropped product, as at it = 0) */
+            issue_dq(total - 1);
+            dfa__wgmma_wait<0>();
+            if (total > 0) stage_dq(total - 1);
         }
 
         /* ---- the epilogue: this consumer's columns of dK (scaled) and dV ---- */

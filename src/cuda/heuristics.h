@@ -162,19 +162,20 @@ template <class K> struct dfa__bwd_softcapped : K {
  *             shared memory beside K, V and the float32 dQ staging tile
  *   MASKED    as dfa__bwd_ws_config's (the element test always reads the mask's intervals)
  *   FAST_EXP  P recomputed with ex2.approx.ftz alone
- *   DEFER_SDP the next block's S^T and dP^T go in behind this block's dV, dK and dQ, under which
- *             the dQ tile is staged: at 192 / 128 (two stages, and registers for both S^T and dP^T
- *             beside dQ), not at 256 (one stage: the next Q lands after this block's dK)
+ *   DEFER_DQ  block j's dQ product goes in with block j + 1's S^T and dP^T, under which its tile
+ *             is staged for the dQ writer: at 192 / 128 (two stages, and registers for dQ beside
+ *             S^T and dP^T); at 256 dQ goes in right behind dV and dK (one stage: the next Q lands
+ *             only after this block's dK)
  *   SOFTCAP   S^T capped before P; false here, dfa__bwd_softcapped<K> for softcapped calls (at
  *             256: a value head dim of its own takes no softcap) */
 template <int D, int DV, bool M> struct dfa__bwd_wide_config;
 template <bool M> struct dfa__bwd_wide_config<256, 256, M> {
     static constexpr int D = 256, DV = 256, STAGES = 1, KN0 = 128, VN0 = 128, QN0 = 128;
-    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_SDP = false;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = false;
 };
 template <bool M> struct dfa__bwd_wide_config<192, 128, M> {
     static constexpr int D = 192, DV = 128, STAGES = 2, KN0 = 128, VN0 = 64, QN0 = 64;
-    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_SDP = true;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = true;
 };
 /* Whether a call's head dims take the wide Hopper backward (where the Hopper kernels run). */
 static inline bool dfa__bwd_wide_for(int head_dim, int head_dim_v) {

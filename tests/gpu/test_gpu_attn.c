@@ -545,6 +545,10 @@ static const shape small_cases[] = {
     {1, 21, 21, 2, 1, 128, DFA_F16, 0, 0, 0, 1, 64, 0},
     {1, 33, 70, 4, 2, 128, DFA_BF16, 1, 37, 0, 1, 0, 2.0f},
     {1, 25, 25, 3, 1, 64, DFA_F16, 0, 0, 0, 1, 0, 5.0f},
+    /* walks of several key and query blocks at the wide head dims (64-key blocks), GQA */
+    {1, 200, 260, 4, 2, 192, DFA_F16, 1, 60, 0, 1, 128, 0},
+    {1, 150, 150, 4, 2, 256, DFA_BF16, 1, 0, 0, 1, 0, 0},
+    {1, 130, 140, 2, 1, 256, DFA_F16, 0, 0, 0, 1, 0, 3.0f},
 };
 
 static const shape cases[] = {

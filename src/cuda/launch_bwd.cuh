@@ -141,6 +141,9 @@ template <int DQ_MODE, int BF16, int OUT32, class P64 = dfa__bwd_ws_config<64, f
           class M128 = dfa__bwd_ws_config<128, true>>
 static dfa_status dfa__bwd_kv_ws(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                  const char *fn) {
+    if (p.sh.head_dim_v != p.sh.head_dim || (p.sh.head_dim != 64 && p.sh.head_dim != 128))
+        return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "the 128-key Hopper backward at head dims %d / %d (it takes 64 and 128)",
+                         p.sh.head_dim, p.sh.head_dim_v);
     if (p.sh.head_dim == 64) return dfa__bwd_ws_of<P64, M64, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
     return dfa__bwd_ws_of<P128, M128, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
 }

@@ -73,6 +73,32 @@ static __device__ __forceinline__ void dfa__sem_post(int *sem) {
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
 }
 
+/* A query block's base-2 lse and D into shared memory beside its Q and dO (ld: lse2[BM] then
+   D[BM]), by the loading warp's lanes: rows past the end get lse2 = +inf, so they see nothing. */
+template <int BM>
+static __device__ __forceinline__ void dfa__bwd_copy_lse_d(float *ld, const dfa__bwd_params &p, int b, int h, int m0,
+                                                           int lane) {
+    const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
+    for (int i = lane; i < BM; i += 32) {
+        const int q = m0 + i;
+        ld[i] = q < p.sh.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY;
+        ld[BM + i] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
+    }
+}
+
+/* In-order dQ: how many tiles query block mi (BM rows) takes before key block nb (of nn, BN keys)
+   adds its own: the key blocks that add into mi are 0 .. last, and the higher go first. */
+template <int BM, int BN>
+static __device__ __forceinline__ int dfa__inorder_dq_turn(const dfa__cuda_shape &sh, int mi, int nn, int nb) {
+    int last = nn - 1;
+    if (sh.causal) {
+        const long long rows_end = (long long)(mi + 1) * BM < sh.seqlen_q ? (long long)(mi + 1) * BM : sh.seqlen_q;
+        const long long kmax = (rows_end - 1 + sh.offset) / BN; /* >= nb: this block adds here */
+        last = kmax < last ? (int)kmax : last;
+    }
+    return last - nb;
+}
+
 /* K: the configuration (heuristics.h). DQ_MODE: 0 no dQ here (the deterministic dq pass
    follows), 1 dQ tiles added as they come, 2 dQ tiles added in key-block order (deterministic).
    OUT32: dk, dv (and scale * dq, added into the caller's float32 dq) as float32. */
@@ -185,13 +211,7 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < total; it++) {
                 const int s = it % STAGES, h = kvh * group + (it0 + it) / nmb, m0 = (mb_begin + (it0 + it) % nmb) * BM;
                 dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
-                float *ld = sLD + s * 2 * BM;
-                const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
-                for (int i = lane; i < BM; i += 32) {
-                    const int q = m0 + i;
-                    ld[i] = q < p.sh.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY; /* rows past the end see nothing */
-                    ld[BM + i] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
-                }
+                dfa__bwd_copy_lse_d<BM>(sLD + s * 2 * BM, p, b, h, m0, lane);
                 if (lane == 0) { /* Q and dO; every other lane arrives without bytes */
                     dfa__mbar_expect_tx(FULL(s), 2 * C::QBYTES);
                     for (int cb = 0; cb < NCB; cb++) {
@@ -209,15 +229,7 @@ __global__ void __launch_bounds__(384, 1)
                 int *sem = (int *)0;
                 int order = 0;
                 if (DQ_MODE == 2) {
-                    /* the key blocks that add into query block mi are 0 .. last; the higher go first */
-                    int last = nn - 1;
-                    if (p.sh.causal) {
-                        const long long rows_end = (long long)(mi + 1) * BM < p.sh.seqlen_q ? (long long)(mi + 1) * BM
-                                                                                             : p.sh.seqlen_q;
-                        const long long kmax = (rows_end - 1 + p.sh.offset) / BN; /* >= nb: this block adds here */
-                        last = kmax < last ? (int)kmax : last;
-                    }
-                    order = last - nb_;
+                    order = dfa__inorder_dq_turn<BM, BN>(p.sh, mi, nn, nb_);
                     sem = p.dq_sem + ((long long)b * p.sh.num_heads + h) * nm + mi;
                 }
                 dfa__mbar_wait(DQ_FULL(i), (uint32_t)(it / NDQ) & 1u);

@@ -111,13 +111,7 @@ __global__ void __launch_bounds__(384, 1)
             for (int it = 0; it < total; it++) {
                 const int s = it % STAGES, h = kvh * group + it / nmb, m0 = (mb_begin + it % nmb) * BM;
                 dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
-                float *ld = sLD + s * 2 * BM;
-                const long long lrow = ((long long)b * p.sh.num_heads + h) * p.sh.seqlen_q;
-                for (int i = lane; i < BM; i += 32) {
-                    const int q = m0 + i;
-                    ld[i] = q < p.sh.seqlen_q ? __ldg(p.lse2 + lrow + q) : INFINITY; /* rows past the end see nothing */
-                    ld[BM + i] = q < p.sh.seqlen_q ? __ldg(p.dsum + lrow + q) : 0.0f;
-                }
+                dfa__bwd_copy_lse_d<BM>(sLD + s * 2 * BM, p, b, h, m0, lane);
                 if (lane == 0) {
                     dfa__mbar_expect_tx(FULL(s), C::QBYTES + C::OBYTES);
                     for (int cb = 0; cb < D / 64; cb++)
@@ -134,15 +128,8 @@ __global__ void __launch_bounds__(384, 1)
                 const int h = kvh * group + it / nmb, mi = mb_begin + it % nmb, m0 = mi * BM;
                 int *sem = (int *)0;
                 int order = 0;
-                if (DQ_MODE == 2) { /* the key blocks that add into query block mi are 0 .. last; the higher go first */
-                    int last = nn - 1;
-                    if (p.sh.causal) {
-                        const long long rows_end = (long long)(mi + 1) * BM < p.sh.seqlen_q ? (long long)(mi + 1) * BM
-                                                                                             : p.sh.seqlen_q;
-                        const long long kmax = (rows_end - 1 + p.sh.offset) / BN;
-                        last = kmax < last ? (int)kmax : last;
-                    }
-                    order = last - nb_;
+                if (DQ_MODE == 2) {
+                    order = dfa__inorder_dq_turn<BM, BN>(p.sh, mi, nn, nb_);
                     sem = p.dq_sem + ((long long)b * p.sh.num_heads + h) * nm + mi;
                 }
                 dfa__mbar_wait(DQ_FULL, (uint32_t)it & 1u);

@@ -163,7 +163,7 @@ static dfa_status lab_fwd_shape(const lab_row *r, const dfa__cuda_shape &s, cons
                                 const void *v, void *o, float *lse, cudaStream_t stream) {
     static const char fn[] = "lab_fwd";
     int wgmma = 0;
-    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, 0, &wgmma, fn);
+    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, &wgmma, fn);
     if (st) return st;
     const int l2 = dfa__cuda_device_attr(cudaDevAttrL2CacheSize, fn, &st);
     if (l2 < 0) return st;
@@ -195,7 +195,7 @@ extern "C" dfa_status lab_bwd(int i, const dfa_attn_desc *d, const void *q, cons
     const lab_row *r = &rows[i];
     dfa__cuda_shape s = dfa__cuda_shape_of(d);
     int wgmma = 0;
-    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, 1, &wgmma, fn);
+    dfa_status st = dfa__cuda_pick_family(&s, DFA__FAMILY_WGMMA, &wgmma, fn);
     if (st) return st;
     if ((r->kv_dq == 1) != !(s.flags & DFA_FLAG_DETERMINISTIC))
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn, "row \"%s\" does not take this dq path", r->v.name);

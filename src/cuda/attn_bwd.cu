@@ -50,7 +50,7 @@ static size_t dfa__bwd_scratch_for(const dfa__cuda_shape *s, int dq_mode, size_t
    scratch): the call itself then reports the error. */
 extern "C" size_t dfa__cuda_bwd_scratch(const dfa__cuda_shape *s) {
     int wgmma = 0;
-    if (dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 1, &wgmma, "dfa__cuda_bwd_scratch") != DFA_OK)
+    if (dfa__cuda_pick_family(s, dfa__cuda_forced_family(), &wgmma, "dfa__cuda_bwd_scratch") != DFA_OK)
         wgmma = 1;
     size_t a, b;
     return dfa__bwd_scratch_for(s, dfa__bwd_dq_mode(s, wgmma), &a, &b);
@@ -177,7 +177,7 @@ extern "C" dfa_status dfa__cuda_bwd(const dfa__cuda_shape *s, const void *q, con
                                     void *scratch, const dfa__cuda_dkv16 *dkv16, cudaStream_t stream,
                                     const char *fn) {
     int wgmma = 0;
-    const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 1, &wgmma, fn);
+    const dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), &wgmma, fn);
     if (st) return st;
     const int dq_mode = dfa__bwd_dq_mode(s, wgmma);
     /* every key handed to 16-bit outputs: the 16-bit kernel itself (heuristics.h) */

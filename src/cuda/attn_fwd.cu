@@ -13,7 +13,7 @@ static const dfa__fwd_launcher dfa__fwd_kernels[2][2][2] = {
 extern "C" dfa_status dfa__cuda_fwd(const dfa__cuda_shape *s, const void *q, const void *k, const void *v, void *o,
                                     float *lse, cudaStream_t stream, const char *fn) {
     int wgmma = 0;
-    dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), 0, &wgmma, fn);
+    dfa_status st = dfa__cuda_pick_family(s, dfa__cuda_forced_family(), &wgmma, fn);
     if (st) return st;
     const int l2 = dfa__cuda_device_attr(cudaDevAttrL2CacheSize, fn, &st);
     if (l2 < 0) return st;

@@ -328,31 +328,27 @@ __global__ void __launch_bounds__(384, 1)
         const long long kstride = (long long)p.sh.num_kv_heads * p.sh.head_dim;
         const long long vstride = (long long)p.sh.num_kv_heads * p.sh.head_dim_v;
         const float dk_scale = p.sh.scale;
+        /* row r's columns into dk + kat, dv + vat (the caller's outputs, or the 16-bit ones) */
+        auto store_row = [&](auto *dkp, auto *dvp, long long kat, long long vat, int r) {
+#pragma unroll
+            for (int j = 0; j < KN / 8; j++)
+                dfa__store2<BF16>(dkp + kat + KC0 + 8 * j + 2 * t, dk[4 * j + 2 * r] * dk_scale,
+                                  dk[4 * j + 2 * r + 1] * dk_scale);
+#pragma unroll
+            for (int j = 0; j < VN / 8; j++)
+                dfa__store2<BF16>(dvp + vat + VC0 + 8 * j + 2 * t, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        };
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int key = n0 + key0 + 8 * r;
             if (key >= p.sh.seqlen_k) continue;
             const long long kat = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
             const long long vat = ((long long)b * p.sh.seqlen_k + key) * vstride + (long long)kvh * p.sh.head_dim_v;
-            if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
-                if ((unsigned)(key - dkv16.from) < (unsigned)(dkv16.to - dkv16.from)) {
-#pragma unroll
-                    for (int j = 0; j < KN / 8; j++)
-                        dfa__store2<BF16>((uint16_t *)dkv16.dk + kat + KC0 + 8 * j + 2 * t, dk[4 * j + 2 * r] * dk_scale,
-                                          dk[4 * j + 2 * r + 1] * dk_scale);
-#pragma unroll
-                    for (int j = 0; j < VN / 8; j++)
-                        dfa__store2<BF16>((uint16_t *)dkv16.dv + vat + VC0 + 8 * j + 2 * t, dv[4 * j + 2 * r],
-                                          dv[4 * j + 2 * r + 1]);
-                    continue;
-                }
-#pragma unroll
-            for (int j = 0; j < KN / 8; j++)
-                dfa__store2<BF16>((OutT *)p.dk + kat + KC0 + 8 * j + 2 * t, dk[4 * j + 2 * r] * dk_scale,
-                                  dk[4 * j + 2 * r + 1] * dk_scale);
-#pragma unroll
-            for (int j = 0; j < VN / 8; j++)
-                dfa__store2<BF16>((OutT *)p.dv + vat + VC0 + 8 * j + 2 * t, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+            /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
+            if (OUT32 != 0 && (unsigned)(key - dkv16.from) < (unsigned)(dkv16.to - dkv16.from))
+                store_row((uint16_t *)dkv16.dk, (uint16_t *)dkv16.dv, kat, vat, r);
+            else
+                store_row((OutT *)p.dk, (OutT *)p.dv, kat, vat, r);
         }
     };
     if (c == 0)

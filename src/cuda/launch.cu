@@ -97,8 +97,7 @@ extern "C" dfa_status dfa__cuda_check_softcap(float softcap, int head_dim, int h
                      (double)softcap, head_dim_v, head_dim);
 }
 
-extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma,
-                                            const char *fn) {
+extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int *wgmma, const char *fn) {
     dfa_status st = DFA_OK;
     const int cc = dfa__cuda_device_cc(fn, &st);
     if (cc < 0) return st;
@@ -109,7 +108,6 @@ extern "C" dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family
        forward's 192 / 128 (heuristics.h) */
     if (s->head_dim_v != s->head_dim && (st = dfa__cuda_check_head_dim_v(s->head_dim, s->head_dim_v, fn))) return st;
     if ((st = dfa__cuda_check_softcap(s->softcap, s->head_dim, s->head_dim_v, fn))) return st;
-    (void)backward; /* both passes have Hopper kernels at the same head dims */
     const int wgmma_ok = dfa__hopper_kernels_for(cc, s->head_dim, s->head_dim_v);
     if (family == DFA__FAMILY_WGMMA && !wgmma_ok && s->head_dim_v != s->head_dim)
         return dfa__fail(DFA_ERR_UNSUPPORTED, fn,

@@ -183,12 +183,13 @@ int dfa__cuda_forced_bwd_sections(void);
 void dfa__cuda_force_bwd_dkv_tma(int mode);
 int dfa__cuda_forced_bwd_dkv_tma(void);
 
-/* The family a pass uses: `family` (AUTO, MMA, WGMMA) resolved for the shape on the current
-   device into *wgmma (1: Hopper kernels: sm_90 and head dims 64 and 128, and 256 in the
-   forward, with head_dim_v = head_dim). Fails (status recorded) when the device is older than
-   sm_80, when the value head dim is not one the kernels take (dfa__cuda_check_head_dim_v), or
-   when WGMMA is asked for where it cannot run. backward: 0 the forward, 1 the backward. */
-dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int backward, int *wgmma, const char *fn);
+/* The family a pass (forward or backward: both have Hopper kernels at the same head dims) uses:
+   `family` (AUTO, MMA, WGMMA) resolved for the shape on the current device into *wgmma (1: Hopper
+   kernels: sm_90 and head dims 64, 128 and 256 with head_dim_v = head_dim, or 192 / 128; see
+   dfa__hopper_kernels_for). Fails (status recorded) when the device is older than sm_80, when the
+   value head dim is not one the kernels take (dfa__cuda_check_head_dim_v), or when WGMMA is
+   asked for where it cannot run. */
+dfa_status dfa__cuda_pick_family(const dfa__cuda_shape *s, int family, int *wgmma, const char *fn);
 
 /* A value head dim of its own (head_dim_v != head_dim, both resolved) runs on the mma.sync
    kernels at the (head_dim, head_dim_v) pairs they are built for (heuristics.h,

@@ -357,9 +357,8 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
     const int wgmma_ok = cc == 90 && ((Dv == d->head_dim && (d->head_dim == 64 || d->head_dim == 128 ||
                                                              d->head_dim == 256)) ||
                                       (d->head_dim == 192 && Dv == 128));
-    const int wgmma_fwd_ok = wgmma_ok, wgmma_bwd_ok = wgmma_ok;
     const char *kernels[2] = {"mma", "wgmma"};
-    for (int kern = 0; kern < 1 + wgmma_fwd_ok; kern++) {
+    for (int kern = 0; kern < 1 + wgmma_ok; kern++) {
         if (only_kernel && strcmp(only_kernel, kernels[kern])) continue;
         dfa__cuda_force_family(families[kern]);
         for (int rep = 0; rep < 2; rep++) { /* the repeat with the caller's scratch (poisoned) */
@@ -444,7 +443,7 @@ static void check_case(const dfa_attn_desc *d, const dfa_attn_desc *dd, int with
         void *dqd = dev_alloc((size_t)nq * es), *dkd = dev_alloc((size_t)nk * es), *dvd = dev_alloc((size_t)nv * es);
         for (int run = 0; run < 4; run++) {
             const int det = run & 1, bk = run >> 1; /* dq path; backward kernel family */
-            if (bk == 1 && !wgmma_bwd_ok) continue;
+            if (bk == 1 && !wgmma_ok) continue;
             if (only_kernel && strcmp(only_kernel, kernels[bk])) continue;
             dfa__cuda_force_family(families[bk]);
             dfa_attn_desc d2 = *dd;

@@ -116,11 +116,10 @@ static void check_sinks_case(const scase *c) {
     void *o = tl_alloc(t, nq), *o2 = tl_alloc(t, nq);
     float *lse = malloc(4 * (size_t)nl);
 
-    const int wgmma_fwd = cc == 90 && (d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256);
-    const int wgmma_bwd = wgmma_fwd;
+    const int wgmma = cc == 90 && (d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256);
     static const char *names[2] = {"mma", "wgmma"};
     static const int fams[2] = {DFA__FAMILY_MMA, DFA__FAMILY_WGMMA};
-    for (int kern = 0; kern < 1 + wgmma_fwd; kern++) {
+    for (int kern = 0; kern < 1 + wgmma; kern++) {
         dfa__cuda_force_family(fams[kern]);
         /* plain, lse = NULL, the caller's scratch */
         for (int rep = 0; rep < 3; rep++) {
@@ -174,7 +173,7 @@ static void check_sinks_case(const scase *c) {
     const double tol_ds = dsinks_tol(&d, dsn, gs, fdo, oref, lref);
     for (int run = 0; run < 4; run++) {
         const int det = run & 1, bk = run >> 1;
-        if (bk && !wgmma_bwd) continue;
+        if (bk && !wgmma) continue;
         dfa__cuda_force_family(fams[bk]);
         char kname[64];
         snprintf(kname, sizeof kname, "%s, %s dq", names[bk], det ? "deterministic" : "atomic");

@@ -178,27 +178,34 @@ static dfa_status dfa__launch_bwd_wide(const dfa__bwd_params &p_in, const dfa__c
                        "backward key-block kernel launch", tq, tk, tv, tdo, tdq, p, dkv16);
 }
 
-/* The wide Hopper key-block kernel at head dims (D, DV): masked calls take the masked
-   configuration, softcapped calls (D = DV) its softcapped form; DQ_MODE as in dfa__bwd_ws_of. */
-template <int D, int DV, int DQ_MODE, int BF16, int OUT32>
-static dfa_status dfa__bwd_wide_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
-                                   const char *fn) {
-    typedef dfa__bwd_wide_config<D, DV, true> M;
-    typedef dfa__bwd_wide_config<D, DV, false> P;
-    if constexpr (D == DV)
-        if (p.sh.softcap > 0.0f) {
-            if constexpr (DQ_MODE != 2)
-                if (p.sh.masked) return dfa__launch_bwd_wide<dfa__bwd_softcapped<M>, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
-            if constexpr (DQ_MODE != 0)
-                return dfa__launch_bwd_wide<dfa__bwd_softcapped<P>, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
-        }
-    if (p.sh.softcap > 0.0f && D != DV) return dfa__cuda_check_softcap(p.sh.softcap, D, DV, fn);
+/* The wide Hopper key-block kernel of configuration Masked for masked calls, Plain otherwise;
+   DQ_MODE as in dfa__bwd_ws_of. */
+template <class Plain, class Masked, int DQ_MODE, int BF16, int OUT32>
+static dfa_status dfa__bwd_wide_masked_or_not(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                              const char *fn) {
     if constexpr (DQ_MODE != 2)
-        if (p.sh.masked) return dfa__launch_bwd_wide<M, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+        if (p.sh.masked) return dfa__launch_bwd_wide<Masked, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
     if constexpr (DQ_MODE == 0)
         return dfa__fail(DFA_ERR_INTERNAL, fn, "the Hopper backward without dq for a call without a mask");
     else
-        return dfa__launch_bwd_wide<P, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+        return dfa__launch_bwd_wide<Plain, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+}
+
+/* The wide Hopper key-block kernel at head dims (D, DV), softcapped calls (D = DV only) in the
+   softcapped form of its configurations. */
+template <int D, int DV, int DQ_MODE, int BF16, int OUT32>
+static dfa_status dfa__bwd_wide_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
+                                   const char *fn) {
+    typedef dfa__bwd_wide_config<D, DV, false> P;
+    typedef dfa__bwd_wide_config<D, DV, true> M;
+    if (p.sh.softcap > 0.0f) {
+        if constexpr (D == DV)
+            return dfa__bwd_wide_masked_or_not<dfa__bwd_softcapped<P>, dfa__bwd_softcapped<M>, DQ_MODE, BF16, OUT32>(
+                p, dkv16, st, fn);
+        else
+            return dfa__cuda_check_softcap(p.sh.softcap, D, DV, fn);
+    }
+    return dfa__bwd_wide_masked_or_not<P, M, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
 }
 
 /* The wide Hopper key-block kernel (head dims 256, and 192 / 128: dfa__bwd_wide_for), defined in

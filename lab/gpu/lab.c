@@ -5,7 +5,7 @@
  *
  *   dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] [--reps 5]
  *                [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M]
- *                [--list]
+ *                [--softcap C] [--list]
  *
  * --only keeps the variants whose name contains one of the comma-separated strings; --list
  * prints the names. --rounds R > 1 times every selected variant once per round, round after
@@ -107,6 +107,9 @@ static void set_window(dfa_attn_desc *d, int S, int checking) {
     d->window_right = -1;
 }
 
+/* --softcap C: every pass with logits capped at C (0: none). */
+static float g_softcap = 0.0f;
+
 /* --docs M: packed documents (causal) with log-normal lengths of mean M and sigma 1, the masks
    bench's layout; batch row r draws its lengths from seed r + 1, so every pass and the FLOP count
    see the same layout. The check uses a mean of S / 8, so that its sequence holds several. */
@@ -168,6 +171,7 @@ static double check(const variant *v, int D, int S, int causal) {
     d.dtype = DFA_BF16;
     d.causal = causal;
     d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    d.softcap = g_softcap;
     set_window(&d, S, 1);
     int32_t *hdoc = NULL;
     dfa_attn_desc dg = d; /* the GPU's: the same mask with device ids */
@@ -245,6 +249,7 @@ static float timeit(const variant *v, int D, int S, int causal, int reps) {
     d.dtype = DFA_BF16;
     d.causal = causal;
     d.flags = v->deterministic ? DFA_FLAG_DETERMINISTIC : 0;
+    d.softcap = g_softcap;
     set_window(&d, S, 0);
     if (causal) d.q_doc = d.k_doc = dev_docs(b, S, g_docs);
     const size_t n = (size_t)b * S * h * D;
@@ -337,10 +342,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
         else if (!strcmp(argv[i], "--window")) g_window = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--docs")) g_docs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--softcap")) g_softcap = (float)atof(argv[i + 1]);
         else {
             fprintf(stderr, "usage: dfa_lab_cuda [--dims 128] [--seqlens 8k,32k] [--causal 1] [--check 1000] "
                             "[--reps 5] [--rounds 1] [--only 'fwd wgmma,bwd wgmma atomic'] [--window W] [--docs M] "
-                            "[--list]\n");
+                            "[--softcap C] [--list]\n");
             return 2;
         }
     }

@@ -346,9 +346,11 @@ __global__ void __launch_bounds__(384, 1)
         dfa__mbar_arrive(DQ_FULL(di));                                                                          \
     } while (0)
 
-    /* SOFTCAP: S^T capped before P (tile.cuh); cap_t turns log2 P + lse2 back into t */
+    /* SOFTCAP: S^T capped before P (tile.cuh): P = exp2(t scale_log2 c.out - lse2), t the score's
+       tanh (dfa__softcap_tanh); cap_t turns log2 P + lse2 back into t */
     const dfa__softcap cap = dfa__softcap_of(p.sh);
-    const float cap_t = K::SOFTCAP ? 1.0f / (p.scale_log2 * cap.out) : 0.0f;
+    const float scale_log2 = K::SOFTCAP ? p.scale_log2 * cap.out : p.scale_log2;
+    const float cap_t = K::SOFTCAP ? 1.0f / scale_log2 : 0.0f;
     dfa__mbar_wait(KV_FULL, 0);
     float dq[DQN / 2];
     /* One query block of the walk. TEST (a compile-time tag): whether the block may need the
@@ -396,14 +398,13 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_wait<1>();
 #pragma unroll
         for (int i = 0; i < Q8 * 4; i++) dfa__reg_fence(st[i]);
+        if constexpr (K::SOFTCAP) dfa__softcap_tanh<Q8 * 4, K::PAIRED_TANH>(st, cap);
 #pragma unroll
         for (int j = 0; j < Q8; j++) {
             const float2 L = *(const float2 *)(ld + 8 * j + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float sx = st[4 * j + e];
-                if constexpr (K::SOFTCAP) sx = cap.out * dfa__tanh_approx(sx * cap.in);
-                const float x = fmaf(sx, p.scale_log2, -((e & 1) ? L.y : L.x));
+                const float x = fmaf(st[4 * j + e], scale_log2, -((e & 1) ? L.y : L.x));
                 float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                 const int q = m0 + 8 * j + 2 * t + (e & 1);
                 if (!TEST ? false : MASKED ? !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])

@@ -163,7 +163,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int r = 0; r < 2; r++) dfa__mask_key_interval(p.sh, b, n0 + key0 + 8 * r, &qmin[r], &qmax[r]);
     const uint32_t k_lo = dfa__wgmma_desc_lo(sK, 16), v_lo = dfa__wgmma_desc_lo(sV, 16);
-    const dfa__softcap cap = dfa__softcap_of(p.sh); /* SOFTCAP: S^T capped before P (tile.cuh) */
+    /* SOFTCAP: S^T capped before P (tile.cuh): P = exp2(t scale_log2 c.out - lse2), t the score's tanh */
+    const dfa__softcap cap = dfa__softcap_of(p.sh);
+    const float scale_log2 = K::SOFTCAP ? p.scale_log2 * cap.out : p.scale_log2;
     dfa__mbar_wait(KV_FULL, 0);
 
     /* Consumer CI's whole walk and epilogue: its columns of dK ([KC0, KC0 + KN)), dV and dQ are
@@ -253,17 +255,17 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_wait<1>();
 #pragma unroll
             for (int i = 0; i < 16; i++) dfa__reg_fence(st[i]);
+            if constexpr (K::SOFTCAP) {
+                dfa__softcap_tanh<16, K::PAIRED_TANH>(st, cap);
+#pragma unroll
+                for (int i = 0; i < 16; i++) th[i] = st[i];
+            }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const float2 L = *(const float2 *)(ld + R0 + 8 * j + 2 * t);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float sx = st[4 * j + e];
-                    if constexpr (K::SOFTCAP) {
-                        th[4 * j + e] = dfa__tanh_approx(sx * cap.in);
-                        sx = cap.out * th[4 * j + e];
-                    }
-                    const float x = fmaf(sx, p.scale_log2, -((e & 1) ? L.y : L.x));
+                    const float x = fmaf(st[4 * j + e], scale_log2, -((e & 1) ? L.y : L.x));
                     float pv = FAST_EXP ? dfa__exp2_ftz(x) : exp2f(x);
                     const int q = m0 + R0 + 8 * j + 2 * t + (e & 1);
                     if (need_mask && !dfa__mask_query_visible(q, qmin[e >> 1], qmax[e >> 1])) pv = 0.0f;

@@ -144,6 +144,9 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     constexpr bool PINGPONG = K::PINGPONG, FAST_EXP = K::FAST_EXP, KEEP_MAX = K::KEEP_MAX, Q_RS = K::Q_IN_REGS;
     static_assert(!PERSIST || !PINGPONG, "an owed P V runs under the next tile's first S: no turns to take");
     const int next_bar = 1 + (c + 1) % NCW;
+    /* SOFTCAP: the scores become tanh(x scale / c), the softmax's scale takes the factor c / scale */
+    const dfa__softcap cap = dfa__softcap_of(p.sh);
+    const float scale_log2 = K::SOFTCAP ? p.scale_log2 * cap.out : p.scale_log2;
     float sc[NT8 * 4];
     float(*s4)[4] = (float(*)[4])sc;
     /* Q_IN_REGS: this warp's 16 rows of Q in registers, read once (ldmatrix, through the 128-byte
@@ -194,10 +197,10 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
 #pragma unroll
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
         dfa__mbar_arrive(B.k_empty(s));
-        if constexpr (K::SOFTCAP) dfa__softcap_scores<NT8 * 4>(sc, dfa__softcap_of(p.sh));
+        if constexpr (K::SOFTCAP) dfa__softcap_tanh<NT8 * 4, K::PAIRED_TANH>(sc, cap);
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k,
-                                                     p.sh.causal, p.sh.offset, p.scale_log2, lane, alpha);
+        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX, K::PAIRED_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k,
+                                                     p.sh.causal, p.sh.offset, scale_log2, lane, alpha);
         if (W) {
             dfa__wgmma_wait<0>();
 #pragma unroll
@@ -229,10 +232,10 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         for (int i = 0; i < NT8 * 4; i++) dfa__reg_fence(sc[i]);
         dfa__mbar_arrive(B.k_empty(s));
         const int n0 = n_begin + it * BN;
-        if constexpr (K::SOFTCAP) dfa__softcap_scores<NT8 * 4>(sc, dfa__softcap_of(p.sh));
+        if constexpr (K::SOFTCAP) dfa__softcap_tanh<NT8 * 4, K::PAIRED_TANH>(sc, cap);
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
-                                                     p.sh.offset, p.scale_log2, lane, alpha);
+        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX, K::PAIRED_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
+                                                     p.sh.offset, scale_log2, lane, alpha);
         dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < OT8 * 4; i++) dfa__reg_fence(o[i]);

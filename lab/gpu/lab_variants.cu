@@ -28,13 +28,6 @@ struct F64_tma_o : F64 { static constexpr bool TMA_O = true; };
 struct F128_direct_o : F128 { static constexpr bool TMA_O = false, PERSISTENT = false; };
 struct F128_one_tile : F128 { static constexpr bool PERSISTENT = false; };
 struct F64_persistent : F64 { static constexpr bool PINGPONG = false, TMA_O = true, PERSISTENT = true; };
-/* a softcap's tanh one score per MUFU op, in float32 (with --softcap) */
-struct F64_tanh_f32 : F64 { static constexpr bool PAIRED_TANH = false; };
-struct F128_tanh_f32 : F128 { static constexpr bool PAIRED_TANH = false; };
-struct F256_tanh_f32 : F256 { static constexpr bool PAIRED_TANH = false; };
-/* the probabilities two per MUFU op, in half precision */
-struct F64_paired_exp : F64 { static constexpr bool PAIRED_EXP = true; };
-struct F128_paired_exp : F128 { static constexpr bool PAIRED_EXP = true; };
 /* head dim 64 in 128-row tiles: two consumers at 232 registers */
 struct F64_m128 : F64 { static constexpr int NCW = 2; };
 
@@ -60,9 +53,6 @@ struct B64M_tma_dkv : B64M { static constexpr bool TMA_DKV = true; };
 struct B128_tma_dkv : B128 { static constexpr bool TMA_DKV = true, TMA_DKV_SHORT_WALKS = false; };
 struct B128_direct_dkv : B128 { static constexpr bool TMA_DKV_SHORT_WALKS = false; };
 struct B128M_direct_dkv : B128M { static constexpr bool TMA_DKV = false; };
-
-/* softcapped calls (--softcap) with the cap's tanh one score per MUFU op, in float32 */
-template <class K> struct B_tanh_f32 : dfa__bwd_softcapped<K> { static constexpr bool PAIRED_TANH = false; };
 
 /* The library's Hopper backward with configurations P64, M64 (unmasked, masked at d = 64), P128,
    M128; dq added as it comes. */
@@ -141,8 +131,6 @@ static const lab_row rows[] = {
     FWD("fwd wgmma one tile d128", F64, F128_one_tile, F256, 0),
     FWD("fwd wgmma persistent d64", F64_persistent, F128, F256, 8192),
     FWD("fwd wgmma m128 d64", F64_m128, F128, F256, 0),
-    FWD("fwd wgmma tanh f32", F64_tanh_f32, F128_tanh_f32, F256_tanh_f32, 8192),
-    FWD("fwd wgmma paired exp", F64_paired_exp, F128_paired_exp, F256, 8192),
     /* the forward grid's order: every head in one section, sections of half or twice the heads */
     FWD_L2("fwd wgmma heads order", L2_ALL_HEADS),
     FWD_L2("fwd wgmma l2 half", L2_HALF),
@@ -155,7 +143,6 @@ static const lab_row rows[] = {
     BWD_WS("bwd ws dq halves d128", B64, B64M, B128_dq_halves, B128M_dq_halves),
     BWD_WS("bwd ws tma dkv", B64_tma_dkv, B64M_tma_dkv, B128_tma_dkv, B128M),
     BWD_WS("bwd ws direct dkv d128", B64, B64M, B128_direct_dkv, B128M_direct_dkv),
-    BWD_WS("bwd ws softcap tanh f32", B_tanh_f32<B64>, B_tanh_f32<B64M>, B_tanh_f32<B128>, B_tanh_f32<B128M>),
     /* deterministic: no dq in the Hopper kernel, the dq pass after it */
     BWD("bwd ws + dq pass determ.", 1, lab_bwd_ws_dq_pass, 0),
     /* the experimental two-warpgroup backward: dq by atomics, fused behind dV/dK, by bulk

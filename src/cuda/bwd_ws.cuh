@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_wait<1>();
 #pragma unroll
         for (int i = 0; i < Q8 * 4; i++) dfa__reg_fence(st[i]);
-        if constexpr (K::SOFTCAP) dfa__softcap_tanh<Q8 * 4, K::PAIRED_TANH>(st, cap);
+        if constexpr (K::SOFTCAP) dfa__softcap_tanh<Q8 * 4>(st, cap);
 #pragma unroll
         for (int j = 0; j < Q8; j++) {
             const float2 L = *(const float2 *)(ld + 8 * j + 2 * t);

@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < 16; i++) dfa__reg_fence(st[i]);
             if constexpr (K::SOFTCAP) {
-                dfa__softcap_tanh<16, K::PAIRED_TANH>(st, cap);
+                dfa__softcap_tanh<16>(st, cap);
 #pragma unroll
                 for (int i = 0; i < 16; i++) th[i] = st[i];
             }

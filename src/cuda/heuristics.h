@@ -26,9 +26,6 @@
  *               (one CTA per SM walking tiles; 16-bit o only: dfa__fwd_persistent_for)
  *   SOFTCAP     each block's scores are capped before the softmax (tile.cuh): false in every
  *               configuration below; calls with a softcap run dfa__fwd_softcapped<K>
- *   PAIRED_TANH with SOFTCAP, the cap's tanh takes two scores per MUFU op in half precision
- *               (dfa__tanh2_approx): the capped softmax issues 1.5 MUFU ops per score, not 2
- *   PAIRED_EXP  the softmax's probabilities two per MUFU op in half precision (dfa__exp2x2_approx)
  * Every configuration pipelines a warpgroup's blocks: S of block j + 1 is issued before the
  * softmax of block j, which then runs under P V of block j. */
 template <int D, int DV = D> struct dfa__fwd_wgmma_config;
@@ -42,7 +39,7 @@ template <int D, int DV = D> struct dfa__fwd_wgmma_config;
 template <> struct dfa__fwd_wgmma_config<64> {
     static constexpr int D = 64, DV = 64, BN = 128, NCW = 3;
     static constexpr bool PINGPONG = true, FAST_EXP = true, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
-                          PERSISTENT = false, SOFTCAP = false, PAIRED_TANH = true, PAIRED_EXP = false;
+                          PERSISTENT = false, SOFTCAP = false;
 };
 
 /* 128-row query tiles, two consumers at 232 registers: room for Q (Q_IN_REGS) beside o's 64. The
@@ -54,7 +51,7 @@ template <> struct dfa__fwd_wgmma_config<64> {
 template <> struct dfa__fwd_wgmma_config<128> {
     static constexpr int D = 128, DV = 128, BN = 128, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = true, TMA_O = true,
-                          PERSISTENT = true, SOFTCAP = false, PAIRED_TANH = true, PAIRED_EXP = false;
+                          PERSISTENT = true, SOFTCAP = false;
 };
 
 /* 128 x 64 tiles: o is 128 registers per consumer thread, so the key block is 64 and nothing
@@ -63,7 +60,7 @@ template <> struct dfa__fwd_wgmma_config<128> {
 template <> struct dfa__fwd_wgmma_config<256> {
     static constexpr int D = 256, DV = 256, BN = 64, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = false, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
-                          PERSISTENT = false, SOFTCAP = false, PAIRED_TANH = true, PAIRED_EXP = false;
+                          PERSISTENT = false, SOFTCAP = false;
 };
 
 /* DeepSeek's MLA: q and k 192 wide, v and o 128. d = 128's tiles and registers (o is 64 per
@@ -73,7 +70,7 @@ template <> struct dfa__fwd_wgmma_config<256> {
 template <> struct dfa__fwd_wgmma_config<192, 128> {
     static constexpr int D = 192, DV = 128, BN = 128, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = false, TMA_O = true,
-                          PERSISTENT = false, SOFTCAP = false, PAIRED_TANH = true, PAIRED_EXP = false;
+                          PERSISTENT = false, SOFTCAP = false;
 };
 
 /* Configuration K with softcapping: the same tiles and schedule, one tanh per score more. */
@@ -117,8 +114,6 @@ static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes
  *   SOFTCAP        S^T is capped before P and dS^T multiplied by the cap's derivative, recovered
  *                  from P (bwd_ws.cuh): false in every configuration below; calls with a softcap
  *                  run dfa__bwd_softcapped<K>
- *   PAIRED_TANH    with SOFTCAP, the cap's tanh takes two scores per MUFU op in half precision
- *                  (as the forward's)
  * Every configuration walks a CTA's query blocks in runs: the blocks every row of which sees
  * every key of the CTA skip the element test altogether. */
 template <int D, bool MASKED> struct dfa__bwd_ws_config;
@@ -127,7 +122,6 @@ template <int D, bool MASKED> struct dfa__bwd_ws_config;
 template <> struct dfa__bwd_ws_config<64, false> {
     static constexpr int D = 64, BM = 128;
     static constexpr bool MASKED = false, FAST_EXP = false, DEFER_DQ = true, DQ_WHOLE_TILE = false, TMA_DKV = false;
-    static constexpr bool PAIRED_TANH = true;
     static constexpr bool TMA_DKV_SHORT_WALKS = false, SOFTCAP = false; /* see dfa__bwd_tma_dkv_for */
 };
 /* Masked at d = 64: deferring dQ does not pay against the masked step, so dQ goes in right behind
@@ -140,7 +134,6 @@ template <> struct dfa__bwd_ws_config<64, true> : dfa__bwd_ws_config<64, false> 
 template <> struct dfa__bwd_ws_config<128, false> {
     static constexpr int D = 128, BM = 64;
     static constexpr bool MASKED = false, FAST_EXP = true, DEFER_DQ = true, DQ_WHOLE_TILE = true, TMA_DKV = false;
-    static constexpr bool PAIRED_TANH = true;
     static constexpr bool TMA_DKV_SHORT_WALKS = true, SOFTCAP = false; /* see dfa__bwd_tma_dkv_for */
 };
 /* Masked at d = 128: a window's or a document's CTAs walk few blocks, so the epilogue is a large
@@ -174,16 +167,15 @@ template <class K> struct dfa__bwd_softcapped : K {
  *             S^T and dP^T); at 256 dQ goes in right behind dV and dK (one stage: the next Q lands
  *             only after this block's dK)
  *   SOFTCAP   S^T capped before P; false here, dfa__bwd_softcapped<K> for softcapped calls (at
- *             256: a value head dim of its own takes no softcap)
- *   PAIRED_TANH  as dfa__bwd_ws_config's */
+ *             256: a value head dim of its own takes no softcap) */
 template <int D, int DV, bool M> struct dfa__bwd_wide_config;
 template <bool M> struct dfa__bwd_wide_config<256, 256, M> {
     static constexpr int D = 256, DV = 256, STAGES = 1, KN0 = 128, VN0 = 128, QN0 = 128;
-    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = false, PAIRED_TANH = true;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = false;
 };
 template <bool M> struct dfa__bwd_wide_config<192, 128, M> {
     static constexpr int D = 192, DV = 128, STAGES = 2, KN0 = 128, VN0 = 64, QN0 = 64;
-    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = true, PAIRED_TANH = true;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = true;
 };
 /* Whether a call's head dims take the wide Hopper backward (where the Hopper kernels run). */
 static inline bool dfa__bwd_wide_for(int head_dim, int head_dim_v) {

@@ -83,33 +83,6 @@ static __device__ __forceinline__ float dfa__tanh_approx(float x) {
     return y;
 }
 
-/* tanh of two floats in one MUFU op: tanh.approx.f16x2 on the pair rounded to half precision
-   (sm_75 and later). Each result carries half precision's 2^-11 relative rounding besides the
-   approximation's: the same order as tanh.approx.f32's error, and under the 2^-8 to which a
-   16-bit score is known. Infinities and NaN pass as tanh.approx.f32's. */
-static __device__ __forceinline__ void dfa__tanh2_approx(float *a, float *b) {
-    uint32_t h;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(*b), "f"(*a)); /* a in the low half */
-    asm("tanh.approx.f16x2 %0, %0;" : "+r"(h));
-    asm("{\n\t.reg .f16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;\n\t}"
-        : "=f"(*a), "=f"(*b)
-        : "r"(h));
-}
-
-/* 2^x of two floats in one MUFU op: ex2.approx.f16x2 on the pair rounded to half precision
-   (sm_75 and later; relative error about 2^-10, results under 2^-24 are 0 and over 65504 inf).
-   For a softmax weight that is then rounded to 16 bits and whose argument is at most 2^8: the
-   half-precision argument adds |x| 2^-11 ln 2 relative, the largest absolute effect (at |x| =
-   1 / ln 2) under 2^-12 of the row's maximum. */
-static __device__ __forceinline__ void dfa__exp2x2_approx(float *a, float *b) {
-    uint32_t h;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(*b), "f"(*a)); /* a in the low half */
-    asm("ex2.approx.f16x2 %0, %0;" : "+r"(h));
-    asm("{\n\t.reg .f16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;\n\t}"
-        : "=f"(*a), "=f"(*b)
-        : "r"(h));
-}
-
 /* log2(x) on the MUFU unit: lg2.approx.ftz (absolute error about 2^-22 for x in (0, 1]; log2(0)
    and log2 of a denormal are -inf). */
 static __device__ __forceinline__ float dfa__lg2_approx(float x) {

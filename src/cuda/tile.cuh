@@ -89,10 +89,9 @@ static __device__ __forceinline__ int dfa__key_end(int m0, int rows, int seqlen_
    KEEP_MAX: the row keeps its reference maximum while the new one exceeds it by at most
    DFA__KEEP_MAX_LOG2 (probabilities then reach 2^8 = 256: far inside float32, and 16-bit P keeps
    the same relative rounding error); o and l share the reference, so o / l and the log-sum-exp are
-   the same, and alpha is exactly 1 on most blocks (the caller may skip the rescale).
-   PAIRED_EXP: the probabilities two per MUFU op in half precision (dfa__exp2x2_approx). */
+   the same, and alpha is exactly 1 on most blocks (the caller may skip the rescale). */
 #define DFA__KEEP_MAX_LOG2 8.0f
-template <int NT8, int FAST_EXP = 0, int KEEP_MAX = 0, bool PAIRED_EXP = false>
+template <int NT8, int FAST_EXP = 0, int KEEP_MAX = 0>
 static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m, float *l, float scale_log2,
                                                          float *alpha) {
 #pragma unroll
@@ -111,16 +110,10 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < NT8; j++) {
-            float x0 = fmaf(s[j][2 * r], scale_log2, -m_use), x1 = fmaf(s[j][2 * r + 1], scale_log2, -m_use);
-            if (PAIRED_EXP) {
-                dfa__exp2x2_approx(&x0, &x1);
-            } else {
-                x0 = FAST_EXP ? dfa__exp2_ftz(x0) : exp2f(x0);
-                x1 = FAST_EXP ? dfa__exp2_ftz(x1) : exp2f(x1);
-            }
-            s[j][2 * r] = x0;
-            s[j][2 * r + 1] = x1;
-            sum += x0 + x1;
+            const float x0 = fmaf(s[j][2 * r], scale_log2, -m_use), x1 = fmaf(s[j][2 * r + 1], scale_log2, -m_use);
+            s[j][2 * r] = FAST_EXP ? dfa__exp2_ftz(x0) : exp2f(x0);
+            s[j][2 * r + 1] = FAST_EXP ? dfa__exp2_ftz(x1) : exp2f(x1);
+            sum += s[j][2 * r] + s[j][2 * r + 1];
         }
         l[r] = l[r] * alpha[r] + sum;
     }
@@ -132,8 +125,8 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
    probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum.
    alpha_out (optional) receives the two rows' rescale factors, for a caller that rescales its
    output later (OT8 = 0: the pipelined forward, whose output is still being written). FAST_EXP,
-   KEEP_MAX, PAIRED_EXP: as dfa__softmax_tile. */
-template <int BN, int OT8, int FAST_EXP = 0, int KEEP_MAX = 0, bool PAIRED_EXP = false>
+   KEEP_MAX: as dfa__softmax_tile. */
+template <int BN, int OT8, int FAST_EXP = 0, int KEEP_MAX = 0>
 static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*acc)[4], float *m, float *l,
                                                          const int *lim, int n0, int m0, int seqlen_k, int causal,
                                                          long long offset, float scale_log2, int lane,
@@ -150,7 +143,7 @@ static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*
             }
     }
     float alpha[2];
-    dfa__softmax_tile<NT8, FAST_EXP, KEEP_MAX, PAIRED_EXP>(s, m, l, scale_log2, alpha);
+    dfa__softmax_tile<NT8, FAST_EXP, KEEP_MAX>(s, m, l, scale_log2, alpha);
     if (alpha_out) {
         alpha_out[0] = alpha[0];
         alpha_out[1] = alpha[1];
@@ -192,22 +185,10 @@ template <int N> static __device__ __forceinline__ void dfa__softcap_scores(floa
 }
 /* The same cap with its outer factor left to the softmax: s becomes t = tanh(s scale / c), and
    the caller's softmax runs at scale_log2 * c.out (the maximum commutes with a positive factor,
-   so m and the log-sum-exp come out as from the capped scores, and each score saves a multiply).
-   PAIRED: two scores per MUFU op (dfa__tanh2_approx). */
-template <int N, bool PAIRED> static __device__ __forceinline__ void dfa__softcap_tanh(float *s, dfa__softcap c) {
-    static_assert(N % 2 == 0, "scores come in pairs");
+   so m and the log-sum-exp come out as from the capped scores, and each score saves a multiply). */
+template <int N> static __device__ __forceinline__ void dfa__softcap_tanh(float *s, dfa__softcap c) {
 #pragma unroll
-    for (int i = 0; i < N; i += 2) {
-        float a = s[i] * c.in, b = s[i + 1] * c.in;
-        if (PAIRED) {
-            dfa__tanh2_approx(&a, &b);
-        } else {
-            a = dfa__tanh_approx(a);
-            b = dfa__tanh_approx(b);
-        }
-        s[i] = a;
-        s[i + 1] = b;
-    }
+    for (int i = 0; i < N; i++) s[i] = dfa__tanh_approx(s[i] * c.in);
 }
 
 /* The A fragment of an m16n8k16 product from two adjacent C tiles (columns 0-7 and 8-15 of

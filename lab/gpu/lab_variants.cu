@@ -28,11 +28,6 @@ struct F64_tma_o : F64 { static constexpr bool TMA_O = true; };
 struct F128_direct_o : F128 { static constexpr bool TMA_O = false, PERSISTENT = false; };
 struct F128_one_tile : F128 { static constexpr bool PERSISTENT = false; };
 struct F64_persistent : F64 { static constexpr bool PINGPONG = false, TMA_O = true, PERSISTENT = true; };
-/* a quarter or half of the exponentials on the FMA pipe */
-struct F64_poly1 : F64 { static constexpr int POLY_EXP = 1; };
-struct F64_poly2 : F64 { static constexpr int POLY_EXP = 2; };
-struct F128_poly1 : F128 { static constexpr int POLY_EXP = 1; };
-struct F128_poly2 : F128 { static constexpr int POLY_EXP = 2; };
 /* head dim 64 in 128-row tiles: two consumers at 232 registers */
 struct F64_m128 : F64 { static constexpr int NCW = 2; };
 
@@ -136,8 +131,6 @@ static const lab_row rows[] = {
     FWD("fwd wgmma one tile d128", F64, F128_one_tile, F256, 0),
     FWD("fwd wgmma persistent d64", F64_persistent, F128, F256, 8192),
     FWD("fwd wgmma m128 d64", F64_m128, F128, F256, 0),
-    FWD("fwd wgmma poly exp 1/4", F64_poly1, F128_poly1, F256, 0),
-    FWD("fwd wgmma poly exp 2/4", F64_poly2, F128_poly2, F256, 0),
     /* the forward grid's order: every head in one section, sections of half or twice the heads */
     FWD_L2("fwd wgmma heads order", L2_ALL_HEADS),
     FWD_L2("fwd wgmma l2 half", L2_HALF),

@@ -199,7 +199,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         dfa__mbar_arrive(B.k_empty(s));
         if constexpr (K::SOFTCAP) dfa__softcap_tanh<NT8 * 4>(sc, cap);
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n_begin, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX, K::POLY_EXP>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k,
+        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n_begin, m0, p.sh.seqlen_k,
                                                      p.sh.causal, p.sh.offset, scale_log2, lane, alpha);
         if (W) {
             dfa__wgmma_wait<0>();
@@ -234,7 +234,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
         const int n0 = n_begin + it * BN;
         if constexpr (K::SOFTCAP) dfa__softcap_tanh<NT8 * 4>(sc, cap);
         if (p.sh.masked) dfa__mask_scores<NT8>(s4, mlo, mhi, n0, lane);
-        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX, K::POLY_EXP>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
+        dfa__softmax_step<BN, 0, FAST_EXP, KEEP_MAX>(s4, (float(*)[4])o, m, l, lim, n0, m0, p.sh.seqlen_k, p.sh.causal,
                                                      p.sh.offset, scale_log2, lane, alpha);
         dfa__wgmma_wait<0>();
 #pragma unroll

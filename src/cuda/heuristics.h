@@ -26,8 +26,6 @@
  *               (one CTA per SM walking tiles; 16-bit o only: dfa__fwd_persistent_for)
  *   SOFTCAP     each block's scores are capped before the softmax (tile.cuh): false in every
  *               configuration below; calls with a softcap run dfa__fwd_softcapped<K>
- *   POLY_EXP    of every 4 n8 tiles of scores, this many take 2^x on the FMA pipe (a cubic,
- *               dfa__exp2_poly) instead of the MUFU unit
  * Every configuration pipelines a warpgroup's blocks: S of block j + 1 is issued before the
  * softmax of block j, which then runs under P V of block j. */
 template <int D, int DV = D> struct dfa__fwd_wgmma_config;
@@ -42,7 +40,6 @@ template <> struct dfa__fwd_wgmma_config<64> {
     static constexpr int D = 64, DV = 64, BN = 128, NCW = 3;
     static constexpr bool PINGPONG = true, FAST_EXP = true, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
                           PERSISTENT = false, SOFTCAP = false;
-    static constexpr int POLY_EXP = 0;
 };
 
 /* 128-row query tiles, two consumers at 232 registers: room for Q (Q_IN_REGS) beside o's 64. The
@@ -55,7 +52,6 @@ template <> struct dfa__fwd_wgmma_config<128> {
     static constexpr int D = 128, DV = 128, BN = 128, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = true, TMA_O = true,
                           PERSISTENT = true, SOFTCAP = false;
-    static constexpr int POLY_EXP = 0;
 };
 
 /* 128 x 64 tiles: o is 128 registers per consumer thread, so the key block is 64 and nothing
@@ -65,7 +61,6 @@ template <> struct dfa__fwd_wgmma_config<256> {
     static constexpr int D = 256, DV = 256, BN = 64, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = false, KEEP_MAX = false, Q_IN_REGS = false, TMA_O = false,
                           PERSISTENT = false, SOFTCAP = false;
-    static constexpr int POLY_EXP = 0;
 };
 
 /* DeepSeek's MLA: q and k 192 wide, v and o 128. d = 128's tiles and registers (o is 64 per
@@ -76,7 +71,6 @@ template <> struct dfa__fwd_wgmma_config<192, 128> {
     static constexpr int D = 192, DV = 128, BN = 128, NCW = 2;
     static constexpr bool PINGPONG = false, FAST_EXP = true, KEEP_MAX = true, Q_IN_REGS = false, TMA_O = true,
                           PERSISTENT = false, SOFTCAP = false;
-    static constexpr int POLY_EXP = 0;
 };
 
 /* Configuration K with softcapping: the same tiles and schedule, one tanh per score more. */

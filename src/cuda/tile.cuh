@@ -81,18 +81,6 @@ static __device__ __forceinline__ int dfa__key_end(int m0, int rows, int seqlen_
     return e < 0 ? 0 : (e > seqlen_k ? seqlen_k : (int)e);
 }
 
-/* 2^x on the FMA pipe, beside the MUFU unit's: x rounded to an integer j (adding 1.5 * 2^23
-   leaves j in the low bits of t), 2^(x - j) for x - j in [-0.5, 0.5] by a cubic with p(0) = 1
-   (relative error 2^-13.2, under the 2^-9 to which a 16-bit probability is rounded), and j added
-   to the exponent field. Arguments below -127 (-inf included) give exactly 0 (p(0) = 1 with
-   j = -127 clears the exponent); NaN stays NaN; at most 2^8 (KEEP_MAX) on the other side. */
-static __device__ __forceinline__ float dfa__exp2_poly(float x) {
-    x = x < -127.0f ? -127.0f : x;
-    const float t = x + 12582912.0f, f = x - (t - 12582912.0f);
-    const float p = fmaf(f, fmaf(f, fmaf(f, 0.05500842f, 0.24221075f), 0.69328296f), 1.0f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 /* Online softmax over one tile of scores held in C-fragment layout: NT8 n8 tiles, rows
    (g) and (g+8) of this warp's 16. s[] holds raw q.k; on return it holds unnormalised
    probabilities exp2(s * scale_log2 - m). m (scaled, base-2 units) and l (this lane's
@@ -101,11 +89,9 @@ static __device__ __forceinline__ float dfa__exp2_poly(float x) {
    KEEP_MAX: the row keeps its reference maximum while the new one exceeds it by at most
    DFA__KEEP_MAX_LOG2 (probabilities then reach 2^8 = 256: far inside float32, and 16-bit P keeps
    the same relative rounding error); o and l share the reference, so o / l and the log-sum-exp are
-   the same, and alpha is exactly 1 on most blocks (the caller may skip the rescale).
-   POLY_EXP (0 to 4): in every 4 n8 tiles, the first POLY_EXP take dfa__exp2_poly, so that the
-   FMA pipe carries that share of the exponentials. */
+   the same, and alpha is exactly 1 on most blocks (the caller may skip the rescale). */
 #define DFA__KEEP_MAX_LOG2 8.0f
-template <int NT8, int FAST_EXP = 0, int KEEP_MAX = 0, int POLY_EXP = 0>
+template <int NT8, int FAST_EXP = 0, int KEEP_MAX = 0>
 static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m, float *l, float scale_log2,
                                                          float *alpha) {
 #pragma unroll
@@ -125,13 +111,8 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
 #pragma unroll
         for (int j = 0; j < NT8; j++) {
             const float x0 = fmaf(s[j][2 * r], scale_log2, -m_use), x1 = fmaf(s[j][2 * r + 1], scale_log2, -m_use);
-            if (j % 4 < POLY_EXP) {
-                s[j][2 * r] = dfa__exp2_poly(x0);
-                s[j][2 * r + 1] = dfa__exp2_poly(x1);
-            } else {
-                s[j][2 * r] = FAST_EXP ? dfa__exp2_ftz(x0) : exp2f(x0);
-                s[j][2 * r + 1] = FAST_EXP ? dfa__exp2_ftz(x1) : exp2f(x1);
-            }
+            s[j][2 * r] = FAST_EXP ? dfa__exp2_ftz(x0) : exp2f(x0);
+            s[j][2 * r + 1] = FAST_EXP ? dfa__exp2_ftz(x1) : exp2f(x1);
             sum += s[j][2 * r] + s[j][2 * r + 1];
         }
         l[r] = l[r] * alpha[r] + sum;
@@ -144,8 +125,8 @@ static __device__ __forceinline__ void dfa__softmax_tile(float (*s)[4], float *m
    probabilities (dfa__softmax_tile) and rescales the OT8 output tiles acc to the new maximum.
    alpha_out (optional) receives the two rows' rescale factors, for a caller that rescales its
    output later (OT8 = 0: the pipelined forward, whose output is still being written). FAST_EXP,
-   KEEP_MAX, POLY_EXP: as dfa__softmax_tile. */
-template <int BN, int OT8, int FAST_EXP = 0, int KEEP_MAX = 0, int POLY_EXP = 0>
+   KEEP_MAX: as dfa__softmax_tile. */
+template <int BN, int OT8, int FAST_EXP = 0, int KEEP_MAX = 0>
 static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*acc)[4], float *m, float *l,
                                                          const int *lim, int n0, int m0, int seqlen_k, int causal,
                                                          long long offset, float scale_log2, int lane,
@@ -162,7 +143,7 @@ static __device__ __forceinline__ void dfa__softmax_step(float (*s)[4], float (*
             }
     }
     float alpha[2];
-    dfa__softmax_tile<NT8, FAST_EXP, KEEP_MAX, POLY_EXP>(s, m, l, scale_log2, alpha);
+    dfa__softmax_tile<NT8, FAST_EXP, KEEP_MAX>(s, m, l, scale_log2, alpha);
     if (alpha_out) {
         alpha_out[0] = alpha[0];
         alpha_out[1] = alpha[1];

@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(384, 1)
     /* SOFTCAP: S^T capped before P (tile.cuh): P = exp2(t scale_log2 c.out - lse2), t the score's
        tanh (dfa__softcap_tanh); cap_t turns log2 P + lse2 back into t */
     const dfa__softcap cap = dfa__softcap_of(p.sh);
-    const float scale_log2 = K::SOFTCAP ? p.scale_log2 * cap.out : p.scale_log2;
+    const float scale_log2 = dfa__softcap_scale_log2<K::SOFTCAP>(p.scale_log2, cap);
     const float cap_t = K::SOFTCAP ? 1.0f / scale_log2 : 0.0f;
     dfa__mbar_wait(KV_FULL, 0);
     float dq[DQN / 2];

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t k_lo = dfa__wgmma_desc_lo(sK, 16), v_lo = dfa__wgmma_desc_lo(sV, 16);
     /* SOFTCAP: S^T capped before P (tile.cuh): P = exp2(t scale_log2 c.out - lse2), t the score's tanh */
     const dfa__softcap cap = dfa__softcap_of(p.sh);
-    const float scale_log2 = K::SOFTCAP ? p.scale_log2 * cap.out : p.scale_log2;
+    const float scale_log2 = dfa__softcap_scale_log2<K::SOFTCAP>(p.scale_log2, cap);
     dfa__mbar_wait(KV_FULL, 0);
 
     /* Consumer CI's whole walk and epilogue: its columns of dK ([KC0, KC0 + KN)), dV and dQ are

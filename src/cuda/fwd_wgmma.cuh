@@ -146,7 +146,7 @@ static __device__ __forceinline__ void dfa__fwd_consume_tile(float *o, float *m,
     const int next_bar = 1 + (c + 1) % NCW;
     /* SOFTCAP: the scores become tanh(x scale / c), the softmax's scale takes the factor c / scale */
     const dfa__softcap cap = dfa__softcap_of(p.sh);
-    const float scale_log2 = K::SOFTCAP ? p.scale_log2 * cap.out : p.scale_log2;
+    const float scale_log2 = dfa__softcap_scale_log2<K::SOFTCAP>(p.scale_log2, cap);
     float sc[NT8 * 4];
     float(*s4)[4] = (float(*)[4])sc;
     /* Q_IN_REGS: this warp's 16 rows of Q in registers, read once (ldmatrix, through the 128-byte

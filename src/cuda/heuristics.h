@@ -74,9 +74,9 @@ template <> struct dfa__fwd_wgmma_config<192, 128> {
 };
 
 /* Configuration K with softcapping: the same tiles and schedule, one tanh per score more, and
-   one tile per CTA. The capped softmax asks as much of the MUFU unit as the products ask of the
-   tensor cores at d = 128 (kernels.md), and the persistent kernel's owed P V, the cap's registers
-   beside it, spills: one tile per CTA ran the capped d = 128 forward 2.6% faster (one H200, 8k x4
+   one tile per CTA. At d = 128 the capped softmax asks as much of the MUFU unit as the products ask
+   of the tensor cores (kernels.md), and the persistent kernel, holding a tile's owed P V beside the
+   cap, spills; one tile per CTA ran the capped d = 128 forward 2.6% faster (one H200, 8k x4
    causal, the lab's "fwd wgmma one tile d128" row with --softcap 30). */
 template <class K> struct dfa__fwd_softcapped : K {
     static constexpr bool SOFTCAP = true, PERSISTENT = false;

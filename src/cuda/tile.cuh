@@ -190,6 +190,11 @@ template <int N> static __device__ __forceinline__ void dfa__softcap_tanh(float 
 #pragma unroll
     for (int i = 0; i < N; i++) s[i] = dfa__tanh_approx(s[i] * c.in);
 }
+/* The softmax's scale (base 2) for scores from dfa__softcap_tanh (SOFTCAP), else scale_log2 itself. */
+template <bool SOFTCAP>
+static __device__ __forceinline__ float dfa__softcap_scale_log2(float scale_log2, dfa__softcap c) {
+    return SOFTCAP ? scale_log2 * c.out : scale_log2;
+}
 
 /* The A fragment of an m16n8k16 product from two adjacent C tiles (columns 0-7 and 8-15 of
    16), rounded to 16 bits: how P and dS feed the next product without leaving registers. */

@@ -44,13 +44,19 @@
 #include "fwd_wgmma.cuh"
 #include "mask.cuh"
 
-template <int D, int BM> struct dfa__bwd_ws_layout {
+template <int D, int BM, int DV = D> struct dfa__bwd_ws_layout {
     static constexpr int BN = 128, STAGES = 2, NT = 384;
-    static constexpr int KVBYTES = BN * D * 2, QBYTES = BM * D * 2, DSBYTES = BN * BM * 2, DQBYTES = BM * D * 4;
-    static constexpr int OFF_V = KVBYTES, OFF_Q = 2 * KVBYTES, OFF_DO = OFF_Q + STAGES * QBYTES;
-    static constexpr int OFF_DS = OFF_DO + STAGES * QBYTES, OFF_DQ = OFF_DS + 2 * DSBYTES;
+    static constexpr int KBYTES = BN * D * 2, VBYTES = BN * DV * 2, QBYTES = BM * D * 2, OBYTES = BM * DV * 2;
+    static constexpr int DSBYTES = BN * BM * 2, DQBYTES = BM * D * 4;
+    static constexpr int OFF_V = KBYTES, OFF_Q = KBYTES + VBYTES, OFF_DO = OFF_Q + STAGES * QBYTES;
+    static constexpr int OFF_DS = OFF_DO + STAGES * OBYTES;
     /* two dQ staging tiles where they fit (D = 128); one at D = 64, whose 128-row tiles leave no room */
     static constexpr int NDQ = D == 128 ? 2 : 1;
+    /* two dS^T buffers where they fit; one at 192 / 128 (the consumers then also wait for each
+       other's dQ product to retire before writing the next block's) */
+    static constexpr int REST = NDQ * DQBYTES + STAGES * 2 * BM * 4 + 128 + 1024;
+    static constexpr int NDS = OFF_DS + 2 * DSBYTES + REST <= 232448 ? 2 : 1;
+    static constexpr int OFF_DQ = OFF_DS + NDS * DSBYTES;
     static constexpr int OFF_LD = OFF_DQ + NDQ * DQBYTES; /* per stage: lse2[BM] then D[BM] */
     static constexpr int OFF_BAR = OFF_LD + STAGES * 2 * BM * 4;
     static constexpr int SMEM = OFF_BAR + 128 + 1024;
@@ -99,6 +105,12 @@ static __device__ __forceinline__ int dfa__inorder_dq_turn(const dfa__cuda_shape
     return last - nb;
 }
 
+/* With a split dQ (K::DQ_COLS0 > 0): the columns [COL0, COL0 + N) of the dQ tile that part PART
+   computes, 1 consumer 0's (the first DQ_COLS0), 2 consumer 1's (the rest). */
+template <class K, int PART> struct dfa__bwd_dq_part {
+    static constexpr int N = PART == 1 ? K::DQ_COLS0 : K::D - K::DQ_COLS0, COL0 = PART == 1 ? 0 : K::DQ_COLS0;
+};
+
 /* K: the configuration (heuristics.h). DQ_MODE: 0 no dQ here (the deterministic dq pass
    follows), 1 dQ tiles added as they come, 2 dQ tiles added in key-block order (deterministic).
    OUT32: dk, dv (and scale * dq, added into the caller's float32 dq) as float32. */
@@ -111,11 +123,12 @@ __global__ void __launch_bounds__(384, 1)
                        const __grid_constant__ dfa__cuda_dkv16 dkv16) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef typename dfa__out_type<OUT32>::type OutT;
-    constexpr int D = K::D, BM = K::BM;
+    constexpr int D = K::D, DV = K::DV, BM = K::BM;
     constexpr bool MASKED = K::MASKED, FAST_EXP = K::FAST_EXP;
-    typedef dfa__bwd_ws_layout<D, BM> C;
-    constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, Q8 = BM / 8, D8 = D / 8;
-    constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ;
+    typedef dfa__bwd_ws_layout<D, BM, DV> C;
+    constexpr int BN = C::BN, STAGES = C::STAGES, NCB = D / 64, NCBV = DV / 64, Q8 = BM / 8, D8 = D / 8, DV8 = DV / 8;
+    static_assert(DV <= D && DV % 64 == 0, "the value head dim in 64-column blocks, at most the head dim");
+    constexpr int DQ_ATOMIC = DQ_MODE != 0, NDQ = C::NDQ, NDS = C::NDS;
     /* DEFER: block it's dQ product goes in with block it + 1's S^T, so that its staging stores
        run under S^T and nothing is in flight across iterations (see the step) */
     constexpr bool DEFER = DQ_ATOMIC && K::DEFER_DQ;
@@ -124,6 +137,19 @@ __global__ void __launch_bounds__(384, 1)
     constexpr bool DQ_ALT = DEFER && K::DQ_WHOLE_TILE;
     static_assert(!K::DQ_WHOLE_TILE || (D == 128 && BM == 64), "a whole dQ tile is one m64n128 product");
     constexpr int DQN = DQ_ALT ? D : 64; /* the dQ product's N: columns of the tile per consumer */
+    /* DQ_SPLIT (K::DQ_COLS0 > 0, with DEFER): consumer 0 computes the dQ tile's first DQ_COLS0
+       columns and consumer 1 the rest, a split on 64-column blocks that need not halve D */
+    constexpr bool DQ_SPLIT = DEFER && K::DQ_COLS0 > 0;
+    static_assert(K::DQ_COLS0 == 0 || (K::DEFER_DQ && BM == 64 && K::DQ_COLS0 % 64 == 0 && K::DQ_COLS0 < D),
+                  "a dQ split on 64-column blocks of 64-row tiles, deferred");
+    constexpr int DQN_MAX = DQ_SPLIT ? 64 : DQN;
+    /* DQ_FIRST: block it - 1's dQ retires and is staged before block it's S^T goes in (its
+       registers and S^T's would not fit beside dK and dV) */
+    constexpr bool DQ_FIRST = DQ_ALT || DQ_SPLIT;
+    /* DP_AFTER_P: S^T retires and P is computed and rounded before dP^T and dV go in, so that
+       S^T's and dP^T's accumulators are never live at once (dS then takes the rounded P) */
+    constexpr bool DP_AFTER_P = K::DP_AFTER_P;
+    static_assert(!DP_AFTER_P || !K::SOFTCAP, "the cap's derivative is recovered from P in float32");
     /* TMA_DKV (16-bit dk, dv): dK and dV leave through the copy engine, staged over the K and V
        tiles once both consumers' products have retired (see the end); float32 instances: a key
        tile handed whole to 16-bit outputs (dkv16, launch.h) leaves the same way, through the
@@ -147,6 +173,7 @@ __global__ void __launch_bounds__(384, 1)
 #define DQ_FULL(i) (bar + 8u * (1 + 2 * STAGES + (i)))
 #define DQ_EMPTY(i) (bar + 8u * (3 + 2 * STAGES + (i)))
 #define DS_READY(c, buf) (bar + 8u * (5 + 2 * STAGES + 2 * (c) + (buf)))
+#define DS_FREE(c) (bar + 8u * (9 + 2 * STAGES + (c)))
 
     const int tid = threadIdx.x;
     const int nn = (p.sh.seqlen_k + BN - 1) / BN;
@@ -173,14 +200,16 @@ __global__ void __launch_bounds__(384, 1)
             dfa__mbar_init(DQ_EMPTY(i), 1);
         }
         for (int i = 0; i < 4; i++) dfa__mbar_init(DS_READY(i >> 1, i & 1), 128);
+        if (NDS == 1)
+            for (int i = 0; i < 2; i++) dfa__mbar_init(DS_FREE(i), 128);
         dfa__fence_barrier_init();
     };
     auto load_kv = [&] {
-        dfa__mbar_expect_tx(KV_FULL, 2 * C::KVBYTES);
+        dfa__mbar_expect_tx(KV_FULL, C::KBYTES + C::VBYTES);
 #pragma unroll
         for (int cb = 0; cb < NCB; cb++) {
             dfa__tma_load_4d(sK + cb * BN * 128, &tk, KV_FULL, cb * 64, kvh, n0, b);
-            dfa__tma_load_4d(sV + cb * BN * 128, &tv, KV_FULL, cb * 64, kvh, n0, b);
+            if (cb < NCBV) dfa__tma_load_4d(sV + cb * BN * 128, &tv, KV_FULL, cb * 64, kvh, n0, b);
         }
     };
     int mb_begin = 0, mb_end = (p.sh.seqlen_q + BM - 1) / BM; /* the query blocks that see this key block */
@@ -213,10 +242,11 @@ __global__ void __launch_bounds__(384, 1)
                 dfa__mbar_wait(EMPTY(s), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
                 dfa__bwd_copy_lse_d<BM>(sLD + s * 2 * BM, p, b, h, m0, lane);
                 if (lane == 0) { /* Q and dO; every other lane arrives without bytes */
-                    dfa__mbar_expect_tx(FULL(s), 2 * C::QBYTES);
+                    dfa__mbar_expect_tx(FULL(s), C::QBYTES + C::OBYTES);
                     for (int cb = 0; cb < NCB; cb++) {
                         dfa__tma_load_4d(sQ + s * C::QBYTES + cb * BM * 128, &tq, FULL(s), cb * 64, h, m0, b);
-                        dfa__tma_load_4d(sO + s * C::QBYTES + cb * BM * 128, &tdo, FULL(s), cb * 64, h, m0, b);
+                        if (cb < NCBV)
+                            dfa__tma_load_4d(sO + s * C::OBYTES + cb * BM * 128, &tdo, FULL(s), cb * 64, h, m0, b);
                     }
                 } else {
                     dfa__mbar_arrive(FULL(s));
@@ -301,40 +331,42 @@ __global__ void __launch_bounds__(384, 1)
     /* which part of the BM x D dQ tile this warpgroup computes (64 x 64 either way; DQ_ALT: all of it, every other block) */
     const int dq_row0 = BM == 64 ? 0 : 64 * c, dq_col0 = BM == 64 && !DQ_ALT ? 64 * c : 0;
 
-    float dk[D8 * 4], dv[D8 * 4];
+    float dk[D8 * 4], dv[DV8 * 4];
 #pragma unroll
-    for (int i = 0; i < D8 * 4; i++) dk[i] = dv[i] = 0.0f;
+    for (int i = 0; i < D8 * 4; i++) dk[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DV8 * 4; i++) dv[i] = 0.0f;
 
-    /* dQ of block J: dS K over both warpgroups' halves of dS^T (buffer J & 1), after the other
-       warpgroup published its half (WAIT) */
-#define DFA__BWD_ISSUE_DQ(J, WAIT)                                                                              \
+    /* dQ of block J, columns [COL0, COL0 + N) of the tile: dS K over both warpgroups' halves of
+       dS^T (buffer J & 1 of two), after the other warpgroup published its half (WAIT) */
+#define DFA__BWD_ISSUE_DQ(J, WAIT, N, COL0)                                                                     \
     do {                                                                                                        \
-        _Pragma("unroll") for (int i = 0; i < DQN / 2; i++) dq[i] = 0.0f;                                       \
+        _Pragma("unroll") for (int i = 0; i < (N) / 2; i++) dq[i] = 0.0f;                                       \
         if (WAIT) dfa__mbar_wait(DS_READY(1 - c, (J) & 1), (uint32_t)((J) >> 1) & 1u);                          \
         dfa__wgmma_fence();                                                                                     \
-        const uint32_t ds_j = sS + ((J) & 1) * C::DSBYTES;                                                      \
+        const uint32_t ds_j = sS + (NDS == 1 ? 0 : ((J) & 1)) * C::DSBYTES;                                     \
         const uint32_t ds_lo = dfa__wgmma_desc_lo(ds_j + (dq_row0 / 64) * BN * 128, 16);                        \
         /* K's two 64-column blocks lie BN * 128 bytes apart (the LBO of an N = 128 MN-major B) */             \
-        const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + (dq_col0 / 64) * BN * 128, DQN > 64 ? BN * 128 : 16);  \
+        const uint32_t kq_lo = dfa__wgmma_desc_lo(sK + ((COL0) / 64) * BN * 128, (N) > 64 ? BN * 128 : 16);   \
         _Pragma("unroll") for (int kk = 0; kk < BN / 16; kk++)                                                 \
-            dfa__wgmma_ss_tt<DQN, BF16>(dq, dfa__wgmma_desc_at(ds_lo, kk * 16 * 128),                           \
+            dfa__wgmma_ss_tt<(N), BF16>(dq, dfa__wgmma_desc_at(ds_lo, kk * 16 * 128),                           \
                                         dfa__wgmma_desc_at(kq_lo, kk * 16 * 128), kk > 0);                      \
         dfa__wgmma_commit();                                                                                    \
     } while (0)
-    /* The dQ tile of block J (its product retired) into staging tile J % NDQ for the writer warp,
-       scaled. 8-byte stores, a lane's pair of columns 8j + 2t of row g (+ 8) at 16-byte chunk
+    /* Columns [COL0, COL0 + N) of block J's dQ tile (its product retired) into staging tile
+       J % NDQ for the writer warp, scaled; FIRST waits for the tile, LAST hands it to the writer. 8-byte stores, a lane's pair of columns 8j + 2t of row g (+ 8) at 16-byte chunk
        (2j + t / 2) ^ g of the row in the tile's 128-byte swizzle. */
-#define DFA__BWD_STAGE_DQ(J)                                                                                    \
+#define DFA__BWD_STAGE_DQ(J, N, COL0, FIRST, LAST)                                                              \
     do {                                                                                                        \
-        _Pragma("unroll") for (int i = 0; i < DQN / 2; i++) dfa__reg_fence(dq[i]);                              \
+        _Pragma("unroll") for (int i = 0; i < (N) / 2; i++) dfa__reg_fence(dq[i]);                              \
         /* staging tile J % NDQ is free once the writer has read what it held NDQ tiles ago */                  \
         const int di = (J) % NDQ;                                                                               \
-        if ((J) >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)(((J) - NDQ) / NDQ) & 1u);                       \
+        if ((FIRST) && (J) >= NDQ) dfa__mbar_wait(DQ_EMPTY(di), (uint32_t)(((J) - NDQ) / NDQ) & 1u);            \
         _Pragma("unroll") for (int r = 0; r < 2; r++) {                                                        \
             const int row = dq_row0 + warp * 16 + g + 8 * r;                                                    \
-            _Pragma("unroll") for (int i = 0; i < DQN / 8; i++) {                                              \
+            _Pragma("unroll") for (int i = 0; i < (N) / 8; i++) {                                              \
                 const float x = dq[4 * i + 2 * r], y = dq[4 * i + 2 * r + 1];                                   \
-                const int col = dq_col0 + 8 * i + 2 * t, box = col >> 5, cc = col & 31;                         \
+                const int col = (COL0) + 8 * i + 2 * t, box = col >> 5, cc = col & 31;                          \
                 const uint32_t a = sDQ + di * C::DQBYTES + box * BM * 128 + row * 128 +                         \
                                    ((((cc >> 2) ^ (row & 7))) << 4) + (cc & 3) * 4;                             \
                 asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(x * p.sh.scale),                 \
@@ -342,8 +374,10 @@ __global__ void __launch_bounds__(384, 1)
                              : "memory");                                                                       \
             }                                                                                                   \
         }                                                                                                       \
-        dfa__fence_proxy_async();                                                                               \
-        dfa__mbar_arrive(DQ_FULL(di));                                                                          \
+        if (LAST) {                                                                                             \
+            dfa__fence_proxy_async();                                                                           \
+            dfa__mbar_arrive(DQ_FULL(di));                                                                      \
+        }                                                                                                       \
     } while (0)
 
     /* SOFTCAP: S^T capped before P (tile.cuh): P = exp2(t scale_log2 c.out - lse2), t the score's
@@ -352,27 +386,48 @@ __global__ void __launch_bounds__(384, 1)
     const float scale_log2 = dfa__softcap_scale_log2<K::SOFTCAP>(p.scale_log2, cap);
     const float cap_t = K::SOFTCAP ? 1.0f / scale_log2 : 0.0f;
     dfa__mbar_wait(KV_FULL, 0);
-    float dq[DQN / 2];
+    float dq[DQN_MAX / 2];
+    /* DQ_SPLIT: block J's dQ part PART (J = -1: a product on the unwritten buffer whose result is
+       dropped, as DEFER's at it = 0), in 64-column pieces one after the other, each retired and
+       staged before the next goes in (a piece's 32 registers fit beside dK and dV); with one dS^T
+       buffer the other consumer may then overwrite it */
+    auto split_dq = [&](const int J, auto part_tag) {
+        constexpr int PART = decltype(part_tag)::value, NP = dfa__bwd_dq_part<K, PART>::N / 64;
+        constexpr int COL0 = dfa__bwd_dq_part<K, PART>::COL0;
+#pragma unroll
+        for (int pc = 0; pc < NP; pc++) {
+            DFA__BWD_ISSUE_DQ(J, J >= 0 && pc == 0, 64, COL0 + 64 * pc);
+            dfa__wgmma_wait<0>();
+            if (NDS == 1 && J >= 0 && pc == NP - 1) dfa__mbar_arrive(DS_FREE(c));
+            if (J >= 0) DFA__BWD_STAGE_DQ(J, 64, COL0 + 64 * pc, pc == 0, pc == NP - 1);
+        }
+    };
     /* One query block of the walk. TEST (a compile-time tag): whether the block may need the
        element test (the mask's, or the causal one); the walk below gives the blocks every row of
        which sees every key of this CTA TEST 0, so their softmax carries no test at all. */
     auto step = [&](const int it, auto test_tag, auto dq_tag) {
         constexpr int TEST = decltype(test_tag)::value;
-        constexpr int ISSUE = decltype(dq_tag)::value; /* DEFER: block it - 1's dQ is this consumer's */
+        /* DEFER: whether block it - 1's dQ is this consumer's; DQ_SPLIT: which part, 1 the first
+           DQ_COLS0 columns (consumer 0), 2 the rest (consumer 1) */
+        constexpr int ISSUE = decltype(dq_tag)::value;
         const int s = it % STAGES, m0 = (mb_begin + (it0 + it) % nmb) * BM;
         const uint32_t ph = (uint32_t)(it / STAGES) & 1u;
         float st[Q8 * 4], dp[Q8 * 4];
         dfa__mbar_wait(FULL(s), ph);
-        const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::QBYTES;
+        const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::OBYTES;
         const uint32_t q_lo = dfa__wgmma_desc_lo(q_s, 16), o_lo = dfa__wgmma_desc_lo(o_s, 16);
         const float *ld = sLD + s * 2 * BM;
         /* DEFER: the previous block's dQ first (at it = 0 a product on an unwritten buffer whose
            result is dropped: a wgmma under a data-dependent branch makes ptxas serialise them),
            then S^T, under which the previous dQ tile is staged */
-        if (DEFER && ISSUE) DFA__BWD_ISSUE_DQ(it - 1, it > 0);
-        if (DQ_ALT && ISSUE) { /* the tile out before S^T: its 64 registers and S^T's 32 would not fit beside dK, dV */
-            dfa__wgmma_wait<0>();
-            if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
+        if constexpr (DQ_SPLIT) {
+            split_dq(it - 1, dq_tag);
+        } else {
+            if (DEFER && ISSUE) DFA__BWD_ISSUE_DQ(it - 1, it > 0, DQN, dq_col0);
+            if (DQ_ALT && ISSUE) { /* the tile out before S^T: its 64 registers and S^T's 32 would not fit beside dK, dV */
+                dfa__wgmma_wait<0>();
+                if (it > 0) DFA__BWD_STAGE_DQ(it - 1, DQN, dq_col0, 1, 1);
+            }
         }
         dfa__wgmma_fence();
 #pragma unroll
@@ -381,21 +436,28 @@ __global__ void __launch_bounds__(384, 1)
             dfa__wgmma_ss<BM, BF16>(st, dfa__wgmma_desc_at(k_lo, kc), dfa__wgmma_desc_at(q_lo, qoff), kk > 0);
         }
         dfa__wgmma_commit();
-        if (DEFER && ISSUE && !DQ_ALT) {
+        if (DEFER && ISSUE && !DQ_FIRST) {
             dfa__wgmma_wait<1>();
-            if (it > 0) DFA__BWD_STAGE_DQ(it - 1);
+            if (it > 0) DFA__BWD_STAGE_DQ(it - 1, DQN, dq_col0, 1, 1);
             dfa__wgmma_fence();
         }
+        /* dP^T = V dO^T (DP_AFTER_P: once P is computed, below) */
+        auto issue_dp = [&] {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t kc = (kk / 4) * BN * 128 + (kk % 4) * 32, qoff = (kk / 4) * BM * 128 + (kk % 4) * 32;
-            dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc_at(v_lo, kc), dfa__wgmma_desc_at(o_lo, qoff), kk > 0);
-        }
-        dfa__wgmma_commit();
+            for (int kk = 0; kk < DV / 16; kk++) {
+                const uint32_t kc = (kk / 4) * BN * 128 + (kk % 4) * 32, qoff = (kk / 4) * BM * 128 + (kk % 4) * 32;
+                dfa__wgmma_ss<BM, BF16>(dp, dfa__wgmma_desc_at(v_lo, kc), dfa__wgmma_desc_at(o_lo, qoff), kk > 0);
+            }
+            dfa__wgmma_commit();
+        };
+        if constexpr (!DP_AFTER_P) issue_dp();
         const bool need_mask = !TEST ? false : n0 + BN > p.sh.seqlen_k || MASKED ||
                                (p.sh.causal && (long long)m0 + p.sh.offset < (long long)n0 + BN - 1);
         /* P^T while dP^T is still being computed */
-        dfa__wgmma_wait<1>();
+        if constexpr (DP_AFTER_P)
+            dfa__wgmma_wait<0>();
+        else
+            dfa__wgmma_wait<1>();
 #pragma unroll
         for (int i = 0; i < Q8 * 4; i++) dfa__reg_fence(st[i]);
         if constexpr (K::SOFTCAP) dfa__softcap_tanh<Q8 * 4>(st, cap);
@@ -413,14 +475,37 @@ __global__ void __launch_bounds__(384, 1)
                 st[4 * j + e] = pv;
             }
         }
-        dfa__wgmma_wait<0>();
+        uint32_t pf[BM / 16][4], sf[BM / 16][4];
+        /* DP_AFTER_P: P rounded to 16 bits, then dP^T and dV += P^T dO go in (P from registers) */
+        constexpr uint32_t LBO = ((BM * 128 >> 4) - 1) << 16; /* the RS products' B: MN-major, 64-column blocks */
+        if constexpr (DP_AFTER_P) {
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) dfa__pack_a<BF16>(pf[kk], st + 8 * kk, st + 8 * kk + 4);
+            dfa__wgmma_fence();
+            issue_dp();
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++)
+                dfa__wgmma_rs<DV, BF16>(dv, pf[kk], dfa__wgmma_desc_at(o_lo + LBO, kk * 16 * 128), 1);
+            dfa__wgmma_commit();
+            dfa__wgmma_wait<1>(); /* dP^T, not dV */
+        } else {
+            dfa__wgmma_wait<0>();
+        }
 #pragma unroll
         for (int i = 0; i < Q8 * 4; i++) dfa__reg_fence(dp[i]);
 #pragma unroll
         for (int j = 0; j < Q8; j++) {
             const float2 Dq = *(const float2 *)(ld + BM + 8 * j + 2 * t);
 #pragma unroll
-            for (int e = 0; e < 4; e++) dp[4 * j + e] = st[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * j + e;
+                float pe = st[i];
+                if constexpr (DP_AFTER_P) {
+                    const float2 pp = dfa__unpack2<BF16>(pf[i / 8][(i % 8) / 2]);
+                    pe = (i & 1) ? pp.y : pp.x;
+                }
+                dp[i] = pe * (dp[i] - ((e & 1) ? Dq.y : Dq.x));
+            }
             if constexpr (K::SOFTCAP) {
                 /* dS^T times the cap's derivative 1 - t^2, t recovered from P itself: log2 P + lse2
                    = c t log2(e) (no register holds t from P to here). A P of 0 (masked, or under
@@ -435,18 +520,19 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
         }
-        uint32_t pf[BM / 16][4], sf[BM / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            dfa__pack_a<BF16>(pf[kk], st + 8 * kk, st + 8 * kk + 4);
+            if constexpr (!DP_AFTER_P) dfa__pack_a<BF16>(pf[kk], st + 8 * kk, st + 8 * kk + 4);
             dfa__pack_a<BF16>(sf[kk], dp + 8 * kk, dp + 8 * kk + 4);
         }
         const int buf = it & 1;
-        const uint32_t ds_s = sS + buf * C::DSBYTES;
+        const uint32_t ds_s = sS + (NDS == 1 ? 0 : buf) * C::DSBYTES;
         if (DQ_ATOMIC) {
             /* dS^T [key][query] into shared memory (64-query column blocks, 128-byte swizzle); the
                other warpgroup finished reading this buffer before it published its dS^T of the
-               previous iteration, which this warpgroup waited for */
+               previous iteration, which this warpgroup waited for; with one buffer, once the other
+               warpgroup's product of the previous block retired */
+            if (NDS == 1 && it > 0) dfa__mbar_wait(DS_FREE(1 - c), (uint32_t)((it - 1) & 1));
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++)
 #pragma unroll
@@ -465,29 +551,32 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) { /* the same bases with LBO BM * 128 (MN-major, D > 64 columns) */
-            constexpr uint32_t LBO = ((BM * 128 >> 4) - 1) << 16;
-            dfa__wgmma_rs<D, BF16>(dv, pf[kk], dfa__wgmma_desc_at(o_lo + LBO, kk * 16 * 128), 1);
+            if constexpr (!DP_AFTER_P)
+                dfa__wgmma_rs<DV, BF16>(dv, pf[kk], dfa__wgmma_desc_at(o_lo + LBO, kk * 16 * 128), 1);
             dfa__wgmma_rs<D, BF16>(dk, sf[kk], dfa__wgmma_desc_at(q_lo + LBO, kk * 16 * 128), 1);
         }
         dfa__wgmma_commit();
-        if (DQ_ATOMIC && !DEFER) DFA__BWD_ISSUE_DQ(it, 1); /* behind dV/dK: the pipe does not drain in between */
+        if (DQ_ATOMIC && !DEFER) DFA__BWD_ISSUE_DQ(it, 1, DQN, dq_col0); /* behind dV/dK: the pipe does not drain in between */
         if (DQ_ATOMIC && !DEFER) dfa__wgmma_wait<1>();
         else dfa__wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D8 * 4; i++) {
             dfa__reg_fence(dk[i]);
-            dfa__reg_fence(dv[i]);
+            if (i < DV8 * 4) dfa__reg_fence(dv[i]);
         }
         dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse and D of this stage are no longer read */
         if (DQ_ATOMIC && !DEFER) {
             dfa__wgmma_wait<0>();
-            DFA__BWD_STAGE_DQ(it);
+            DFA__BWD_STAGE_DQ(it, DQN, dq_col0, 1, 1);
         }
     };
     /* DQ_ALT: whether this consumer has block it - 1's dQ decides between two copies of the step
-       (no wgmma under a data-dependent branch inside one: ptxas would serialise them) */
+       (no wgmma under a data-dependent branch inside one: ptxas would serialise them); DQ_SPLIT:
+       the consumer, its part's N */
     auto step_of = [&](const int it, auto test_tag) {
-        if (DQ_ALT && ((it - 1) & 1) != c)
+        if (DQ_SPLIT && c == 1)
+            step(it, test_tag, dfa__ctag<2>());
+        else if (DQ_ALT && ((it - 1) & 1) != c)
             step(it, test_tag, dfa__ctag<0>());
         else
             step(it, test_tag, dfa__ctag<1>());
@@ -506,9 +595,16 @@ __global__ void __launch_bounds__(384, 1)
     }
     /* the last block's dQ (none: a dropped product, as at it = 0); DQ_ALT: its consumer's */
     if (DEFER && (!DQ_ALT || ((total - 1) & 1) == c)) {
-        DFA__BWD_ISSUE_DQ(total - 1, total > 0);
-        dfa__wgmma_wait<0>();
-        if (total > 0) DFA__BWD_STAGE_DQ(total - 1);
+        if constexpr (DQ_SPLIT) {
+            if (c == 1)
+                split_dq(total - 1, dfa__ctag<2>());
+            else
+                split_dq(total - 1, dfa__ctag<1>());
+        } else {
+            DFA__BWD_ISSUE_DQ(total - 1, total > 0, DQN, dq_col0);
+            dfa__wgmma_wait<0>();
+            if (total > 0) DFA__BWD_STAGE_DQ(total - 1, DQN, dq_col0, 1, 1);
+        }
     }
 
     /* ---- the epilogue: dK (scaled) and dV ---- */
@@ -526,21 +622,24 @@ __global__ void __launch_bounds__(384, 1)
             for (int j = 0; j < D8; j++) {
                 dfa__st_swz128_pair<BF16>(sK, BN, key, j, t, dk[4 * j + 2 * r] * dk_scale,
                                           dk[4 * j + 2 * r + 1] * dk_scale);
-                dfa__st_swz128_pair<BF16>(sV, BN, key, j, t, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+                if (j < DV8) dfa__st_swz128_pair<BF16>(sV, BN, key, j, t, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
             }
         }
         dfa__fence_proxy_async();
         dfa__named_sync(4 + c, 128);
         if (wt == 0) {
             dfa__tma_store_rows64<D>(&tdk, sK, BN, c * 64, kvh, n0 + c * 64, b);
-            dfa__tma_store_rows64<D>(&tdv, sV, BN, c * 64, kvh, n0 + c * 64, b);
+            dfa__tma_store_rows64<DV>(&tdv, sV, BN, c * 64, kvh, n0 + c * 64, b);
             dfa__bulk_commit();
             dfa__bulk_wait_read();
         }
         return;
     }
     OutT *dkg = (OutT *)p.dk + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
-    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * kstride + (long long)kvh * p.sh.head_dim;
+    /* dv's rows are head_dim_v wide (the same as head_dim where the kernel's DV is D) */
+    const long long vstride = DV == D ? kstride : (long long)p.sh.num_kv_heads * p.sh.head_dim_v;
+    const long long vhead = DV == D ? (long long)kvh * p.sh.head_dim : (long long)kvh * p.sh.head_dim_v;
+    OutT *dvg = (OutT *)p.dv + (long long)b * p.sh.seqlen_k * vstride + vhead;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = n0 + key0 + 8 * r;
@@ -548,12 +647,14 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (OUT32 != 0) /* keys handed to 16-bit outputs (launch.h, dfa__cuda_dkv16) */
             if ((unsigned)(key - dkv16.from) < (unsigned)(dkv16.to - dkv16.from)) {
                 const long long at = ((long long)b * p.sh.seqlen_k + key) * kstride + (long long)kvh * p.sh.head_dim;
+                const long long vat = DV == D ? at : ((long long)b * p.sh.seqlen_k + key) * vstride + vhead;
 #pragma unroll
                 for (int j = 0; j < D8; j++) {
                     const int col = 8 * j + 2 * t;
                     dfa__store2<BF16>((uint16_t *)dkv16.dk + at + col, dk[4 * j + 2 * r] * dk_scale,
                                       dk[4 * j + 2 * r + 1] * dk_scale);
-                    dfa__store2<BF16>((uint16_t *)dkv16.dv + at + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+                    if (j < DV8)
+                        dfa__store2<BF16>((uint16_t *)dkv16.dv + vat + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
                 }
                 continue;
             }
@@ -563,7 +664,8 @@ __global__ void __launch_bounds__(384, 1)
                 const int col = 8 * j + 2 * t;
                 dfa__red_add2((float *)dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * dk_scale,
                               dk[4 * j + 2 * r + 1] * dk_scale);
-                dfa__red_add2((float *)dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+                if (j < DV8)
+                    dfa__red_add2((float *)dvg + (long long)key * vstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
             }
             continue;
         }
@@ -572,7 +674,7 @@ __global__ void __launch_bounds__(384, 1)
             const int col = 8 * j + 2 * t;
             dfa__store2<BF16>(dkg + (long long)key * kstride + col, dk[4 * j + 2 * r] * dk_scale,
                               dk[4 * j + 2 * r + 1] * dk_scale);
-            dfa__store2<BF16>(dvg + (long long)key * kstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+            if (j < DV8) dfa__store2<BF16>(dvg + (long long)key * vstride + col, dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
         }
     }
 #undef DFA__BWD_ISSUE_DQ
@@ -583,6 +685,7 @@ __global__ void __launch_bounds__(384, 1)
 #undef DQ_FULL
 #undef DQ_EMPTY
 #undef DS_READY
+#undef DS_FREE
 #else
     (void)tq; (void)tk; (void)tv; (void)tdo; (void)tdq; (void)tdk; (void)tdv; (void)p; (void)dkv16;
     __trap();

@@ -100,6 +100,7 @@ static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes
 
 /* ---------------------------------------------------------------------------------------------
  * The Hopper backward (bwd_ws.cuh), per head dim D and mask (documents, windows).
+ *   DV             the value head dim: D, but 128 at D = 192 (DeepSeek's MLA)
  *   BM             query rows per block of a CTA's walk (a CTA owns 128 keys)
  *   MASKED         the mask's visible intervals decide the element test (mask.cuh); the unmasked
  *                  kernel keeps the plain causal test, which costs the unmasked blocks less
@@ -112,6 +113,12 @@ static inline int dfa__fwd_l2_heads(const dfa__cuda_shape *s, long long l2_bytes
  *                  consumer's m64n128 product, the consumers taking turns: it reads dS^T and K
  *                  once (48 KB of shared-memory operands where two m64n64 halves read 64 KB), and
  *                  the other consumer has no dQ work in that block
+ *   DQ_COLS0       (with DEFER_DQ) 0: each consumer computes half of the dQ tile; otherwise
+ *                  consumer 0 its first DQ_COLS0 columns and consumer 1 the rest, and each block's
+ *                  dQ product retires and is staged before the next block's S^T goes in
+ *   DP_AFTER_P     S^T retires and P is computed (and rounded to 16 bits) before dP^T and dV go
+ *                  in: S^T's and dP^T's accumulators are never live together, and dS takes the
+ *                  rounded P
  *   TMA_DKV        dK and dV leave through shared memory and TMA (full 32-byte sectors, where
  *                  direct stores from the accumulator layout use 16 bytes of each); float32
  *                  instances: the key tiles handed whole to 16-bit outputs (dfa__cuda_dkv16)
@@ -124,8 +131,9 @@ template <int D, bool MASKED> struct dfa__bwd_ws_config;
 
 /* 128-row query blocks; P keeps exp2f (FAST_EXP does not pay at d = 64). */
 template <> struct dfa__bwd_ws_config<64, false> {
-    static constexpr int D = 64, BM = 128;
+    static constexpr int D = 64, DV = 64, BM = 128, DQ_COLS0 = 0;
     static constexpr bool MASKED = false, FAST_EXP = false, DEFER_DQ = true, DQ_WHOLE_TILE = false, TMA_DKV = false;
+    static constexpr bool DP_AFTER_P = false;
     static constexpr bool TMA_DKV_SHORT_WALKS = false, SOFTCAP = false; /* see dfa__bwd_tma_dkv_for */
 };
 /* Masked at d = 64: deferring dQ does not pay against the masked step, so dQ goes in right behind
@@ -136,14 +144,30 @@ template <> struct dfa__bwd_ws_config<64, true> : dfa__bwd_ws_config<64, false> 
 
 /* 64-row query blocks (128 would be over the register budget beside dK and dV). */
 template <> struct dfa__bwd_ws_config<128, false> {
-    static constexpr int D = 128, BM = 64;
+    static constexpr int D = 128, DV = 128, BM = 64, DQ_COLS0 = 0;
     static constexpr bool MASKED = false, FAST_EXP = true, DEFER_DQ = true, DQ_WHOLE_TILE = true, TMA_DKV = false;
+    static constexpr bool DP_AFTER_P = false;
     static constexpr bool TMA_DKV_SHORT_WALKS = true, SOFTCAP = false; /* see dfa__bwd_tma_dkv_for */
 };
 /* Masked at d = 128: a window's or a document's CTAs walk few blocks, so the epilogue is a large
    share of their time: dK, dV by TMA. */
 template <> struct dfa__bwd_ws_config<128, true> : dfa__bwd_ws_config<128, false> {
     static constexpr bool MASKED = true, TMA_DKV = true;
+};
+
+/* DeepSeek's MLA (192 / 128): d = 128's tiles, each consumer keeping its 64 keys' dK and dV whole
+   (96 + 64 accumulators per thread), so that dV and dK take P^T and dS^T from registers and each
+   Q and dO block serves 128 keys. Beside those 160 registers S^T and dP^T would not fit together
+   (DP_AFTER_P), nor a dQ product wider than 64 columns: consumer 0 computes dQ's first two
+   64-column blocks and consumer 1 the third, one piece at a time, before the next S^T (DQ_COLS0).
+   The stages leave room for one dS^T buffer only (dfa__bwd_ws_layout). */
+template <> struct dfa__bwd_ws_config<192, false> {
+    static constexpr int D = 192, DV = 128, BM = 64, DQ_COLS0 = 128;
+    static constexpr bool MASKED = false, FAST_EXP = true, DEFER_DQ = true, DQ_WHOLE_TILE = false, TMA_DKV = false;
+    static constexpr bool TMA_DKV_SHORT_WALKS = false, SOFTCAP = false, DP_AFTER_P = true;
+};
+template <> struct dfa__bwd_ws_config<192, true> : dfa__bwd_ws_config<192, false> {
+    static constexpr bool MASKED = true;
 };
 
 /* An unmasked configuration for short walks (dfa__bwd_tma_dkv_for): dK, dV by TMA. */

@@ -44,8 +44,8 @@ static dfa_status dfa__launch_bwd_dq(const dfa__bwd_params &p, cudaStream_t st, 
 template <class K, int DQ_MODE, int BF16, int OUT32>
 static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                      const char *fn) {
-    constexpr int D = K::D, BM = K::BM;
-    typedef dfa__bwd_ws_layout<D, BM> C;
+    constexpr int D = K::D, DV = K::DV, BM = K::BM;
+    typedef dfa__bwd_ws_layout<D, BM, DV> C;
     long long ctas = (long long)((p_in.sh.seqlen_k + C::BN - 1) / C::BN) * p_in.sh.batch * p_in.sh.num_kv_heads;
     dfa__bwd_params p = p_in;
     p.kv_sections = dfa__bwd_sections_for(&p.sh, DQ_MODE); /* the grid's order (heuristics.h) */
@@ -57,9 +57,9 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
         const long long iters = (long long)((p.sh.seqlen_q + BM - 1) / BM) * (p.sh.num_heads / p.sh.num_kv_heads);
         p.qsplit = dfa__bwd_qsplit_for(ctas, iters, sms);
         if (p.qsplit > 1) {
-            const size_t bytes = (size_t)p.sh.batch * p.sh.seqlen_k * p.sh.num_kv_heads * p.sh.head_dim * sizeof(float);
-            cudaError_t e = cudaMemsetAsync(p.dk, 0, bytes, st);
-            if (e == cudaSuccess) e = cudaMemsetAsync(p.dv, 0, bytes, st);
+            const size_t rows = (size_t)p.sh.batch * p.sh.seqlen_k * p.sh.num_kv_heads;
+            cudaError_t e = cudaMemsetAsync(p.dk, 0, rows * D * sizeof(float), st);
+            if (e == cudaSuccess) e = cudaMemsetAsync(p.dv, 0, rows * DV * sizeof(float), st);
             if (e != cudaSuccess) return dfa__cuda_fail(e, fn, "cudaMemsetAsync of dk, dv before a split backward");
             ctas *= p.qsplit;
         }
@@ -67,9 +67,9 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
     CUtensorMap tq, tk, tv, tdo, tdq;
     memset(&tdq, 0, sizeof tdq); /* not read without dQ in the kernel */
     if (!dfa__tmap(&tq, p.q, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
-        !dfa__tmap(&tdo, p.dout, BF16, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
+        !dfa__tmap(&tdo, p.dout, BF16, DV, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM) ||
         !dfa__tmap(&tk, p.k, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
-        !dfa__tmap(&tv, p.v, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
+        !dfa__tmap(&tv, p.v, BF16, DV, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, C::BN) ||
         (DQ_MODE && !dfa__tmap_f32(&tdq, p.dq_acc, D, p.sh.num_heads, p.sh.seqlen_q, p.sh.batch, BM)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed (or is unavailable)");
     /* dK and dV by TMA (16-bit outputs; float32 instances: the 16-bit outputs that whole key tiles
@@ -78,7 +78,7 @@ static dfa_status dfa__launch_bwd_ws(const dfa__bwd_params &p_in, const dfa__cud
     const void *dk16 = OUT32 ? dkv16.dk : p.dk, *dv16 = OUT32 ? dkv16.dv : p.dv;
     if (K::TMA_DKV && (!OUT32 || dkv16.to > dkv16.from) &&
         (!dfa__tmap(&tdk, dk16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64) ||
-         !dfa__tmap(&tdv, dv16, BF16, D, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
+         !dfa__tmap(&tdv, dv16, BF16, DV, p.sh.num_kv_heads, p.sh.seqlen_k, p.sh.batch, 64)))
         return dfa__fail(DFA_ERR_BACKEND, fn, "cuTensorMapEncodeTiled failed for dk or dv");
     return dfa__launch(dfa__bwd_ws_kernel<K, DQ_MODE, BF16, OUT32>, ctas, C::NT, C::SMEM, st, fn, "key tiles",
                        "backward key-block kernel launch", tq, tk, tv, tdo, tdq, tdk, tdv, p, dkv16);

@@ -3,8 +3,8 @@
  *      accumulator zeroed on the way (bwd_mma.cuh, dfa__bwd_dsum_kernel; a memset before it
  *      where the accumulator is not 16-byte aligned);
  *   2. the key-block kernel: dK, dV and, in dq modes 1 and 2, dQ added into the accumulator
- *      (bwd_ws.cuh where the Hopper kernels run, bwd_ws_wide.cuh there at head dims 256 and
- *      192 / 128, bwd_mma.cuh's dfa__bwd_kv_kernel otherwise);
+ *      (bwd_ws.cuh where the Hopper kernels run, bwd_ws_wide.cuh there at head dim 256,
+ *      bwd_mma.cuh's dfa__bwd_kv_kernel otherwise);
  *   3. in dq mode 0 the dq pass (bwd_mma.cuh, dfa__bwd_dq_kernel), else the conversion of the
  *      accumulator to dq's storage type (none when dq is float32: it was its own accumulator).
  * The dq mode (dfa__bwd_dq_mode, heuristics.h) follows DFA_FLAG_DETERMINISTIC:

@@ -6,7 +6,7 @@
 template <int DQ_MODE, int BF16, int OUT32>
 dfa_status dfa__bwd_kv_wide(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st, const char *fn) {
     if (p.sh.head_dim == 256 && p.sh.head_dim_v == 256)
-        return dfa__bwd_wide_of<256, 256, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
+        return dfa__bwd_wide_of<256, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
     if (p.sh.head_dim == 192 && p.sh.head_dim_v == 128) {
         if (p.sh.softcap > 0.0f) return dfa__cuda_check_softcap(p.sh.softcap, 192, 128, fn);
         return dfa__bwd_ws_of<dfa__bwd_ws_config<192, false>, dfa__bwd_ws_config<192, true>, DQ_MODE, BF16, OUT32>(

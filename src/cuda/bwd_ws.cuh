@@ -354,7 +354,8 @@ __global__ void __launch_bounds__(384, 1)
         dfa__wgmma_commit();                                                                                    \
     } while (0)
     /* Columns [COL0, COL0 + N) of block J's dQ tile (its product retired) into staging tile
-       J % NDQ for the writer warp, scaled; FIRST waits for the tile, LAST hands it to the writer. 8-byte stores, a lane's pair of columns 8j + 2t of row g (+ 8) at 16-byte chunk
+       J % NDQ for the writer warp, scaled; FIRST waits for the tile, LAST hands it to the writer.
+       8-byte stores, a lane's pair of columns 8j + 2t of row g (+ 8) at 16-byte chunk
        (2j + t / 2) ^ g of the row in the tile's 128-byte swizzle. */
 #define DFA__BWD_STAGE_DQ(J, N, COL0, FIRST, LAST)                                                              \
     do {                                                                                                        \

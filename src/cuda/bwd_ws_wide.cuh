@@ -1,9 +1,9 @@
 /* Internal: the warp-specialised Hopper backward key-block kernel for the wide head dims (sm_90a
- * only): 256, and 192 with a value head dim of 128 (DeepSeek's MLA). What each takes is its
- * configuration struct K in heuristics.h (dfa__bwd_wide_config).
+ * only): 256. What it takes is its configuration struct K in heuristics.h
+ * (dfa__bwd_wide_config).
  *
- * bwd_ws.cuh keeps a consumer's dK and dV rows whole in its registers; at these head dims they
- * would not fit (256 + 256 or 192 + 128 columns). Here a CTA owns BN = 64 keys of one (kv head,
+ * bwd_ws.cuh keeps a consumer's dK and dV rows whole in its registers; at d = 256 they would not
+ * fit (256 + 256 columns). Here a CTA owns BN = 64 keys of one (kv head,
  * batch) and the two consumer warpgroups split dK's, dV's and dQ's columns instead, in 64-column
  * blocks (K::KN0, VN0, QN0 are consumer 0's; the rest consumer 1's), which leaves each at most
  * 128 + 128 accumulator columns. Per query block of BM = 64 rows:
@@ -22,8 +22,6 @@
  * and whose warp 1 adds each dQ tile into the float32 accumulator by TMA reduce-adds from one
  * staging tile both consumers fill (in key-block order with DQ_MODE 2); two consumer warpgroups
  * (setmaxnreg 240) running the products above. DQ_MODE 0 computes no dQ (a dq pass follows).
- * With K::DEFER_DQ block j's dQ product goes in with block j + 1's S^T and dP^T, under which its
- * tile is staged.
  *
  * Shared memory: K (BN x D), V (BN x DV), the ring of Q (BM x D) and dO (BM x DV), two P^T and
  * two dS^T buffers (BN x BM), the dQ staging tile (BM x D float32 as D / 32 boxes of 32 floats x
@@ -216,18 +214,12 @@ __global__ void __launch_bounds__(384, 1)
             dfa__fence_proxy_async();
             dfa__mbar_arrive(DQ_FULL);
         };
-        /* One block. DEFER (DEFER_DQ, dQ computed): block it - 1's dQ product goes in first (at
-           it = 0 a product on the unwritten buffer whose result is dropped: a wgmma under a
-           data-dependent branch makes ptxas serialise them), then this block's S^T and dP^T,
-           under which block it - 1's dQ tile is staged; nothing is in flight across blocks.
-           Otherwise dQ goes in right behind dV and dK and is staged after them. */
-        constexpr bool DEFER = K::DEFER_DQ && DQ_ATOMIC;
+        /* One block; dQ goes in right behind dV and dK and is staged after them. */
         for (int it = 0; it < total; it++) {
             const int s = it % STAGES, m0 = (mb_begin + it % nmb) * BM, buf = it & 1;
             const uint32_t q_s = sQ + s * C::QBYTES, o_s = sO + s * C::OBYTES;
             const float *ld = sLD + s * 2 * BM;
             float st[16], dp[16];
-            if constexpr (DEFER) issue_dq(it - 1);
             dfa__mbar_wait(FULL(s), (uint32_t)(it / STAGES) & 1u);
             {
                 const uint32_t q_lo = dfa__wgmma_desc_lo(q_s + R0 * 128, 16), o_lo = dfa__wgmma_desc_lo(o_s + R0 * 128, 16);
@@ -242,10 +234,6 @@ __global__ void __launch_bounds__(384, 1)
                     dfa__wgmma_ss<32, BF16>(dp, dfa__wgmma_desc_at(v_lo, (kk / 4) * BN * 128 + (kk % 4) * 32),
                                             dfa__wgmma_desc_at(o_lo, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
                 dfa__wgmma_commit();
-            }
-            if constexpr (DEFER) {
-                dfa__wgmma_wait<2>(); /* block it - 1's dQ, not S^T and dP^T */
-                if (it > 0) stage_dq(it - 1);
             }
             float th[K::SOFTCAP ? 16 : 1]; /* SOFTCAP: each score's tanh, for dS's factor */
             (void)th;
@@ -311,19 +299,14 @@ __global__ void __launch_bounds__(384, 1)
             for (int kk = 0; kk < BM / 16; kk++)
                 dfa__wgmma_ss_tb<KN, BF16>(dk, dfa__wgmma_desc_at(ds_lo, kk * 32), dfa__wgmma_desc_at(qk_lo, kk * 16 * 128), 1);
             dfa__wgmma_commit();
-            if constexpr (DQ_ATOMIC != 0 && !DEFER) issue_dq(it);
+            if constexpr (DQ_ATOMIC != 0) issue_dq(it);
             dfa__wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < KN / 2; i++) dfa__reg_fence(dk[i]);
 #pragma unroll
             for (int i = 0; i < VN / 2; i++) dfa__reg_fence(dv[i]);
             dfa__mbar_arrive(EMPTY(s)); /* Q, dO, lse2 and D of this stage are no longer read */
-            if constexpr (DQ_ATOMIC != 0 && !DEFER) stage_dq(it);
-        }
-        if constexpr (DEFER) { /* the last block's dQ (none: a dropped product, as at it = 0) */
-            issue_dq(total - 1);
-            dfa__wgmma_wait<0>();
-            if (total > 0) stage_dq(total - 1);
+            if constexpr (DQ_ATOMIC != 0) stage_dq(it);
         }
 
         /* ---- the epilogue: this consumer's columns of dK (scaled) and dV ---- */

@@ -180,32 +180,21 @@ template <class K> struct dfa__bwd_softcapped : K {
     static constexpr bool SOFTCAP = true;
 };
 
-/* The Hopper backward for the wide head dims (bwd_ws_wide.cuh): 256, and 192 with a value head
- * dim of 128. A CTA owns 64 keys; its two consumers split the columns of dK, dV and dQ in
- * 64-column blocks, consumer 0 taking the first KN0, VN0 and QN0 and consumer 1 the rest. At
- * 192 / 128 the five blocks of dK and dV do not halve: consumer 0 takes 2 + 1 and consumer 1
- * 1 + 1, and dQ's three the other way round (1 and 2), so that both run as many product columns
- * per block (256).
- *   STAGES    Q and dO blocks in flight: 2 at 192 / 128; 1 at 256, where a second would not fit
- *             shared memory beside K, V and the float32 dQ staging tile
+/* The Hopper backward for head dim 256 (bwd_ws_wide.cuh). A CTA owns 64 keys; its two consumers
+ * split the columns of dK, dV and dQ in 64-column blocks, consumer 0 taking the first KN0, VN0
+ * and QN0 and consumer 1 the rest (half of each). dQ goes in right behind dV and dK.
+ *   STAGES    Q and dO blocks in flight: 1, a second would not fit shared memory beside K, V and
+ *             the float32 dQ staging tile (the next Q lands only after this block's dK)
  *   MASKED    as dfa__bwd_ws_config's (the element test always reads the mask's intervals)
  *   FAST_EXP  P recomputed with ex2.approx.ftz alone
- *   DEFER_DQ  block j's dQ product goes in with block j + 1's S^T and dP^T, under which its tile
- *             is staged for the dQ writer: at 192 / 128 (two stages, and registers for dQ beside
- *             S^T and dP^T); at 256 dQ goes in right behind dV and dK (one stage: the next Q lands
- *             only after this block's dK)
- *   SOFTCAP   S^T capped before P; false here, dfa__bwd_softcapped<K> for softcapped calls (at
- *             256: a value head dim of its own takes no softcap) */
+ *   SOFTCAP   S^T capped before P; false here, dfa__bwd_softcapped<K> for softcapped calls */
 template <int D, int DV, bool M> struct dfa__bwd_wide_config;
 template <bool M> struct dfa__bwd_wide_config<256, 256, M> {
     static constexpr int D = 256, DV = 256, STAGES = 1, KN0 = 128, VN0 = 128, QN0 = 128;
-    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = false;
+    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false;
 };
-template <bool M> struct dfa__bwd_wide_config<192, 128, M> {
-    static constexpr int D = 192, DV = 128, STAGES = 2, KN0 = 128, VN0 = 64, QN0 = 64;
-    static constexpr bool MASKED = M, FAST_EXP = true, SOFTCAP = false, DEFER_DQ = true;
-};
-/* Whether a call's head dims take the wide Hopper backward (where the Hopper kernels run). */
+/* Whether a call's head dims take the Hopper backward of attn_bwd_wide.cu (where the Hopper
+   kernels run): the wide kernel at 256, the 128-key kernel at 192 / 128. */
 static inline bool dfa__bwd_wide_for(int head_dim, int head_dim_v) {
     return (head_dim == 256 && head_dim_v == 256) || (head_dim == 192 && head_dim_v == 128);
 }

@@ -191,26 +191,22 @@ static dfa_status dfa__bwd_wide_masked_or_not(const dfa__bwd_params &p, const df
         return dfa__launch_bwd_wide<Plain, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
 }
 
-/* The wide Hopper key-block kernel at head dims (D, DV), softcapped calls (D = DV only) in the
-   softcapped form of its configurations. */
-template <int D, int DV, int DQ_MODE, int BF16, int OUT32>
+/* The wide Hopper key-block kernel at head dim D, softcapped calls in the softcapped form of its
+   configurations. */
+template <int D, int DQ_MODE, int BF16, int OUT32>
 static dfa_status dfa__bwd_wide_of(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st,
                                    const char *fn) {
-    typedef dfa__bwd_wide_config<D, DV, false> P;
-    typedef dfa__bwd_wide_config<D, DV, true> M;
-    if (p.sh.softcap > 0.0f) {
-        if constexpr (D == DV)
-            return dfa__bwd_wide_masked_or_not<dfa__bwd_softcapped<P>, dfa__bwd_softcapped<M>, DQ_MODE, BF16, OUT32>(
-                p, dkv16, st, fn);
-        else
-            return dfa__cuda_check_softcap(p.sh.softcap, D, DV, fn);
-    }
+    typedef dfa__bwd_wide_config<D, D, false> P;
+    typedef dfa__bwd_wide_config<D, D, true> M;
+    if (p.sh.softcap > 0.0f)
+        return dfa__bwd_wide_masked_or_not<dfa__bwd_softcapped<P>, dfa__bwd_softcapped<M>, DQ_MODE, BF16, OUT32>(
+            p, dkv16, st, fn);
     return dfa__bwd_wide_masked_or_not<P, M, DQ_MODE, BF16, OUT32>(p, dkv16, st, fn);
 }
 
-/* The wide Hopper key-block kernel (head dims 256, and 192 / 128: dfa__bwd_wide_for), defined in
-   attn_bwd_wide.cu for every dq mode, element type and output type (a translation unit of its
-   own, which builds beside attn_bwd.cu). */
+/* The Hopper key-block kernels of attn_bwd_wide.cu (dfa__bwd_wide_for: the wide kernel at 256,
+   the 128-key kernel at 192 / 128), defined there for every dq mode, element type and output
+   type (a translation unit of its own, which builds beside attn_bwd.cu). */
 template <int DQ_MODE, int BF16, int OUT32>
 dfa_status dfa__bwd_kv_wide(const dfa__bwd_params &p, const dfa__cuda_dkv16 &dkv16, cudaStream_t st, const char *fn);
 
